@@ -1,0 +1,252 @@
+// Package advisory turns PostgreSQL session-level advisory locks into a distributed lock
+// for Go services: only one holder at a time across every process that shares a database.
+//
+// # The lease is the session
+//
+// Each held lock pins its own connection from the Manager's pool. There is no lock table
+// and no TTL: when the holder's process dies, its host vanishes or the network is cut,
+// the connection ends and PostgreSQL frees the lock. TCP keepalive is configured on both
+// ends so that, after a silent partition, the holder is told (its Lock's Done channel
+// closes) before the server can free the lock (see [Bounds] and docs/keepalive.md).
+//
+// # Loss
+//
+// A holder must be ready for its lock to be lost. While a lock is held a watcher blocks
+// reading its idle connection, so a terminated session, a server shutdown or a reset is
+// seen within milliseconds, and a silent partition within the client keepalive bound
+// (10 s by default). [Lock.Done] then closes and [Lock.Err] wraps [ErrLockLost].
+// [Manager.Do] cancels its function's context when that happens.
+//
+// # Keys
+//
+// A lock name is hashed to the int64 key PostgreSQL's hashtextextended(name, 0) gives, so
+// psql can take the same lock: SELECT pg_advisory_lock(hashtextextended('migrations', 0)).
+// See [KeyOf] and docs/keys.md.
+package advisory
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// A Manager takes advisory locks on one database. It owns a pgxpool.Pool set up for
+// locking: every connection carries the keepalive settings, and each held lock pins one
+// connection, so the pool size (pool_max_conns in the connection string) bounds how many
+// locks the Manager can hold and wait for at once.
+//
+// A Manager is safe for concurrent use by multiple goroutines.
+type Manager struct {
+	pool *pgxpool.Pool
+	set  settings
+
+	mu        sync.Mutex
+	closed    bool
+	closeDone chan struct{}
+	sessions  map[*session]struct{} // sessions that have not ended
+	active    sync.WaitGroup        // calls in progress and sessions not ended
+}
+
+// New parses connString (a PostgreSQL URL or keyword/value string, with pgxpool's pool_*
+// settings) and returns a Manager. It connects once to check that the server is reachable
+// and accepts the session settings; ctx governs only that check. On error nothing is left
+// open.
+//
+// Every lock connection gets: TCP keepalive and TCP_USER_TIMEOUT on the client socket,
+// tcp_keepalives_* and tcp_user_timeout on the server end, client_connection_check_interval
+// (PostgreSQL 14+), and lock_timeout, statement_timeout, idle_in_transaction_session_timeout
+// and idle_session_timeout set to 0: ctx is the only timeout of a Lock call, and a held lock
+// lives exactly as long as its connection. connect_timeout defaults to 10s.
+func New(ctx context.Context, connString string, opts ...Option) (*Manager, error) {
+	cfg, err := pgxpool.ParseConfig(connString)
+	if err != nil {
+		return nil, fmt.Errorf("advisory: parse connection string: %w", err)
+	}
+	return NewWithConfig(ctx, cfg, opts...)
+}
+
+// NewWithConfig is like [New] but starts from the caller's pool configuration, which it
+// copies and does not modify. The library installs its own dial wrapper (around the
+// config's DialFunc), context watcher handler and AfterConnect (which runs the
+// config's own AfterConnect after setting up the session). It panics if cfg is nil.
+func NewWithConfig(ctx context.Context, cfg *pgxpool.Config, opts ...Option) (*Manager, error) {
+	if cfg == nil {
+		panic("advisory: NewWithConfig with a nil config")
+	}
+	set := defaultSettings()
+	for _, opt := range opts {
+		if err := opt(&set); err != nil {
+			return nil, err
+		}
+	}
+	if err := set.validate(); err != nil {
+		return nil, err
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, configure(cfg.Copy(), &set))
+	if err != nil {
+		return nil, fmt.Errorf("advisory: %w", err)
+	}
+	if err := checkServer(ctx, pool); err != nil {
+		pool.Close()
+		return nil, err
+	}
+	return &Manager{pool: pool, set: set, closeDone: make(chan struct{}),
+		sessions: make(map[*session]struct{})}, nil
+}
+
+func configure(cfg *pgxpool.Config, set *settings) *pgxpool.Config {
+	cc := cfg.ConnConfig
+	if cc.ConnectTimeout == 0 {
+		cc.ConnectTimeout = 10 * time.Second
+	}
+	cc.DialFunc = keepaliveDialer(cc.DialFunc, set.clientKeepalive)
+	cc.BuildContextWatcherHandler = newCancelHandler(set.cancelGrace)
+	next := cfg.AfterConnect
+	cfg.AfterConnect = func(ctx context.Context, conn *pgx.Conn) error {
+		version := serverVersion(conn.PgConn().ParameterStatus("server_version"))
+		if err := conn.PgConn().Exec(ctx, serverSettings(set, version)).Close(); err != nil {
+			return fmt.Errorf("advisory: set up lock session: %w", err)
+		}
+		if next != nil {
+			return next(ctx, conn)
+		}
+		return nil
+	}
+	return cfg
+}
+
+// serverVersion turns a server_version like "15.18 (Debian 15.18-0+deb12u1)" into
+// 150018. It returns 0 if it cannot tell.
+func serverVersion(s string) int {
+	s, _, _ = strings.Cut(s, " ")
+	major, minor, _ := strings.Cut(s, ".")
+	ma, err := strconv.Atoi(major)
+	if err != nil {
+		return 0
+	}
+	mi, _ := strconv.Atoi(strings.TrimRightFunc(minor, func(r rune) bool { return r < '0' || r > '9' }))
+	return ma*10000 + mi
+}
+
+func checkServer(ctx context.Context, pool *pgxpool.Pool) error {
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		return fmt.Errorf("advisory: connect: %w", err)
+	}
+	conn.Release()
+	return nil
+}
+
+// Bounds returns the loss-detection timings the Manager's keepalive settings give.
+func (m *Manager) Bounds() Bounds {
+	return computeBounds(m.set.clientKeepalive, m.set.serverKeepalive)
+}
+
+// Stat returns a snapshot of the Manager's connection pool: each held lock, and each Lock
+// call waiting on the server, counts as one acquired connection.
+func (m *Manager) Stat() *pgxpool.Stat { return m.pool.Stat() }
+
+// Close releases every lock the Manager holds, ends every Lock call still waiting (they
+// return an error wrapping [ErrClosed]), and closes the pool. It blocks until that is
+// done: normally milliseconds; a lock whose release cannot be confirmed within 5 s has its
+// connection closed, which frees it on the server. Later calls return at once; calls on
+// the Manager then return [ErrClosed]. Locks ended by Close report [ErrLockLost].
+func (m *Manager) Close() {
+	m.mu.Lock()
+	if m.closed {
+		m.mu.Unlock()
+		<-m.closeDone
+		return
+	}
+	m.closed = true
+	live := make([]*session, 0, len(m.sessions))
+	for s := range m.sessions {
+		live = append(live, s)
+	}
+	m.mu.Unlock()
+	for _, s := range live {
+		s.shutdown()
+	}
+	m.active.Wait()
+	m.pool.Close()
+	close(m.closeDone)
+}
+
+func (m *Manager) isClosed() bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.closed
+}
+
+// enter registers a call in progress; the caller must call m.active.Done when it returns.
+func (m *Manager) enter() error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return ErrClosed
+	}
+	m.active.Add(1)
+	return nil
+}
+
+// track registers a session so Close can reach it. It fails once Close has begun.
+func (m *Manager) track(s *session) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return ErrClosed
+	}
+	m.sessions[s] = struct{}{}
+	m.active.Add(1)
+	return nil
+}
+
+func (m *Manager) forget(s *session) {
+	m.mu.Lock()
+	_, ok := m.sessions[s]
+	delete(m.sessions, s)
+	m.mu.Unlock()
+	if ok {
+		m.active.Done()
+	}
+}
+
+// acquire takes a connection from the pool for a new session. With wait false it fails at
+// once with ErrPoolExhausted when no connection is free and none can be opened.
+func (m *Manager) acquire(ctx context.Context, key Key, wait bool) (*session, error) {
+	if !wait && poolFull(m.pool.Stat()) {
+		return nil, fmt.Errorf("%w: all %d connections are in use", ErrPoolExhausted, m.pool.Stat().MaxConns())
+	}
+	pc, err := m.pool.Acquire(ctx)
+	if err != nil {
+		return nil, m.acquireError(ctx, err)
+	}
+	s := newSession(m, pc, key)
+	if err := m.track(s); err != nil {
+		pc.Release()
+		return nil, err
+	}
+	return s, nil
+}
+
+func poolFull(st *pgxpool.Stat) bool {
+	return st.IdleConns() == 0 && st.TotalConns() >= st.MaxConns()
+}
+
+func (m *Manager) acquireError(ctx context.Context, err error) error {
+	switch {
+	case m.isClosed():
+		return ErrClosed
+	case ctx.Err() != nil && poolFull(m.pool.Stat()):
+		return fmt.Errorf("%w: all %d connections stayed in use: %w", ErrPoolExhausted, m.pool.Stat().MaxConns(), ctx.Err())
+	case ctx.Err() != nil:
+		return fmt.Errorf("advisory: connect: %w", ctx.Err())
+	}
+	return fmt.Errorf("advisory: connect: %w", err)
+}

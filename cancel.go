@@ -1,0 +1,118 @@
+package advisory
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgconn/ctxwatch"
+)
+
+// waitMarker marks a context whose statement is a lock wait (see [waitCtx]).
+type waitMarker struct{}
+
+// waitCtx marks ctx so that cancelling it interrupts the statement with a CancelRequest,
+// which keeps the connection usable, instead of a socket deadline, which breaks it.
+func waitCtx(ctx context.Context) context.Context {
+	return context.WithValue(ctx, waitMarker{}, true)
+}
+
+// handlerKey is where a connection's cancelHandler is kept in PgConn.CustomData.
+const handlerKey = "advisory.cancelHandler"
+
+// cancelHandler is the ctxwatch.Handler of every connection of a Manager's pool.
+//
+// For a lock wait (a waitCtx) it sends a CancelRequest at once and arms a fallback socket
+// deadline of grace: the server answers 57014 within about a millisecond and the
+// connection stays usable, so the caller can ask the server, on the same session,
+// whether the grant won the race against the cancel. pgx's own CancelRequest handler
+// waits 100 ms more on purpose; we do not, and deal with a late-arriving cancel instead
+// (see session.reconcile). For any other statement it behaves like pgx's default: an
+// immediate socket deadline, after which the session discards the connection.
+type cancelHandler struct {
+	pg    *pgconn.PgConn
+	grace time.Duration
+
+	mu       sync.Mutex
+	inFlight chan struct{} // closed when the pending CancelRequest finished; nil if none
+	sent     bool          // a CancelRequest was sent since the last settle
+}
+
+func newCancelHandler(grace time.Duration) func(*pgconn.PgConn) ctxwatch.Handler {
+	return func(pg *pgconn.PgConn) ctxwatch.Handler {
+		h := &cancelHandler{pg: pg, grace: grace}
+		pg.CustomData()[handlerKey] = h
+		return h
+	}
+}
+
+func handlerOf(pg *pgconn.PgConn) *cancelHandler {
+	h, _ := pg.CustomData()[handlerKey].(*cancelHandler)
+	return h
+}
+
+// HandleCancel implements ctxwatch.Handler.
+func (h *cancelHandler) HandleCancel(ctx context.Context) {
+	if ctx.Value(waitMarker{}) != nil {
+		h.interrupt()
+		return
+	}
+	h.pg.Conn().SetDeadline(time.Now())
+}
+
+// HandleUnwatchAfterCancel implements ctxwatch.Handler.
+func (h *cancelHandler) HandleUnwatchAfterCancel() {
+	h.wait()
+	h.pg.Conn().SetDeadline(time.Time{})
+}
+
+// interrupt asks the server to cancel the statement running on the connection. It does
+// not block. It is safe to call from any goroutine, and more than once.
+func (h *cancelHandler) interrupt() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.inFlight != nil {
+		return
+	}
+	h.sent = true
+	h.pg.Conn().SetDeadline(time.Now().Add(h.grace))
+	done := make(chan struct{})
+	h.inFlight = done
+	go func() {
+		defer close(done)
+		ctx, cancel := context.WithTimeout(context.Background(), h.grace)
+		defer cancel()
+		h.pg.CancelRequest(ctx)
+	}()
+}
+
+// wait blocks until a pending CancelRequest has been delivered (the server closed the
+// cancel connection, so the signal has reached the backend) or has failed.
+func (h *cancelHandler) wait() {
+	h.mu.Lock()
+	done := h.inFlight
+	h.mu.Unlock()
+	if done == nil {
+		return
+	}
+	<-done
+	h.mu.Lock()
+	h.inFlight = nil
+	h.mu.Unlock()
+}
+
+// settle is called by the statement's owner once the lock statement returned. It waits
+// for a pending CancelRequest, clears the fallback deadline, and reports whether a
+// cancel was sent, in which case the next statement on the connection may still be hit
+// by it.
+func (h *cancelHandler) settle() (sent bool) {
+	h.wait()
+	h.mu.Lock()
+	sent, h.sent = h.sent, false
+	h.mu.Unlock()
+	if sent {
+		h.pg.Conn().SetDeadline(time.Time{})
+	}
+	return sent
+}

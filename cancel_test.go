@@ -1,0 +1,132 @@
+package advisory_test
+
+import (
+	"context"
+	"errors"
+	"math/rand/v2"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/pgadvisory/advisory"
+)
+
+// TestCancelledLockStopsTheServerWait: a cancelled Lock returns ctx's error promptly, the
+// server stops waiting (no granted=false row), nothing is held, nothing leaks, and the
+// connection is still good (it went back to the pool).
+func TestCancelledLockStopsTheServerWait(t *testing.T) {
+	t.Parallel()
+	holderM, m := newManager(t, nil), newManager(t, nil)
+	ctx := ctxT(t)
+	holder, err := holderM.Lock(ctx, t.Name())
+	require.NoError(t, err)
+	key := holder.Key()
+
+	for _, how := range []string{"cancel", "deadline"} {
+		wctx, cancel := context.WithCancel(ctx)
+		if how == "deadline" {
+			wctx, cancel = context.WithTimeout(ctx, 200*time.Millisecond)
+		}
+		done := make(chan error, 1)
+		go func() {
+			_, err := m.Lock(wctx, t.Name())
+			done <- err
+		}()
+		waitForWaiters(t, key, 1)
+		var start time.Time
+		if how == "cancel" {
+			start = time.Now()
+			cancel()
+		} else {
+			<-wctx.Done()
+			start = time.Now()
+		}
+		err := <-done
+		took := time.Since(start)
+		cancel()
+		t.Logf("%s: Lock returned %v after ctx ended", how, took)
+		require.ErrorIs(t, err, wctx.Err())
+		assert.Less(t, took, 2*time.Second, "prompt return (generous for CI)")
+		requireHeldBy(t, key, holder.PID()) // only the holder: no waiter left behind
+		assert.EqualValues(t, 1, m.Stat().IdleConns(), "the cancelled wait's connection was kept, not leaked or closed")
+		requireNoAcquired(t, m)
+	}
+	require.NoError(t, holder.Unlock(ctx))
+}
+
+// TestCancelRacingTheGrantNeverLeavesTheLockHeld places cancels at random points around
+// the holder's unlock, so some land before the grant, some after, some on top of it. After
+// every Lock call: if it failed, nobody holds the key; if it succeeded, its backend does.
+func TestCancelRacingTheGrantNeverLeavesTheLockHeld(t *testing.T) {
+	t.Parallel()
+	holderM, m := newManager(t, nil), newManager(t, nil)
+	ctx := ctxT(t)
+	seed := uint64(time.Now().UnixNano())
+	t.Logf("seed %d", seed)
+	rng := rand.New(rand.NewPCG(seed, 0))
+	const trials = 300
+	var won, cancelled int
+	for i := 0; i < trials; i++ {
+		holder, err := holderM.Lock(ctx, t.Name())
+		require.NoError(t, err)
+		wctx, cancel := context.WithCancel(ctx)
+		type result struct {
+			l   *advisory.Lock
+			err error
+		}
+		done := make(chan result, 1)
+		go func() {
+			l, err := m.Lock(wctx, t.Name())
+			done <- result{l, err}
+		}()
+		waitForWaiters(t, holder.Key(), 1)
+		// Unlock and cancel concurrently, each after a random delay of up to 1.5 ms.
+		var wg sync.WaitGroup
+		unlockAfter, cancelAfter := randDelay(rng), randDelay(rng)
+		wg.Add(2)
+		go func() { defer wg.Done(); spin(unlockAfter); assert.NoError(t, holder.Unlock(ctx)) }()
+		go func() { defer wg.Done(); spin(cancelAfter); cancel() }()
+		r := <-done
+		wg.Wait()
+		switch {
+		case r.err == nil:
+			won++
+			requireHeldBy(t, holder.Key(), r.l.PID())
+			require.NoError(t, r.l.Unlock(ctx))
+		case errors.Is(r.err, context.Canceled):
+			cancelled++
+			requireFree(t, holder.Key()) // checked at return: no grant left behind
+		default:
+			t.Fatalf("trial %d: unexpected error %v", i, r.err)
+		}
+		requireNoAcquired(t, m)
+	}
+	t.Logf("%d trials: %d acquired, %d cancelled, 0 violations", trials, won, cancelled)
+}
+
+func randDelay(rng *rand.Rand) time.Duration {
+	return time.Duration(rng.IntN(1500)) * time.Microsecond
+}
+
+// spin waits d without a timer, so sub-millisecond delays are honoured.
+func spin(d time.Duration) {
+	for end := time.Now().Add(d); time.Now().Before(end); {
+	}
+}
+
+// TestLockWithDoneContext: a ctx already done fails at once and takes nothing.
+func TestLockWithDoneContext(t *testing.T) {
+	t.Parallel()
+	m := newManager(t, nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	_, err := m.Lock(ctx, t.Name())
+	require.ErrorIs(t, err, context.Canceled)
+	_, err = m.TryLock(ctx, t.Name())
+	require.ErrorIs(t, err, context.Canceled)
+	requireFree(t, advisory.KeyOf(t.Name()))
+	requireNoAcquired(t, m)
+}

@@ -1,0 +1,55 @@
+package advisory
+
+import "errors"
+
+// Errors returned by this package. Test for them with [errors.Is]; returned errors wrap
+// them together with the cause (a *pgconn.PgError, a network error, ctx.Err()), so the
+// cause stays reachable with [errors.As] and errors.Is.
+var (
+	// ErrLocked means TryLock found the lock held by another session. The error is a
+	// *[LockedError] when the holder could be identified.
+	ErrLocked = errors.New("advisory: lock is held by another session")
+
+	// ErrLockLost means a held lock ended without Unlock: its connection was terminated,
+	// the server restarted or shut down, the network failed, or the Manager was closed.
+	// Assume another process may hold the lock now.
+	ErrLockLost = errors.New("advisory: lock lost")
+
+	// ErrNotHeld is returned by Unlock on a Lock that was already released by Unlock, and
+	// by Lock.Err after a clean Unlock.
+	ErrNotHeld = errors.New("advisory: lock not held")
+
+	// ErrClosed is returned by every Manager method after Close, and by Lock calls that
+	// were waiting when Close was called.
+	ErrClosed = errors.New("advisory: manager closed")
+
+	// ErrInvalidKey is returned for a lock name that cannot be used (see [ValidateName]).
+	ErrInvalidKey = errors.New("advisory: invalid key")
+
+	// ErrInvalidOption is returned by New and NewWithConfig for an option or connection
+	// setting that is out of range or would break the loss-detection guarantee.
+	ErrInvalidOption = errors.New("advisory: invalid option")
+
+	// ErrPoolExhausted means every connection of the Manager's pool is in use (each held
+	// lock pins one) and no connection became free before ctx ended (Lock), or at once
+	// (TryLock). Raise the pool size (pool_max_conns) or release locks sooner.
+	ErrPoolExhausted = errors.New("advisory: connection pool exhausted")
+)
+
+// LockedError is returned by TryLock when another session holds the lock. It wraps
+// [ErrLocked].
+type LockedError struct {
+	Key Key
+	// Name is the lock name passed to TryLock, empty for a raw key.
+	Name string
+}
+
+func (e *LockedError) Error() string {
+	if e.Name != "" {
+		return "advisory: lock " + quote(e.Name) + " is held by another session"
+	}
+	return "advisory: lock " + e.Key.String() + " is held by another session"
+}
+
+// Unwrap returns [ErrLocked].
+func (e *LockedError) Unwrap() error { return ErrLocked }

@@ -1,0 +1,189 @@
+package pgtest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"os/user"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// local is a cluster run from the local PostgreSQL binaries.
+type local struct {
+	bin  string // directory holding initdb and postgres
+	dir  string // temp dir: data/, socket, log
+	port int
+	cred *syscall.Credential // nil unless running as root
+	cmd  *exec.Cmd
+	exit chan struct{} // closed when cmd has been waited for
+}
+
+func startLocal(ctx context.Context) (*Server, error) {
+	bin, err := findBinaries()
+	if err != nil {
+		return nil, err
+	}
+	l := &local{bin: bin}
+	if err := l.prepare(); err != nil {
+		return nil, err
+	}
+	if err := l.initdb(ctx); err != nil {
+		os.RemoveAll(l.dir)
+		return nil, err
+	}
+	if err := l.start(ctx); err != nil {
+		os.RemoveAll(l.dir)
+		return nil, err
+	}
+	dsn := fmt.Sprintf("host=127.0.0.1 port=%d user=postgres dbname=postgres sslmode=disable", l.port)
+	return &Server{dsn: dsn, kind: "local", restart: l.restart, stop: l.close}, nil
+}
+
+// findBinaries locates a directory with initdb and postgres: PATH, then the Debian layout
+// /usr/lib/postgresql/N/bin (newest N first).
+func findBinaries() (string, error) {
+	if p, err := exec.LookPath("initdb"); err == nil {
+		dir := filepath.Dir(p)
+		if _, err := os.Stat(filepath.Join(dir, "postgres")); err == nil {
+			return dir, nil
+		}
+	}
+	dirs, _ := filepath.Glob("/usr/lib/postgresql/*/bin")
+	sort.Slice(dirs, func(i, j int) bool { return versionOf(dirs[i]) > versionOf(dirs[j]) })
+	for _, d := range dirs {
+		if _, err := os.Stat(filepath.Join(d, "initdb")); err == nil {
+			return d, nil
+		}
+	}
+	return "", errors.New("initdb not found in PATH or /usr/lib/postgresql/*/bin")
+}
+
+func versionOf(binDir string) int {
+	v, _ := strconv.Atoi(filepath.Base(filepath.Dir(binDir)))
+	return v
+}
+
+// prepare makes the temp dir (short path: the socket path is limited to 107 bytes), picks a
+// port, and arranges to run as the postgres user when we are root (initdb refuses root).
+func (l *local) prepare() error {
+	dir, err := os.MkdirTemp("/tmp", "pgt")
+	if err != nil {
+		return err
+	}
+	l.dir = dir
+	if os.Geteuid() == 0 {
+		u, err := user.Lookup("postgres")
+		if err != nil {
+			return fmt.Errorf("running as root needs a postgres OS user: %w", err)
+		}
+		uid, _ := strconv.Atoi(u.Uid)
+		gid, _ := strconv.Atoi(u.Gid)
+		l.cred = &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}
+		if err := os.Chown(dir, uid, gid); err != nil {
+			return err
+		}
+	}
+	l.port, err = freePort()
+	return err
+}
+
+func freePort() (int, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port, nil
+}
+
+func (l *local) command(ctx context.Context, name string, args ...string) *exec.Cmd {
+	cmd := exec.CommandContext(ctx, filepath.Join(l.bin, name), args...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Credential: l.cred}
+	cmd.Dir = l.dir
+	return cmd
+}
+
+func (l *local) initdb(ctx context.Context) error {
+	cmd := l.command(ctx, "initdb", "--no-sync", "-A", "trust", "-E", "UTF8", "--locale=C",
+		"-U", "postgres", "-D", filepath.Join(l.dir, "data"))
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("initdb: %w: %s", err, out)
+	}
+	return nil
+}
+
+// start runs postgres in its own process group and waits until it accepts connections.
+func (l *local) start(ctx context.Context) error {
+	logf, err := os.OpenFile(filepath.Join(l.dir, "server.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o666)
+	if err != nil {
+		return err
+	}
+	defer logf.Close()
+	cmd := l.command(context.Background(), "postgres", "-D", filepath.Join(l.dir, "data"),
+		"-p", strconv.Itoa(l.port), "-k", l.dir, "-c", "listen_addresses=127.0.0.1",
+		"-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off",
+		"-c", "max_connections=300", "-c", "shared_buffers=64MB")
+	cmd.Stdout, cmd.Stderr = logf, logf
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("postgres: %w", err)
+	}
+	l.cmd, l.exit = cmd, make(chan struct{})
+	go func(exit chan struct{}) { cmd.Wait(); close(exit) }(l.exit)
+	return l.waitReady(ctx)
+}
+
+func (l *local) waitReady(ctx context.Context) error {
+	dsn := fmt.Sprintf("host=127.0.0.1 port=%d user=postgres dbname=postgres sslmode=disable connect_timeout=2", l.port)
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		conn, err := pgx.Connect(ctx, dsn)
+		if err == nil {
+			return conn.Close(ctx)
+		}
+		select {
+		case <-l.exit:
+			log, _ := os.ReadFile(filepath.Join(l.dir, "server.log"))
+			return fmt.Errorf("postgres exited during start-up: %s", log)
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(20 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("postgres not ready after 60s: %w", err)
+		}
+	}
+}
+
+// stopServer asks for a fast shutdown (SIGINT), then kills the process group after 10 s.
+func (l *local) stopServer() {
+	if l.cmd == nil {
+		return
+	}
+	syscall.Kill(-l.cmd.Process.Pid, syscall.SIGINT)
+	select {
+	case <-l.exit:
+	case <-time.After(10 * time.Second):
+		syscall.Kill(-l.cmd.Process.Pid, syscall.SIGKILL)
+		<-l.exit
+	}
+	l.cmd = nil
+}
+
+func (l *local) restart(ctx context.Context) error {
+	l.stopServer()
+	return l.start(ctx)
+}
+
+func (l *local) close() error {
+	l.stopServer()
+	return os.RemoveAll(l.dir)
+}

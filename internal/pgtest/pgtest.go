@@ -1,0 +1,86 @@
+// Package pgtest gives tests (and the pgadvisory demo) a throwaway PostgreSQL.
+//
+// [Start] tries, in order:
+//
+//  1. the DSN in the environment variable ADVISORY_TEST_DSN (an existing server; nothing is started);
+//  2. testcontainers-go's postgres module, when a Docker engine answers;
+//  3. a throwaway cluster built with the local PostgreSQL binaries (initdb + postgres), run as the
+//     postgres OS user when the caller is root, in a temporary directory on a free loopback port,
+//     with fsync off.
+//
+// A Server started by this package listens on TCP loopback so that keepalive settings apply.
+package pgtest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+)
+
+// EnvDSN names the environment variable that points the harness at an existing server.
+const EnvDSN = "ADVISORY_TEST_DSN"
+
+// Server is a PostgreSQL server for tests. It is safe for concurrent use, except that
+// Restart and Close must not run concurrently with each other.
+type Server struct {
+	dsn     string
+	kind    string
+	restart func(ctx context.Context) error
+	stop    func() error
+}
+
+// DSN returns a connection string for the server's superuser over TCP.
+func (s *Server) DSN() string { return s.dsn }
+
+// Kind says where the server came from: "env", "testcontainers" or "local".
+func (s *Server) Kind() string { return s.kind }
+
+// ErrNoRestart is returned by Restart for a server the harness did not start.
+var ErrNoRestart = errors.New("pgtest: this server cannot be restarted by the harness")
+
+// Restart stops the server (fast shutdown: sessions are terminated) and starts it again on
+// the same address. It blocks until the server accepts connections again or ctx ends.
+func (s *Server) Restart(ctx context.Context) error {
+	if s.restart == nil {
+		return ErrNoRestart
+	}
+	return s.restart(ctx)
+}
+
+// Close stops the server and removes its files. It is a no-op for a server from EnvDSN.
+func (s *Server) Close() error {
+	if s.stop == nil {
+		return nil
+	}
+	return s.stop()
+}
+
+// Start returns a running server from the first source that works (see the package doc).
+// It blocks until the server accepts connections or ctx ends. The error lists why each
+// source failed.
+func Start(ctx context.Context) (*Server, error) {
+	if dsn := strings.TrimSpace(os.Getenv(EnvDSN)); dsn != "" {
+		return &Server{dsn: dsn, kind: "env"}, nil
+	}
+	var reasons []string
+	srv, err := startContainer(ctx)
+	if err == nil {
+		return srv, nil
+	}
+	reasons = append(reasons, "testcontainers: "+err.Error())
+	srv, err = startLocal(ctx)
+	if err == nil {
+		return srv, nil
+	}
+	reasons = append(reasons, "local binaries: "+err.Error())
+	return nil, fmt.Errorf("pgtest: no PostgreSQL server (set %s, run a Docker engine, or install the "+
+		"PostgreSQL server package):\n  %s", EnvDSN, strings.Join(reasons, "\n  "))
+}
+
+// InCI reports whether the CI environment variable asks for a server to be mandatory.
+func InCI() bool {
+	v := strings.ToLower(os.Getenv("CI"))
+	return v == "true" || v == "1" || v == "yes"
+}

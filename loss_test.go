@@ -1,0 +1,138 @@
+package advisory_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/pgadvisory/advisory"
+)
+
+// TestTerminateBackendIsSeenAtOnce: the watcher reads the idle connection, so the FATAL
+// that pg_terminate_backend sends closes Done without any ping.
+func TestTerminateBackendIsSeenAtOnce(t *testing.T) {
+	t.Parallel()
+	m := newManager(t, nil)
+	ctx := ctxT(t)
+	var worst time.Duration
+	for i := 0; i < 20; i++ {
+		l, err := m.Lock(ctx, t.Name())
+		require.NoError(t, err)
+		start := time.Now()
+		terminate(t, l.PID())
+		select {
+		case <-l.Done():
+		case <-time.After(5 * time.Second):
+			t.Fatal("Done not closed 5s after pg_terminate_backend")
+		}
+		worst = max(worst, time.Since(start))
+		require.ErrorIs(t, l.Err(), advisory.ErrLockLost)
+		assert.Contains(t, l.Err().Error(), "terminated")
+		require.ErrorIs(t, l.Unlock(ctx), advisory.ErrLockLost, "Unlock after loss reports the loss")
+		requireNoAcquired(t, m)
+	}
+	t.Logf("pg_terminate_backend -> Done: worst of 20 = %v", worst)
+	// Generous: the bound is milliseconds; a busy CI machine gets room. Speed lives in benchmarks.
+	assert.Less(t, worst, time.Second)
+	l, err := m.Lock(ctx, t.Name())
+	require.NoError(t, err, "the Manager keeps working after losses")
+	require.NoError(t, l.Unlock(ctx))
+}
+
+// TestServerRestartTellsEveryHolder: a fast shutdown ends every session; every holder is
+// told, nothing leaks, and new locks work once the server is back.
+func TestServerRestartTellsEveryHolder(t *testing.T) {
+	if srv == nil || srv.Kind() == "env" {
+		dsn(t) // skips, or fails under CI when there is no server at all
+		t.Skip("the server came from " + "ADVISORY_TEST_DSN; the harness cannot restart it")
+	}
+	// Not parallel: the restart ends every session of the package's server.
+	m := newManager(t, nil)
+	ctx := ctxT(t)
+	var locks []*advisory.Lock
+	for i := 0; i < 3; i++ {
+		l, err := m.Lock(ctx, t.Name()+string(rune('a'+i)))
+		require.NoError(t, err)
+		locks = append(locks, l)
+	}
+	require.NoError(t, srv.Restart(ctx))
+	for _, l := range locks {
+		select {
+		case <-l.Done():
+		case <-time.After(10 * time.Second):
+			t.Fatal("holder not told of the restart")
+		}
+		require.ErrorIs(t, l.Err(), advisory.ErrLockLost)
+	}
+	requireNoAcquired(t, m)
+	require.Eventually(t, func() bool {
+		l, err := m.TryLock(ctx, t.Name())
+		if err != nil {
+			return false
+		}
+		return l.Unlock(ctx) == nil
+	}, 30*time.Second, 50*time.Millisecond, "locking after the restart")
+	// The admin pool's connections died too; make sure it recovers for later tests.
+	require.Eventually(t, func() bool { return admin.Ping(ctx) == nil }, 30*time.Second, 50*time.Millisecond)
+}
+
+// TestPoolReapingNeverRecyclesAPinnedConnection: connection lifetime and idle reaping
+// apply to idle pool connections only; a held lock's connection survives them.
+func TestPoolReapingNeverRecyclesAPinnedConnection(t *testing.T) {
+	t.Parallel()
+	m := newManager(t, []string{"pool_max_conn_lifetime=100ms", "pool_max_conn_lifetime_jitter=0s",
+		"pool_max_conn_idle_time=50ms", "pool_health_check_period=20ms"})
+	ctx := ctxT(t)
+	l, err := m.Lock(ctx, t.Name())
+	require.NoError(t, err)
+	time.Sleep(time.Second) // ten lifetimes, fifty health checks
+	select {
+	case <-l.Done():
+		t.Fatalf("lock ended by pool maintenance: %v", l.Err())
+	default:
+	}
+	requireHeldBy(t, l.Key(), l.PID())
+	require.NoError(t, l.Unlock(ctx))
+	requireFree(t, l.Key())
+}
+
+// TestCloseReleasesHeldAndEndsWaiting: Close frees what the Manager holds on the server,
+// tells the holders, ends waits, and refuses later calls.
+func TestCloseReleasesHeldAndEndsWaiting(t *testing.T) {
+	t.Parallel()
+	other := newManager(t, nil)
+	m, err := advisory.New(ctxT(t), dsn(t))
+	require.NoError(t, err)
+	ctx := ctxT(t)
+	held, err := m.Lock(ctx, t.Name()+"/held")
+	require.NoError(t, err)
+	blocker, err := other.Lock(ctx, t.Name()+"/blocked")
+	require.NoError(t, err)
+	waitErr := make(chan error, 1)
+	go func() {
+		_, err := m.Lock(ctx, t.Name()+"/blocked")
+		waitErr <- err
+	}()
+	waitForWaiters(t, blocker.Key(), 1)
+
+	start := time.Now()
+	m.Close()
+	t.Logf("Close with one held lock and one waiter took %v", time.Since(start))
+	require.ErrorIs(t, <-waitErr, advisory.ErrClosed)
+	<-held.Done()
+	require.ErrorIs(t, held.Err(), advisory.ErrLockLost)
+	require.ErrorIs(t, held.Err(), advisory.ErrClosed)
+	requireFree(t, held.Key())
+	requireHeldBy(t, blocker.Key(), blocker.PID()) // the waiter left the queue
+
+	_, err = m.Lock(ctx, "x")
+	require.ErrorIs(t, err, advisory.ErrClosed)
+	_, err = m.TryLock(ctx, "x")
+	require.ErrorIs(t, err, advisory.ErrClosed)
+	require.ErrorIs(t, m.Do(ctx, "x", func(context.Context) error { return nil }), advisory.ErrClosed)
+	m.Close() // again: a no-op
+	require.NoError(t, blocker.Unlock(ctx))
+}

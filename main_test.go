@@ -1,0 +1,155 @@
+package advisory_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/pgadvisory/advisory"
+	"github.com/pgadvisory/advisory/internal/pgtest"
+)
+
+// srv is the package's PostgreSQL (see internal/pgtest); nil if none could be started
+// outside CI. admin is a plain pool on it for observing pg_locks and terminating backends.
+var (
+	srv      *pgtest.Server
+	startErr error
+	admin    *pgxpool.Pool
+)
+
+func TestMain(m *testing.M) {
+	os.Exit(runTests(m))
+}
+
+func runTests(m *testing.M) int {
+	ctx := context.Background()
+	srv, startErr = pgtest.Start(ctx)
+	if startErr != nil {
+		if pgtest.InCI() {
+			fmt.Fprintf(os.Stderr, "FAIL: CI=true and no PostgreSQL for the tests: %v\n", startErr)
+			return 1
+		}
+		return m.Run() // database tests skip, with the reason
+	}
+	defer srv.Close()
+	// Internal tests (package advisory) find the server through the environment.
+	os.Setenv(pgtest.EnvDSN, srv.DSN())
+	var err error
+	admin, err = pgxpool.New(ctx, srv.DSN())
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "FAIL: admin pool: %v\n", err)
+		return 1
+	}
+	defer admin.Close()
+	return m.Run()
+}
+
+// dsn returns the test server's connection string with extra key=value settings.
+// Without a server the test is skipped, except under CI=true where it fails.
+func dsn(t testing.TB, extra ...string) string {
+	t.Helper()
+	if srv == nil {
+		if pgtest.InCI() {
+			t.Fatalf("no PostgreSQL under CI=true: %v", startErr)
+		}
+		t.Skipf("no PostgreSQL for this test: %v", startErr)
+	}
+	return strings.Join(append([]string{srv.DSN()}, extra...), " ")
+}
+
+// newManager returns a Manager on the test server, closed when the test ends.
+func newManager(t testing.TB, extra []string, opts ...advisory.Option) *advisory.Manager {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	m, err := advisory.New(ctx, dsn(t, extra...), opts...)
+	require.NoError(t, err)
+	t.Cleanup(m.Close)
+	return m
+}
+
+// lockRow is one pg_locks row of an advisory lock.
+type lockRow struct {
+	PID     uint32
+	Granted bool
+}
+
+// lockRows returns the pg_locks rows for key (bigint form), holders first.
+func lockRows(t testing.TB, key advisory.Key) []lockRow {
+	t.Helper()
+	rows, err := admin.Query(context.Background(), `
+		SELECT pid, granted FROM pg_locks
+		WHERE locktype = 'advisory' AND objsubid = 1
+		  AND classid = $1 AND objid = $2 AND database = (SELECT oid FROM pg_database WHERE datname = current_database())
+		ORDER BY granted DESC, pid`, uint32(uint64(key)>>32), uint32(key))
+	require.NoError(t, err)
+	defer rows.Close()
+	var out []lockRow
+	for rows.Next() {
+		var r lockRow
+		require.NoError(t, rows.Scan(&r.PID, &r.Granted))
+		out = append(out, r)
+	}
+	require.NoError(t, rows.Err())
+	return out
+}
+
+// requireHeldBy asserts that exactly one backend holds key and it is pid.
+func requireHeldBy(t testing.TB, key advisory.Key, pid uint32) {
+	t.Helper()
+	var holders []uint32
+	for _, r := range lockRows(t, key) {
+		if r.Granted {
+			holders = append(holders, r.PID)
+		}
+	}
+	require.Equal(t, []uint32{pid}, holders, "holders of key %d", key)
+}
+
+// requireFree asserts that no backend holds or waits for key.
+func requireFree(t testing.TB, key advisory.Key) {
+	t.Helper()
+	require.Empty(t, lockRows(t, key), "pg_locks rows of key %d", key)
+}
+
+// waitForWaiters blocks until n backends wait (granted = false) for key.
+func waitForWaiters(t testing.TB, key advisory.Key, n int) {
+	t.Helper()
+	require.Eventually(t, func() bool {
+		waiting := 0
+		for _, r := range lockRows(t, key) {
+			if !r.Granted {
+				waiting++
+			}
+		}
+		return waiting == n
+	}, 10*time.Second, time.Millisecond, "waiting for %d waiters on key %d", n, key)
+}
+
+// terminate runs pg_terminate_backend(pid).
+func terminate(t testing.TB, pid uint32) {
+	t.Helper()
+	var ok bool
+	require.NoError(t, admin.QueryRow(context.Background(), "SELECT pg_terminate_backend($1)", int32(pid)).Scan(&ok))
+	require.True(t, ok, "pg_terminate_backend(%d)", pid)
+}
+
+// requireNoAcquired asserts the Manager's pool has no connection out: nothing leaked.
+func requireNoAcquired(t testing.TB, m *advisory.Manager) {
+	t.Helper()
+	require.Eventually(t, func() bool { return m.Stat().AcquiredConns() == 0 },
+		5*time.Second, time.Millisecond, "acquired connections: %d", m.Stat().AcquiredConns())
+}
+
+// ctxT returns a context bounded by a generous test timeout.
+func ctxT(t testing.TB) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}

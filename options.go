@@ -1,0 +1,93 @@
+package advisory
+
+import (
+	"fmt"
+	"time"
+)
+
+// An Option configures a Manager. Options are applied in order by New and NewWithConfig;
+// an invalid value makes them return an error wrapping [ErrInvalidOption].
+type Option func(*settings) error
+
+type settings struct {
+	clientKeepalive   TCPKeepalive
+	serverKeepalive   TCPKeepalive
+	connCheckInterval time.Duration
+	minMargin         time.Duration
+	cancelGrace       time.Duration
+}
+
+func defaultSettings() settings {
+	return settings{
+		clientKeepalive:   defaultClientKeepalive,
+		serverKeepalive:   defaultServerKeepalive,
+		connCheckInterval: defaultConnCheckInterval,
+		minMargin:         defaultMinMargin,
+		cancelGrace:       time.Second,
+	}
+}
+
+func (s *settings) validate() error {
+	if err := validateTiming(s.clientKeepalive, s.serverKeepalive, s.minMargin); err != nil {
+		return err
+	}
+	return nil
+}
+
+// WithClientKeepalive sets TCP keepalive on the client end of every lock connection: it
+// bounds how long a holder takes to learn that a silent network cut its lock away. The
+// default is Idle 4s, Interval 2s, Count 3, UserTimeout 10s: told within 10 s.
+func WithClientKeepalive(k TCPKeepalive) Option {
+	return func(s *settings) error { s.clientKeepalive = k; return nil }
+}
+
+// WithServerKeepalive sets tcp_keepalives_idle, tcp_keepalives_interval,
+// tcp_keepalives_count and tcp_user_timeout on the server end of every lock connection: it
+// bounds how long a dead or cut-off holder keeps the lock. The default is Idle 10s,
+// Interval 5s, Count 4, UserTimeout 30s: freed between 20 s and 30 s after a partition.
+// Over a Unix socket these settings do nothing (a local socket cannot be partitioned).
+func WithServerKeepalive(k TCPKeepalive) Option {
+	return func(s *settings) error { s.serverKeepalive = k; return nil }
+}
+
+// WithMinMargin sets how much earlier, at worst, the holder must be told of a partition
+// than the server can free its lock (see [Bounds]). New refuses keepalive settings that
+// give less. The default is 5s; it must be at least 1s.
+func WithMinMargin(d time.Duration) Option {
+	return func(s *settings) error {
+		if d < time.Second {
+			return fmt.Errorf("%w: minimum margin %v is below 1s", ErrInvalidOption, d)
+		}
+		s.minMargin = d
+		return nil
+	}
+}
+
+// WithConnectionCheckInterval sets client_connection_check_interval (PostgreSQL 14+) on
+// lock connections: how often a backend waiting in pg_advisory_lock checks that its
+// client is still there, so a waiter whose process died is not granted the lock. The
+// default is 1s; it must be whole milliseconds from 100ms to 1h. Older servers ignore it.
+func WithConnectionCheckInterval(d time.Duration) Option {
+	return func(s *settings) error {
+		if d < 100*time.Millisecond || d > time.Hour || d%time.Millisecond != 0 {
+			return fmt.Errorf("%w: connection check interval %v; want whole milliseconds from 100ms to 1h",
+				ErrInvalidOption, d)
+		}
+		s.connCheckInterval = d
+		return nil
+	}
+}
+
+// WithCancelGrace sets how long a cancelled Lock waits for the server to confirm that it
+// stopped waiting (SQLSTATE 57014) before it gives up on the connection and closes it.
+// On a healthy server the confirmation takes about a millisecond. The default is 1s; it
+// must be from 10ms to 1m.
+func WithCancelGrace(d time.Duration) Option {
+	return func(s *settings) error {
+		if d < 10*time.Millisecond || d > time.Minute {
+			return fmt.Errorf("%w: cancel grace %v; want 10ms to 1m", ErrInvalidOption, d)
+		}
+		s.cancelGrace = d
+		return nil
+	}
+}
