@@ -43,8 +43,9 @@ import (
 //
 // A Manager is safe for concurrent use by multiple goroutines.
 type Manager struct {
-	pool *pgxpool.Pool
-	set  settings
+	pool   *pgxpool.Pool
+	set    settings
+	poller *poller // nil where epoll is not available
 
 	mu        sync.Mutex
 	closed    bool
@@ -96,7 +97,12 @@ func NewWithConfig(ctx context.Context, cfg *pgxpool.Config, opts ...Option) (*M
 		pool.Close()
 		return nil, err
 	}
-	return &Manager{pool: pool, set: set, closeDone: make(chan struct{}),
+	p, err := newPoller()
+	if err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("advisory: start socket poller: %w", err)
+	}
+	return &Manager{pool: pool, set: set, poller: p, closeDone: make(chan struct{}),
 		sessions: make(map[*session]struct{})}, nil
 }
 
@@ -122,16 +128,23 @@ func configure(cfg *pgxpool.Config, set *settings) *pgxpool.Config {
 }
 
 // serverVersion turns a server_version like "15.18 (Debian 15.18-0+deb12u1)" into
-// 150018. It returns 0 if it cannot tell.
+// 150018 (and "17beta1" into 170000). It returns 0 if it cannot tell.
 func serverVersion(s string) int {
-	s, _, _ = strings.Cut(s, " ")
-	major, minor, _ := strings.Cut(s, ".")
-	ma, err := strconv.Atoi(major)
-	if err != nil {
-		return 0
+	major, rest := leadingInt(s)
+	minor := 0
+	if strings.HasPrefix(rest, ".") {
+		minor, _ = leadingInt(rest[1:])
 	}
-	mi, _ := strconv.Atoi(strings.TrimRightFunc(minor, func(r rune) bool { return r < '0' || r > '9' }))
-	return ma*10000 + mi
+	return major*10000 + minor
+}
+
+func leadingInt(s string) (int, string) {
+	i := strings.IndexFunc(s, func(r rune) bool { return r < '0' || r > '9' })
+	if i < 0 {
+		i = len(s)
+	}
+	n, _ := strconv.Atoi(s[:i])
+	return n, s[i:]
 }
 
 func checkServer(ctx context.Context, pool *pgxpool.Pool) error {
@@ -174,6 +187,9 @@ func (m *Manager) Close() {
 		s.shutdown()
 	}
 	m.active.Wait()
+	if m.poller != nil {
+		m.poller.stop()
+	}
 	m.pool.Close()
 	close(m.closeDone)
 }

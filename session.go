@@ -25,6 +25,8 @@ type session struct {
 	cancel *cancelHandler
 	pid    uint32
 	key    Key
+	fd     int   // the socket's descriptor, for the poller
+	pollID int32 // the poller's ID for this session; 0 if never registered
 
 	done      chan struct{} // closed when the session has ended
 	watchDone chan struct{} // closed when the watcher goroutine has exited
@@ -32,6 +34,7 @@ type session struct {
 
 	mu      sync.Mutex
 	state   sessionState
+	watch   watchMode
 	closing bool  // Close has begun: the session must not become held
 	err     error // why the session ended: wraps ErrLockLost on loss, else ErrNotHeld
 }
@@ -46,13 +49,22 @@ const (
 	stateEnded                         // the connection is back in the pool or closed
 )
 
+// watchMode says who watches a held session's idle connection.
+type watchMode int
+
+const (
+	watchNone    watchMode = iota
+	watchPolled            // the Manager's poller (epoll); no goroutine of its own
+	watchReading           // the session's readUntilLoss goroutine
+)
+
 // aLongTimeAgo is a read deadline in the past: it wakes a blocked read at once.
 var aLongTimeAgo = time.Unix(1, 0)
 
 func newSession(m *Manager, pc *pgxpool.Conn, key Key) *session {
 	pg := pc.Conn().PgConn()
 	return &session{m: m, pc: pc, pg: pg, cancel: handlerOf(pg), pid: pg.PID(), key: key,
-		done: make(chan struct{}), watchDone: make(chan struct{})}
+		fd: socketFD(pg.Conn()), done: make(chan struct{}), watchDone: make(chan struct{})}
 }
 
 // lock runs pg_advisory_lock and makes the outcome exact: on return with nil the session
@@ -148,7 +160,8 @@ func (s *session) setState(st sessionState) {
 	s.mu.Unlock()
 }
 
-// hold hands the connection to the watcher. It refuses once Close has begun.
+// hold hands the connection to the watcher: the Manager's poller where there is one,
+// else a reader goroutine. It refuses once Close has begun.
 func (s *session) hold() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -156,8 +169,25 @@ func (s *session) hold() bool {
 		return false
 	}
 	s.state = stateHeld
-	go s.watch()
+	if s.m.poller != nil && s.m.poller.add(s) == nil {
+		s.watch = watchPolled
+		return true
+	}
+	s.watch = watchReading
+	go s.readUntilLoss()
 	return true
+}
+
+// socketEvent is called by the poller when the held session's socket became readable or
+// hung up. The reader goroutine takes over and reads what came.
+func (s *session) socketEvent() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.watch != watchPolled {
+		return // stopWatch took the connection back first
+	}
+	s.watch = watchReading
+	go s.readUntilLoss()
 }
 
 func (s *session) isClosing() bool {
@@ -217,11 +247,11 @@ func (s *session) shutdown() {
 	}
 }
 
-// watch blocks reading the idle connection, so a FIN, an RST, a FATAL message from
+// readUntilLoss blocks reading the idle connection, so a FIN, an RST, a FATAL message from
 // pg_terminate_backend or a shutdown, or a keepalive abort is seen the moment the kernel
 // sees it. Nothing is sent: no ping loop. A notification or notice makes the read return
 // nil; it simply reads again.
-func (s *session) watch() {
+func (s *session) readUntilLoss() {
 	defer close(s.watchDone)
 	for {
 		err := s.pg.WaitForNotification(context.Background())
@@ -239,6 +269,16 @@ func (s *session) watch() {
 // stopWatch takes the connection back from the watcher. It reports false if the watcher
 // had already found the session lost.
 func (s *session) stopWatch() bool {
+	s.mu.Lock()
+	mode := s.watch
+	s.watch = watchNone
+	if s.pollID != 0 {
+		s.m.poller.remove(s) // also clears a one-shot registration that already fired
+	}
+	s.mu.Unlock()
+	if mode != watchReading {
+		return true
+	}
 	s.stopping.Store(true)
 	s.pg.Conn().SetReadDeadline(aLongTimeAgo)
 	<-s.watchDone

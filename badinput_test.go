@@ -1,0 +1,154 @@
+package advisory_test
+
+import (
+	"context"
+	"errors"
+	"net"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/pgadvisory/advisory"
+)
+
+func TestInvalidNamesAreRefusedBeforeAnyIO(t *testing.T) {
+	t.Parallel()
+	m := newManager(t, nil)
+	ctx := ctxT(t)
+	before := m.Stat().AcquireCount()
+	for _, name := range []string{"", strings.Repeat("k", 1<<20), "bad\xffutf8", "nul\x00"} {
+		_, err := m.Lock(ctx, name)
+		require.ErrorIs(t, err, advisory.ErrInvalidKey)
+		_, err = m.TryLock(ctx, name)
+		require.ErrorIs(t, err, advisory.ErrInvalidKey)
+		err = m.Do(ctx, name, func(context.Context) error { t.Error("fn ran"); return nil })
+		require.ErrorIs(t, err, advisory.ErrInvalidKey)
+	}
+	assert.Equal(t, before, m.Stat().AcquireCount(), "no connection was taken for an invalid name")
+}
+
+func TestUnlockTwiceAndAfterLoss(t *testing.T) {
+	t.Parallel()
+	m := newManager(t, nil)
+	ctx := ctxT(t)
+	l, err := m.Lock(ctx, t.Name())
+	require.NoError(t, err)
+	require.NoError(t, l.Unlock(ctx))
+	require.ErrorIs(t, l.Unlock(ctx), advisory.ErrNotHeld)
+
+	l, err = m.Lock(ctx, t.Name())
+	require.NoError(t, err)
+	terminate(t, l.PID())
+	<-l.Done()
+	err = l.Unlock(ctx)
+	require.ErrorIs(t, err, advisory.ErrLockLost)
+	var pgErr *pgconn.PgError
+	require.ErrorAs(t, err, &pgErr, "the server's reason stays reachable")
+	assert.Equal(t, "57P01", pgErr.Code)
+	require.ErrorIs(t, l.Unlock(ctx), advisory.ErrLockLost, "and stays the answer")
+	requireNoAcquired(t, m)
+}
+
+func TestConcurrentUnlockReleasesOnce(t *testing.T) {
+	t.Parallel()
+	m := newManager(t, nil)
+	ctx := ctxT(t)
+	l, err := m.Lock(ctx, t.Name())
+	require.NoError(t, err)
+	errs := make(chan error, 8)
+	for i := 0; i < cap(errs); i++ {
+		go func() { errs <- l.Unlock(ctx) }()
+	}
+	var ok, notHeld int
+	for i := 0; i < cap(errs); i++ {
+		err := <-errs
+		switch {
+		case err == nil:
+			ok++
+		case errors.Is(err, advisory.ErrNotHeld):
+			notHeld++
+		default:
+			t.Fatalf("unexpected: %v", err)
+		}
+	}
+	require.Equal(t, 1, ok)
+	require.Equal(t, cap(errs)-1, notHeld)
+	requireFree(t, l.Key())
+	requireNoAcquired(t, m)
+}
+
+func TestUnlockWithEndedContextStillFreesTheLock(t *testing.T) {
+	t.Parallel()
+	m := newManager(t, nil)
+	l, err := m.Lock(ctxT(t), t.Name())
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	err = l.Unlock(ctx)
+	require.ErrorIs(t, err, context.Canceled)
+	<-l.Done()
+	// The connection was closed instead: the server frees the lock as the session ends.
+	require.Eventually(t, func() bool { return len(lockRows(t, l.Key())) == 0 }, 5*time.Second, time.Millisecond)
+	requireNoAcquired(t, m)
+}
+
+func TestPoolExhausted(t *testing.T) {
+	t.Parallel()
+	m := newManager(t, []string{"pool_max_conns=1"})
+	ctx := ctxT(t)
+	held, err := m.Lock(ctx, t.Name()+"/a")
+	require.NoError(t, err)
+
+	start := time.Now()
+	_, err = m.TryLock(ctx, t.Name()+"/b")
+	require.ErrorIs(t, err, advisory.ErrPoolExhausted)
+	assert.Less(t, time.Since(start), time.Second, "TryLock does not wait for a connection")
+
+	wctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+	defer cancel()
+	_, err = m.Lock(wctx, t.Name()+"/b")
+	require.ErrorIs(t, err, advisory.ErrPoolExhausted)
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	assert.Contains(t, err.Error(), "1 connections")
+
+	require.NoError(t, held.Unlock(ctx))
+	l, err := m.Lock(ctx, t.Name()+"/b")
+	require.NoError(t, err, "works again once a connection is free")
+	require.NoError(t, l.Unlock(ctx))
+}
+
+func TestUnreachableServer(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	addr := ln.Addr().(*net.TCPAddr)
+	ln.Close() // nothing listens there now
+	start := time.Now()
+	_, err = advisory.New(ctxT(t), "host=127.0.0.1 port="+strconv.Itoa(addr.Port)+" user=nobody password=s3cret sslmode=disable")
+	require.Error(t, err)
+	assert.Less(t, time.Since(start), 10*time.Second)
+	assert.Contains(t, err.Error(), "advisory: connect")
+	assert.NotContains(t, err.Error(), "s3cret", "no password in messages")
+	var ce *pgconn.ConnectError
+	assert.ErrorAs(t, err, &ce)
+}
+
+func TestInvalidConnString(t *testing.T) {
+	t.Parallel()
+	_, err := advisory.New(context.Background(), "postgres://u:s3cret@host:notaport/db")
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "advisory: parse connection string")
+	assert.NotContains(t, err.Error(), "s3cret")
+}
+
+func TestProgrammerMisusePanics(t *testing.T) {
+	t.Parallel()
+	assert.Panics(t, func() { advisory.NewWithConfig(context.Background(), nil) })
+	m := newManager(t, nil)
+	assert.Panics(t, func() { m.Do(context.Background(), "x", nil) })
+}

@@ -1,0 +1,121 @@
+package advisory_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/pgadvisory/advisory"
+)
+
+// The lock-cycle benchmarks run side by side in one `go test -bench Cycle` so their
+// ratio is measured under the same machine load:
+//
+//	BenchmarkCycleRawFloor:  pg_try_advisory_lock + pg_advisory_unlock on one held pgx
+//	                         connection, no pool, no watcher: the floor.
+//	BenchmarkCycleLock:      Manager.Lock + Lock.Unlock (pool acquire, server-side wait
+//	                         statement, loss watcher started and stopped, release).
+//	BenchmarkCycleTryLock:   Manager.TryLock + Lock.Unlock.
+
+func BenchmarkCycleRawFloor(b *testing.B) {
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, dsn(b))
+	require.NoError(b, err)
+	defer conn.Close(ctx)
+	key := int64(advisory.KeyOf(b.Name()))
+	var ok bool
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if err := conn.QueryRow(ctx, "SELECT pg_try_advisory_lock($1)", key).Scan(&ok); err != nil || !ok {
+			b.Fatal(ok, err)
+		}
+		if err := conn.QueryRow(ctx, "SELECT pg_advisory_unlock($1)", key).Scan(&ok); err != nil || !ok {
+			b.Fatal(ok, err)
+		}
+	}
+}
+
+func BenchmarkCycleLock(b *testing.B) {
+	benchCycle(b, (*advisory.Manager).Lock)
+}
+
+func BenchmarkCycleTryLock(b *testing.B) {
+	benchCycle(b, (*advisory.Manager).TryLock)
+}
+
+func benchCycle(b *testing.B, lock func(*advisory.Manager, context.Context, string) (*advisory.Lock, error)) {
+	ctx := context.Background()
+	m := newManager(b, []string{"pool_max_conns=1"})
+	name := b.Name()
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		cycle(b, m, lock, ctx, name)
+	}
+}
+
+// BenchmarkCycleRatio alternates one raw-floor cycle and one Manager.Lock+Unlock cycle
+// (and one TryLock+Unlock cycle) per iteration, so drift and load hit them alike, and
+// reports each as a ratio to the raw floor: x-lock and x-trylock (target <= 1.10).
+func BenchmarkCycleRatio(b *testing.B) {
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, dsn(b))
+	require.NoError(b, err)
+	defer conn.Close(ctx)
+	m := newManager(b, []string{"pool_max_conns=1"})
+	rawKey, name := int64(advisory.KeyOf(b.Name()+"/raw")), b.Name()
+	rawCycle := func() {
+		var ok bool
+		if err := conn.QueryRow(ctx, "SELECT pg_try_advisory_lock($1)", rawKey).Scan(&ok); err != nil || !ok {
+			b.Fatal(ok, err)
+		}
+		if err := conn.QueryRow(ctx, "SELECT pg_advisory_unlock($1)", rawKey).Scan(&ok); err != nil || !ok {
+			b.Fatal(ok, err)
+		}
+	}
+	cycles := []func(){
+		rawCycle,
+		func() { cycle(b, m, (*advisory.Manager).Lock, ctx, name) },
+		func() { cycle(b, m, (*advisory.Manager).TryLock, ctx, name) },
+	}
+	var took [3]time.Duration
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		// Rotate the order so no cycle always follows another on a cold backend.
+		for j := 0; j < len(cycles); j++ {
+			k := (i + j) % len(cycles)
+			start := time.Now()
+			cycles[k]()
+			took[k] += time.Since(start)
+		}
+	}
+	raw, lock, try := took[0], took[1], took[2]
+	b.ReportMetric(float64(raw.Nanoseconds())/float64(b.N), "raw-ns/cycle")
+	b.ReportMetric(float64(lock)/float64(raw), "x-lock")
+	b.ReportMetric(float64(try)/float64(raw), "x-trylock")
+}
+
+func cycle(b *testing.B, m *advisory.Manager, lock func(*advisory.Manager, context.Context, string) (*advisory.Lock, error),
+	ctx context.Context, name string) {
+	l, err := lock(m, ctx, name)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := l.Unlock(ctx); err != nil {
+		b.Fatal(err)
+	}
+}
+
+func BenchmarkKeyOf(b *testing.B) {
+	for _, name := range []string{"migrations", "tenant/4f1c2a9e-8d53-4b7e-9a55-0e5b8c6f2d11/billing-run"} {
+		b.Run(name[:min(len(name), 10)], func(b *testing.B) {
+			b.SetBytes(int64(len(name)))
+			for i := 0; i < b.N; i++ {
+				advisory.KeyOf(name)
+			}
+		})
+	}
+}

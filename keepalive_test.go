@@ -1,0 +1,74 @@
+package advisory_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/pgadvisory/advisory"
+)
+
+const s = time.Second
+
+func TestDefaultBounds(t *testing.T) {
+	t.Parallel()
+	m := newManager(t, nil)
+	b := m.Bounds()
+	assert.Equal(t, advisory.Bounds{HolderTold: 10 * s, ServerFreesAfter: 20 * s, ServerFreesBy: 30 * s, Margin: 10 * s}, b)
+}
+
+// TestKeepaliveValidation runs without a server: New validates options before connecting.
+func TestKeepaliveValidation(t *testing.T) {
+	t.Parallel()
+	ka := func(idle, intvl time.Duration, n int, ut time.Duration) advisory.TCPKeepalive {
+		return advisory.TCPKeepalive{Idle: idle, Interval: intvl, Count: n, UserTimeout: ut}
+	}
+	tight := []advisory.Option{ // the fault suite's fast profile: told by 3 s, freed no sooner than 6 s
+		advisory.WithClientKeepalive(ka(1*s, 1*s, 2, 0)),
+		advisory.WithServerKeepalive(ka(2*s, 1*s, 6, 0)),
+		advisory.WithMinMargin(2 * s),
+	}
+	for _, tc := range []struct {
+		name string
+		opts []advisory.Option
+		msg  string // "" means valid
+	}{
+		{"defaults", nil, ""},
+		{"tight test profile", tight, ""},
+		{"client slower than server", []advisory.Option{
+			advisory.WithClientKeepalive(ka(10*s, 5*s, 4, 0)),
+			advisory.WithServerKeepalive(ka(4*s, 2*s, 3, 0))}, "margin"},
+		// FACTS: server 4/1/3 vs client 2/1/3 looked safe when measured right after activity,
+		// but the server's timer may already be 4 s old when the network goes silent.
+		{"ordering that only holds for a fresh timer", []advisory.Option{
+			advisory.WithClientKeepalive(ka(2*s, 1*s, 3, 0)),
+			advisory.WithServerKeepalive(ka(4*s, 1*s, 3, 0)), advisory.WithMinMargin(s)}, "margin"},
+		{"client user timeout inverts the order", []advisory.Option{
+			advisory.WithClientKeepalive(ka(4*s, 2*s, 3, 25*s))}, "margin"},
+		{"server user timeout inverts the order", []advisory.Option{
+			advisory.WithServerKeepalive(ka(10*s, 5*s, 4, 16*s))}, "margin"},
+		{"fractional idle", []advisory.Option{advisory.WithClientKeepalive(ka(1500*time.Millisecond, s, 3, 0))}, "whole seconds"},
+		{"zero interval", []advisory.Option{advisory.WithServerKeepalive(ka(10*s, 0, 4, 0))}, "interval"},
+		{"count 0", []advisory.Option{advisory.WithClientKeepalive(ka(s, s, 0, 0))}, "count is 0"},
+		{"count 200", []advisory.Option{advisory.WithServerKeepalive(ka(s, s, 200, 0))}, "count is 200"},
+		{"user timeout below idle+interval", []advisory.Option{advisory.WithClientKeepalive(ka(4*s, 2*s, 3, 5*s))}, "TCP user timeout"},
+		{"margin below 1s", []advisory.Option{advisory.WithMinMargin(time.Millisecond)}, "margin"},
+		{"margin larger than the settings give", []advisory.Option{advisory.WithMinMargin(11 * s)}, "margin"},
+		{"check interval too small", []advisory.Option{advisory.WithConnectionCheckInterval(time.Millisecond)}, "connection check interval"},
+		{"cancel grace too small", []advisory.Option{advisory.WithCancelGrace(time.Microsecond)}, "cancel grace"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			// Port 1 on loopback: nothing listens; a valid config fails only at connect.
+			_, err := advisory.New(context.Background(), "host=127.0.0.1 port=1 connect_timeout=1 sslmode=disable", tc.opts...)
+			if tc.msg == "" {
+				require.NotErrorIs(t, err, advisory.ErrInvalidOption)
+				return
+			}
+			require.ErrorIs(t, err, advisory.ErrInvalidOption)
+			assert.Contains(t, err.Error(), tc.msg)
+		})
+	}
+}

@@ -1,0 +1,21 @@
+//go:build !linux
+
+package advisory
+
+import (
+	"errors"
+	"net"
+)
+
+// poller is Linux-only (epoll). Elsewhere every held session is watched by its own
+// blocking reader goroutine (session.readUntilLoss): the same loss detection, at the cost
+// of a goroutine start and wake-up per lock.
+type poller struct{}
+
+func newPoller() (*poller, error) { return nil, nil }
+
+func (p *poller) add(*session) error { return errors.New("no poller on this platform") }
+func (p *poller) remove(*session)    {}
+func (p *poller) stop()              {}
+
+func socketFD(net.Conn) int { return -1 }
