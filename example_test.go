@@ -1,0 +1,113 @@
+package advisory_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log"
+	"os"
+	"time"
+
+	"github.com/pgadvisory/advisory"
+)
+
+// Every replica runs this at start-up. One migrates; the others wait in Do, then run
+// migrate themselves and find nothing left to do.
+func Example() {
+	ctx := context.Background()
+	m, err := advisory.New(ctx, os.Getenv("DATABASE_URL"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer m.Close()
+
+	err = m.Do(ctx, "migrations", func(ctx context.Context) error {
+		// ctx is cancelled if the lock is lost: stop work that needs exclusivity.
+		return migrate(ctx)
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	// Output: migrated
+}
+
+func migrate(ctx context.Context) error {
+	fmt.Println("migrated")
+	return ctx.Err()
+}
+
+// A singleton job: whoever gets the lock runs it; the rest skip this round.
+func ExampleManager_TryLock() {
+	ctx := context.Background()
+	m, err := advisory.New(ctx, os.Getenv("DATABASE_URL"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer m.Close()
+
+	l, err := m.TryLock(ctx, "nightly-report")
+	switch {
+	case errors.Is(err, advisory.ErrLocked):
+		fmt.Println("another replica is running the report")
+		return
+	case err != nil:
+		log.Fatal(err)
+	}
+	defer l.Unlock(ctx)
+
+	// A second try, from anywhere, finds it held.
+	_, err = m.TryLock(ctx, "nightly-report")
+	fmt.Println(errors.Is(err, advisory.ErrLocked))
+	// Output: true
+}
+
+// Do is the simplest correct use: the function's ctx ends if the lock is lost.
+func ExampleManager_Do() {
+	ctx := context.Background()
+	m, err := advisory.New(ctx, os.Getenv("DATABASE_URL"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer m.Close()
+
+	err = m.Do(ctx, "tenant/42/billing", func(ctx context.Context) error {
+		fmt.Println("billing tenant 42")
+		return nil
+	})
+	fmt.Println(err)
+	// Output:
+	// billing tenant 42
+	// <nil>
+}
+
+// A long-running holder watches Done, so it stops as soon as the lock is lost.
+func ExampleLock_Done() {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	m, err := advisory.New(ctx, os.Getenv("DATABASE_URL"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer m.Close()
+
+	l, err := m.Lock(ctx, "leader")
+	if err != nil {
+		log.Fatal(err)
+	}
+	ticker := time.NewTicker(10 * time.Millisecond)
+	defer ticker.Stop()
+	for i := 0; i < 3; i++ {
+		select {
+		case <-l.Done():
+			fmt.Println("lost the lock:", l.Err())
+			return
+		case <-ticker.C:
+			// one unit of leader-only work
+		}
+	}
+	if err := l.Unlock(ctx); err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println(l.Err())
+	// Output: advisory: lock not held
+}
