@@ -235,7 +235,7 @@ func (m *Manager) forget(s *session) {
 
 // acquire takes a connection from the pool for a new session. With wait false it fails at
 // once with ErrPoolExhausted when no connection is free and none can be opened.
-func (m *Manager) acquire(ctx context.Context, key Key, wait bool) (*session, error) {
+func (m *Manager) acquire(ctx context.Context, key Key, name string, wait bool) (*session, error) {
 	if !wait && poolFull(m.pool.Stat()) {
 		return nil, fmt.Errorf("%w: all %d connections are in use", ErrPoolExhausted, m.pool.Stat().MaxConns())
 	}
@@ -243,7 +243,7 @@ func (m *Manager) acquire(ctx context.Context, key Key, wait bool) (*session, er
 	if err != nil {
 		return nil, m.acquireError(ctx, err)
 	}
-	s := newSession(m, pc, key)
+	s := newSession(m, pc, key, name)
 	if err := m.track(s); err != nil {
 		pc.Release()
 		return nil, err
@@ -262,7 +262,7 @@ func (m *Manager) acquireError(ctx context.Context, err error) error {
 	case ctx.Err() != nil && poolFull(m.pool.Stat()):
 		return fmt.Errorf("%w: all %d connections stayed in use: %w", ErrPoolExhausted, m.pool.Stat().MaxConns(), ctx.Err())
 	case ctx.Err() != nil:
-		return fmt.Errorf("advisory: connect: %w", ctx.Err())
+		return fmt.Errorf("connect: %w", ctx.Err())
 	}
-	return fmt.Errorf("advisory: connect: %w", err)
+	return fmt.Errorf("connect: %w", err)
 }

@@ -1,6 +1,9 @@
 package advisory
 
-import "errors"
+import (
+	"errors"
+	"strings"
+)
 
 // Errors returned by this package. Test for them with [errors.Is]; returned errors wrap
 // them together with the cause (a *pgconn.PgError, a network error, ctx.Err()), so the
@@ -53,3 +56,25 @@ func (e *LockedError) Error() string {
 
 // Unwrap returns [ErrLocked].
 func (e *LockedError) Unwrap() error { return ErrLocked }
+
+// opError is an error of one operation on one lock. It prints a single "advisory:"
+// prefix however deep the cause, and unwraps to the cause.
+type opError struct {
+	op   string // "lock", "try lock", "unlock"
+	what string // the quoted name, or the key
+	err  error
+}
+
+func (e *opError) Error() string {
+	return "advisory: " + e.op + " " + e.what + ": " + strings.TrimPrefix(e.err.Error(), "advisory: ")
+}
+
+func (e *opError) Unwrap() error { return e.err }
+
+// describe names a lock in messages: its quoted name, or its key for a raw key.
+func describe(key Key, name string) string {
+	if name != "" {
+		return quote(name)
+	}
+	return key.String()
+}

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"strconv"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // A Lock is one held advisory lock. It pins one connection until Unlock, loss, or the
@@ -52,14 +54,7 @@ func (l *Lock) Unlock(ctx context.Context) error {
 	case err == nil, errors.Is(err, ErrNotHeld), errors.Is(err, ErrLockLost):
 		return err
 	}
-	return fmt.Errorf("advisory: unlock %s: release not confirmed, connection closed: %w", l.describe(), err)
-}
-
-func (l *Lock) describe() string {
-	if l.name != "" {
-		return quote(l.name)
-	}
-	return l.s.key.String()
+	return &opError{"unlock", describe(l.s.key, l.name), fmt.Errorf("release not confirmed, connection closed: %w", err)}
 }
 
 // String returns the key in decimal, as pg_advisory_lock takes it.
@@ -102,15 +97,27 @@ func (m *Manager) lock(ctx context.Context, key Key, name string) (*Lock, error)
 		return nil, err
 	}
 	defer m.active.Done()
-	s, err := m.acquire(ctx, key, true)
-	if err != nil {
-		return nil, lockError("lock", key, name, err)
-	}
-	if err := s.lock(ctx); err != nil {
+	for attempt := 0; ; attempt++ {
+		s, err := m.acquire(ctx, key, name, true)
+		if err != nil {
+			return nil, lockError("lock", key, name, err)
+		}
+		err = s.lock(ctx)
+		if err == nil {
+			return &Lock{s: s, name: name}, nil
+		}
 		s.end(true, ErrNotHeld)
-		return nil, lockError("lock", key, name, err)
+		if attempt > 0 || !staleConn(ctx, err) {
+			return nil, lockError("lock", key, name, err)
+		}
 	}
-	return &Lock{s: s, name: name}, nil
+}
+
+// staleConn reports whether err says a pooled connection was already dead when a
+// statement was sent on it (the server restarted, say): nothing reached the server, so
+// the call is tried once more on a fresh connection.
+func staleConn(ctx context.Context, err error) bool {
+	return ctx.Err() == nil && pgconn.SafeToRetry(err)
 }
 
 // TryLock takes the lock with the given name if no other session holds it, without
@@ -136,32 +143,36 @@ func (m *Manager) tryLock(ctx context.Context, key Key, name string) (*Lock, err
 		return nil, err
 	}
 	defer m.active.Done()
-	s, err := m.acquire(ctx, key, false)
-	if err != nil {
-		return nil, lockError("try lock", key, name, err)
-	}
-	ok, err := s.tryLock(ctx)
-	if err != nil || !ok {
+	var ok bool
+	for attempt := 0; ; attempt++ {
+		s, err := m.acquire(ctx, key, name, false)
+		if err != nil {
+			return nil, lockError("try lock", key, name, err)
+		}
+		ok, err = s.tryLock(ctx)
+		if err == nil && ok {
+			return &Lock{s: s, name: name}, nil
+		}
 		s.end(true, ErrNotHeld)
+		if err == nil || attempt > 0 || !staleConn(ctx, err) {
+			return nil, tryLockResult(key, name, err)
+		}
 	}
+}
+
+func tryLockResult(key Key, name string, err error) error {
 	switch {
 	case err != nil:
-		return nil, lockError("try lock", key, name, err)
-	case !ok:
-		return nil, &LockedError{Key: key, Name: name}
+		return lockError("try lock", key, name, err)
 	}
-	return &Lock{s: s, name: name}, nil
+	return &LockedError{Key: key, Name: name}
 }
 
 func lockError(op string, key Key, name string, err error) error {
 	if errors.Is(err, ErrClosed) {
 		return ErrClosed
 	}
-	what := key.String()
-	if name != "" {
-		what = quote(name)
-	}
-	return fmt.Errorf("advisory: %s %s: %w", op, what, err)
+	return &opError{op, describe(key, name), err}
 }
 
 // Do runs fn while holding the lock with the given name: it blocks in [Manager.Lock] until

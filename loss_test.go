@@ -2,6 +2,8 @@ package advisory_test
 
 import (
 	"context"
+	"runtime"
+	"strings"
 	"testing"
 	"time"
 
@@ -136,4 +138,79 @@ func TestCloseReleasesHeldAndEndsWaiting(t *testing.T) {
 	require.ErrorIs(t, m.Do(ctx, "x", func(context.Context) error { return nil }), advisory.ErrClosed)
 	m.Close() // again: a no-op
 	require.NoError(t, blocker.Unlock(ctx))
+}
+
+// TestCloseEndsLockWaitingForAPoolConnection: a Lock queued for a connection (not yet on
+// the server) is ended by Close too, without a deadline of its own.
+func TestCloseEndsLockWaitingForAPoolConnection(t *testing.T) {
+	t.Parallel()
+	m, err := advisory.New(ctxT(t), dsn(t, "pool_max_conns=1"))
+	require.NoError(t, err)
+	ctx := context.Background() // no deadline: only Close can end the wait
+	held, err := m.Lock(ctx, t.Name()+"/held")
+	require.NoError(t, err)
+	waitErr := make(chan error, 1)
+	go func() {
+		_, err := m.Lock(ctx, t.Name()+"/queued")
+		waitErr <- err
+	}()
+	time.Sleep(50 * time.Millisecond) // let it queue on the pool
+	m.Close()
+	select {
+	case err := <-waitErr:
+		require.ErrorIs(t, err, advisory.ErrClosed)
+	case <-time.After(10 * time.Second):
+		t.Fatal("Lock waiting for a pool connection not ended by Close")
+	}
+	require.ErrorIs(t, held.Err(), advisory.ErrLockLost)
+	requireFree(t, held.Key())
+	requireFree(t, advisory.KeyOf(t.Name()+"/queued"))
+}
+
+// TestCloseLeavesNoGoroutines: after Close, nothing the Manager started keeps running
+// (the poller, the watchers, pgxpool's health check), whatever state its locks were in.
+func TestCloseLeavesNoGoroutines(t *testing.T) {
+	// Not parallel: it counts the process's goroutines.
+	ctx := ctxT(t)
+	dsn(t)
+	time.Sleep(50 * time.Millisecond)
+	before := runtime.NumGoroutine()
+	for i := 0; i < 3; i++ {
+		m, err := advisory.New(ctx, dsn(t))
+		require.NoError(t, err)
+		a, err := m.Lock(ctx, t.Name()+"/a")
+		require.NoError(t, err)
+		b, err := m.Lock(ctx, t.Name()+"/b")
+		require.NoError(t, err)
+		terminate(t, b.PID()) // one lost: its reader goroutine ran
+		<-b.Done()
+		_, err = m.TryLock(ctx, t.Name()+"/c")
+		require.NoError(t, err) // one left held for Close
+		require.NoError(t, a.Unlock(ctx))
+		m.Close()
+	}
+	// A plain loop: testify's Eventually runs its condition on a goroutine of its own.
+	after := runtime.NumGoroutine()
+	for deadline := time.Now().Add(5 * time.Second); after > before && time.Now().Before(deadline); {
+		time.Sleep(10 * time.Millisecond)
+		after = runtime.NumGoroutine()
+	}
+	if after > before {
+		buf := make([]byte, 1<<20)
+		t.Fatalf("goroutines: %d before, %d after Close:\n%s", before, after, buf[:runtime.Stack(buf, true)])
+	}
+}
+
+func TestLossErrorNamesTheLockAndTheCause(t *testing.T) {
+	t.Parallel()
+	m := newManager(t, nil)
+	ctx := ctxT(t)
+	l, err := m.Lock(ctx, "report/eu-west")
+	require.NoError(t, err)
+	terminate(t, l.PID())
+	<-l.Done()
+	msg := l.Err().Error()
+	assert.True(t, strings.HasPrefix(msg, `advisory: lock "report/eu-west": lock lost: the server terminated the session`), msg)
+	assert.Equal(t, 1, strings.Count(msg, "advisory:"), msg)
+	assert.Contains(t, msg, "57P01")
 }

@@ -25,8 +25,9 @@ type session struct {
 	cancel *cancelHandler
 	pid    uint32
 	key    Key
-	fd     int   // the socket's descriptor, for the poller
-	pollID int32 // the poller's ID for this session; 0 if never registered
+	name   string // the lock's name, for messages; "" for a raw key
+	fd     int    // the socket's descriptor, for the poller
+	pollID int32  // the poller's ID for this session; 0 if never registered
 
 	done      chan struct{} // closed when the session has ended
 	watchDone chan struct{} // closed when the watcher goroutine has exited
@@ -61,9 +62,9 @@ const (
 // aLongTimeAgo is a read deadline in the past: it wakes a blocked read at once.
 var aLongTimeAgo = time.Unix(1, 0)
 
-func newSession(m *Manager, pc *pgxpool.Conn, key Key) *session {
+func newSession(m *Manager, pc *pgxpool.Conn, key Key, name string) *session {
 	pg := pc.Conn().PgConn()
-	return &session{m: m, pc: pc, pg: pg, cancel: handlerOf(pg), pid: pg.PID(), key: key,
+	return &session{m: m, pc: pc, pg: pg, cancel: handlerOf(pg), pid: pg.PID(), key: key, name: name,
 		fd: socketFD(pg.Conn()), done: make(chan struct{}), watchDone: make(chan struct{})}
 }
 
@@ -243,7 +244,7 @@ func (s *session) shutdown() {
 	if st == stateHeld {
 		ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
 		defer cancel()
-		s.release(ctx, fmt.Errorf("%w: %w", ErrLockLost, ErrClosed))
+		s.release(ctx, &opError{"lock", describe(s.key, s.name), fmt.Errorf("%w: %w", ErrLockLost, ErrClosed)})
 	}
 }
 
@@ -294,7 +295,7 @@ func (s *session) stopWatch() bool {
 
 // lose ends a held session whose connection failed.
 func (s *session) lose(cause error) {
-	s.end(false, fmt.Errorf("%w: %s: %w", ErrLockLost, lossReason(cause), cause))
+	s.end(false, &opError{"lock", describe(s.key, s.name), fmt.Errorf("%w: %s: %w", ErrLockLost, lossReason(cause), cause)})
 }
 
 // end closes the session: the connection goes back to the pool if keep, else it is
