@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -19,6 +20,7 @@ import (
 
 // local is a cluster run from the local PostgreSQL binaries.
 type local struct {
+	opts Options
 	bin  string // directory holding initdb and postgres
 	dir  string // temp dir: data/, socket, log
 	port int
@@ -27,12 +29,12 @@ type local struct {
 	exit chan struct{} // closed when cmd has been waited for
 }
 
-func startLocal(ctx context.Context) (*Server, error) {
+func startLocal(ctx context.Context, opts Options) (*Server, error) {
 	bin, err := findBinaries()
 	if err != nil {
 		return nil, err
 	}
-	l := &local{bin: bin}
+	l := &local{bin: bin, opts: opts}
 	if err := l.prepare(); err != nil {
 		return nil, err
 	}
@@ -45,7 +47,7 @@ func startLocal(ctx context.Context) (*Server, error) {
 		return nil, err
 	}
 	dsn := fmt.Sprintf("host=127.0.0.1 port=%d user=postgres dbname=postgres sslmode=disable", l.port)
-	return &Server{dsn: dsn, kind: "local", restart: l.restart, stop: l.close}, nil
+	return &Server{dsn: dsn, kind: "local", port: l.port, restart: l.restart, stop: l.close}, nil
 }
 
 // findBinaries locates a directory with initdb and postgres: PATH, then the Debian layout
@@ -118,6 +120,19 @@ func (l *local) initdb(ctx context.Context) error {
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return fmt.Errorf("initdb: %w: %s", err, out)
 	}
+	if len(l.opts.TrustCIDRs) == 0 {
+		return nil
+	}
+	hba, err := os.OpenFile(filepath.Join(l.dir, "data", "pg_hba.conf"), os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		return err
+	}
+	defer hba.Close()
+	for _, cidr := range l.opts.TrustCIDRs {
+		if _, err := fmt.Fprintf(hba, "host all all %s trust\n", cidr); err != nil {
+			return err
+		}
+	}
 	return nil
 }
 
@@ -129,7 +144,8 @@ func (l *local) start(ctx context.Context) error {
 	}
 	defer logf.Close()
 	cmd := l.command(context.Background(), "postgres", "-D", filepath.Join(l.dir, "data"),
-		"-p", strconv.Itoa(l.port), "-k", l.dir, "-c", "listen_addresses=127.0.0.1",
+		"-p", strconv.Itoa(l.port), "-k", l.dir,
+		"-c", "listen_addresses="+strings.Join(append([]string{"127.0.0.1"}, l.opts.ListenAddresses...), ","),
 		"-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off",
 		"-c", "max_connections=300", "-c", "shared_buffers=64MB")
 	cmd.Stdout, cmd.Stderr = logf, logf

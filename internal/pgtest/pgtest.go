@@ -27,6 +27,7 @@ const EnvDSN = "ADVISORY_TEST_DSN"
 type Server struct {
 	dsn     string
 	kind    string
+	port    int
 	restart func(ctx context.Context) error
 	stop    func() error
 }
@@ -57,6 +58,15 @@ func (s *Server) Close() error {
 	return s.stop()
 }
 
+// Options ask for more than a loopback server. Only a server built from local binaries
+// honours them; [StartLocal] starts one.
+type Options struct {
+	// ListenAddresses are addresses to listen on besides 127.0.0.1 (they must exist).
+	ListenAddresses []string
+	// TrustCIDRs are client networks admitted without a password (pg_hba.conf).
+	TrustCIDRs []string
+}
+
 // Start returns a running server from the first source that works (see the package doc).
 // It blocks until the server accepts connections or ctx ends. The error lists why each
 // source failed.
@@ -70,7 +80,7 @@ func Start(ctx context.Context) (*Server, error) {
 		return srv, nil
 	}
 	reasons = append(reasons, "testcontainers: "+err.Error())
-	srv, err = startLocal(ctx)
+	srv, err = startLocal(ctx, Options{})
 	if err == nil {
 		return srv, nil
 	}
@@ -84,3 +94,11 @@ func InCI() bool {
 	v := strings.ToLower(os.Getenv("CI"))
 	return v == "true" || v == "1" || v == "yes"
 }
+
+// StartLocal starts a throwaway cluster from the local binaries with opts.
+func StartLocal(ctx context.Context, opts Options) (*Server, error) {
+	return startLocal(ctx, opts)
+}
+
+// Port returns the TCP port of a server started from local binaries, else 0.
+func (s *Server) Port() int { return s.port }

@@ -1,0 +1,114 @@
+// Package faults_test is the fault-injection suite: real network partitions, SIGKILLed
+// holder processes, terminated backends, server restarts, pool pressure and a chaos run,
+// each against a real PostgreSQL. See docs/guarantees.md for what it proves.
+package faults_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/pgadvisory/advisory"
+	"github.com/pgadvisory/advisory/internal/pgtest"
+)
+
+// roleEnv selects a helper role: the test binary re-runs itself as a holder or a chaos
+// worker process (see roles_test.go).
+const roleEnv = "ADVISORY_FAULT_ROLE"
+
+var (
+	srv      *pgtest.Server
+	startErr error
+	admin    *pgxpool.Pool
+	netLab   *partitionLab // nil when a partition cannot be made here; see labErr
+	labErr   error
+)
+
+func TestMain(m *testing.M) {
+	if role := os.Getenv(roleEnv); role != "" {
+		os.Exit(runRole(role))
+	}
+	os.Exit(runSuite(m))
+}
+
+func runSuite(m *testing.M) int {
+	ctx := context.Background()
+	netLab, labErr = newPartitionLab()
+	if netLab != nil {
+		defer netLab.close()
+		srv, startErr = pgtest.StartLocal(ctx, pgtest.Options{
+			ListenAddresses: []string{netLab.serverIP}, TrustCIDRs: []string{netLab.cidr}})
+	} else {
+		srv, startErr = pgtest.Start(ctx)
+	}
+	if startErr != nil {
+		if pgtest.InCI() {
+			fmt.Fprintf(os.Stderr, "FAIL: CI=true and no PostgreSQL for the fault suite: %v\n", startErr)
+			return 1
+		}
+		return m.Run()
+	}
+	defer srv.Close()
+	var err error
+	if admin, err = pgxpool.New(ctx, srv.DSN()); err != nil {
+		fmt.Fprintf(os.Stderr, "FAIL: admin pool: %v\n", err)
+		return 1
+	}
+	defer admin.Close()
+	return m.Run()
+}
+
+// dsn returns the server's DSN; without a server the test skips, or fails under CI.
+func dsn(t testing.TB) string {
+	t.Helper()
+	if srv == nil {
+		if pgtest.InCI() {
+			t.Fatalf("no PostgreSQL under CI=true: %v", startErr)
+		}
+		t.Skipf("no PostgreSQL for this test: %v", startErr)
+	}
+	return srv.DSN()
+}
+
+func newManager(t testing.TB, extra string, opts ...advisory.Option) *advisory.Manager {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	m, err := advisory.New(ctx, dsn(t)+" "+extra, opts...)
+	require.NoError(t, err)
+	t.Cleanup(m.Close)
+	return m
+}
+
+// holderOf returns the pid of the backend holding key, or 0.
+func holderOf(t testing.TB, key advisory.Key) uint32 {
+	t.Helper()
+	var pid uint32
+	err := admin.QueryRow(context.Background(), `
+		SELECT coalesce(max(pid), 0) FROM pg_locks WHERE locktype = 'advisory' AND granted
+		  AND objsubid = 1 AND classid = $1 AND objid = $2`, uint32(uint64(key)>>32), uint32(key)).Scan(&pid)
+	require.NoError(t, err)
+	return pid
+}
+
+// waiters returns how many backends wait for key.
+func waiters(t testing.TB, key advisory.Key) int {
+	t.Helper()
+	var n int
+	err := admin.QueryRow(context.Background(), `
+		SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted
+		  AND objsubid = 1 AND classid = $1 AND objid = $2`, uint32(uint64(key)>>32), uint32(key)).Scan(&n)
+	require.NoError(t, err)
+	return n
+}
+
+func ctxT(t testing.TB, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
