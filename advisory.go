@@ -54,8 +54,14 @@ type Manager struct {
 	active    sync.WaitGroup        // calls in progress and sessions not ended
 }
 
+// DefaultMaxConns is the pool size New uses when the connection string sets no
+// pool_max_conns: each held lock, and each Lock waiting on the server, takes one
+// connection, so pgxpool's own default (4 on small machines) would let a process hold only
+// 4 locks. Connections are opened only as they are needed.
+const DefaultMaxConns = 16
+
 // New parses connString (a PostgreSQL URL or keyword/value string, with pgxpool's pool_*
-// settings) and returns a Manager. It connects once to check that the server is reachable
+// settings; pool_max_conns defaults to [DefaultMaxConns]) and returns a Manager. It connects once to check that the server is reachable
 // and accepts the session settings; ctx governs only that check. On error nothing is left
 // open.
 //
@@ -68,6 +74,9 @@ func New(ctx context.Context, connString string, opts ...Option) (*Manager, erro
 	cfg, err := pgxpool.ParseConfig(connString)
 	if err != nil {
 		return nil, fmt.Errorf("advisory: parse connection string: %w", err)
+	}
+	if !strings.Contains(connString, "pool_max_conns") {
+		cfg.MaxConns = DefaultMaxConns
 	}
 	return NewWithConfig(ctx, cfg, opts...)
 }

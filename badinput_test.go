@@ -152,3 +152,28 @@ func TestProgrammerMisusePanics(t *testing.T) {
 	m := newManager(t, nil)
 	assert.Panics(t, func() { m.Do(context.Background(), "x", nil) })
 }
+
+func TestDefaultPoolSize(t *testing.T) {
+	t.Parallel()
+	assert.EqualValues(t, advisory.DefaultMaxConns, newManager(t, nil).Stat().MaxConns())
+	assert.EqualValues(t, 3, newManager(t, []string{"pool_max_conns=3"}).Stat().MaxConns())
+}
+
+// TestUnlockRacingATerminationReportsTheLoss: the session is terminated just before
+// Unlock. Whether the watcher or the unlock statement sees it first, Unlock must report
+// the loss (the critical section may have overlapped another holder's), never a plain
+// failure, and Err must agree.
+func TestUnlockRacingATerminationReportsTheLoss(t *testing.T) {
+	t.Parallel()
+	m := newManager(t, nil)
+	ctx := ctxT(t)
+	for i := 0; i < 30; i++ {
+		l, err := m.Lock(ctx, t.Name())
+		require.NoError(t, err)
+		terminate(t, l.PID())
+		err = l.Unlock(ctx)
+		require.ErrorIs(t, err, advisory.ErrLockLost, "attempt %d", i)
+		require.ErrorIs(t, l.Err(), advisory.ErrLockLost)
+		requireNoAcquired(t, m)
+	}
+}

@@ -44,44 +44,6 @@ func TestTerminateBackendIsSeenAtOnce(t *testing.T) {
 	require.NoError(t, l.Unlock(ctx))
 }
 
-// TestServerRestartTellsEveryHolder: a fast shutdown ends every session; every holder is
-// told, nothing leaks, and new locks work once the server is back.
-func TestServerRestartTellsEveryHolder(t *testing.T) {
-	if srv == nil || srv.Kind() == "env" {
-		dsn(t) // skips, or fails under CI when there is no server at all
-		t.Skip("the server came from ADVISORY_TEST_DSN; the harness cannot restart it")
-	}
-	// Not parallel: the restart ends every session of the package's server.
-	m := newManager(t, nil)
-	ctx := ctxT(t)
-	var locks []*advisory.Lock
-	for i := 0; i < 3; i++ {
-		l, err := m.Lock(ctx, t.Name()+string(rune('a'+i)))
-		require.NoError(t, err)
-		locks = append(locks, l)
-	}
-	require.NoError(t, srv.Restart(ctx))
-	for _, l := range locks {
-		select {
-		case <-l.Done():
-		case <-time.After(10 * time.Second):
-			t.Fatal("holder not told of the restart")
-		}
-		require.ErrorIs(t, l.Err(), advisory.ErrLockLost)
-	}
-	requireNoAcquired(t, m)
-	require.Eventually(t, func() bool {
-		l, err := m.TryLock(ctx, t.Name())
-		if err != nil {
-			return false
-		}
-		return l.Unlock(ctx) == nil
-	}, 30*time.Second, 50*time.Millisecond, "locking after the restart")
-	// The admin pool's idle connections died too: drop them all for the tests that follow.
-	admin.Reset()
-	require.NoError(t, admin.Ping(ctx))
-}
-
 // TestPoolReapingNeverRecyclesAPinnedConnection: connection lifetime and idle reaping
 // apply to idle pool connections only; a held lock's connection survives them.
 func TestPoolReapingNeverRecyclesAPinnedConnection(t *testing.T) {

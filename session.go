@@ -144,15 +144,29 @@ func (s *session) reconcile(key Key, cancelSent bool) error {
 	}
 }
 
+// errNotHeldByServer is unlock's error when pg_advisory_unlock returned false.
+var errNotHeldByServer = errors.New("the server reports the lock was not held by this session")
+
 // unlock runs pg_advisory_unlock on a session whose watcher has been stopped. It returns
 // nil only if the server confirmed the release.
 func (s *session) unlock(ctx context.Context) error {
 	var ok bool
 	err := s.pc.QueryRow(ctx, "SELECT pg_advisory_unlock($1)", int64(s.key)).Scan(&ok)
 	if err == nil && !ok {
-		return errors.New("server reports the lock was not held by this session")
+		return errNotHeldByServer
 	}
 	return err
+}
+
+// unlockFailure says what a failed unlock means. If the connection failed by itself (the
+// session was terminated, the server went away, the network failed) rather than because
+// ctx ended, the lock may have been lost before the unlock reached the server: that is a
+// loss, and the caller must hear ErrLockLost.
+func (s *session) unlockFailure(ctx context.Context, err error) (endErr error, lost bool) {
+	if errors.Is(err, errNotHeldByServer) || (ctx.Err() == nil && !usable(s.pg, err)) {
+		return &opError{"lock", describe(s.key, s.name), fmt.Errorf("%w: %s: %w", ErrLockLost, lossReason(err), err)}, true
+	}
+	return err, false
 }
 
 func (s *session) setState(st sessionState) {
@@ -219,8 +233,12 @@ func (s *session) release(ctx context.Context, endErr error) error {
 		return s.endErr()
 	}
 	if err := s.unlock(ctx); err != nil {
+		failure, lost := s.unlockFailure(ctx, err)
+		if lost {
+			endErr = failure
+		}
 		s.end(false, endErr)
-		return err
+		return failure
 	}
 	s.end(true, endErr)
 	return nil
@@ -353,6 +371,8 @@ func lossReason(err error) string {
 		return "the network went silent past the keepalive limit (partition or host down)"
 	case errors.Is(err, syscall.ECONNRESET), errors.Is(err, syscall.EPIPE):
 		return "the connection was reset"
+	case errors.Is(err, errNotHeldByServer):
+		return "the session no longer held it"
 	}
 	return "the connection failed"
 }
