@@ -51,6 +51,7 @@ type Manager struct {
 	closed    bool
 	closeDone chan struct{}
 	sessions  map[*session]struct{} // sessions that have not ended
+	pinned    int                   // pool connections pinned or about to be: see reserve
 	active    sync.WaitGroup        // calls in progress and sessions not ended
 }
 
@@ -232,44 +233,72 @@ func (m *Manager) track(s *session) error {
 	return nil
 }
 
+// forget unregisters an ended session and gives back its pool reservation.
 func (m *Manager) forget(s *session) {
 	m.mu.Lock()
 	_, ok := m.sessions[s]
 	delete(m.sessions, s)
+	if ok {
+		m.pinned--
+	}
 	m.mu.Unlock()
 	if ok {
 		m.active.Done()
 	}
 }
 
+// reserve counts a connection this Manager is about to pin. With wait false it refuses
+// when the Manager's own sessions (held locks, waits, calls about to run) already account
+// for every pool connection. Connections being closed or opened by the pool do not count:
+// one will be free in a moment.
+func (m *Manager) reserve(wait bool) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if !wait && m.pinned >= int(m.pool.Config().MaxConns) {
+		return fmt.Errorf("%w: all %d connections are pinned by this Manager's locks and waits",
+			ErrPoolExhausted, m.pool.Config().MaxConns)
+	}
+	m.pinned++
+	return nil
+}
+
+func (m *Manager) unreserve() {
+	m.mu.Lock()
+	m.pinned--
+	m.mu.Unlock()
+}
+
 // acquire takes a connection from the pool for a new session. With wait false it fails at
-// once with ErrPoolExhausted when no connection is free and none can be opened.
+// once with ErrPoolExhausted when this Manager pins every connection.
 func (m *Manager) acquire(ctx context.Context, key Key, name string, wait bool) (*session, error) {
-	if !wait && poolFull(m.pool.Stat()) {
-		return nil, fmt.Errorf("%w: all %d connections are in use", ErrPoolExhausted, m.pool.Stat().MaxConns())
+	if err := m.reserve(wait); err != nil {
+		return nil, err
 	}
 	pc, err := m.pool.Acquire(ctx)
 	if err != nil {
-		return nil, m.acquireError(ctx, err)
+		m.unreserve()
+		err = m.acquireError(ctx, err)
+		return nil, err
 	}
 	s := newSession(m, pc, key, name)
 	if err := m.track(s); err != nil {
 		pc.Release()
+		m.unreserve()
 		return nil, err
 	}
 	return s, nil
 }
 
-func poolFull(st *pgxpool.Stat) bool {
-	return st.IdleConns() == 0 && st.TotalConns() >= st.MaxConns()
-}
-
 func (m *Manager) acquireError(ctx context.Context, err error) error {
+	m.mu.Lock()
+	full := len(m.sessions) >= int(m.pool.Config().MaxConns) // every connection is a session of ours
+	m.mu.Unlock()
 	switch {
 	case m.isClosed():
 		return ErrClosed
-	case ctx.Err() != nil && poolFull(m.pool.Stat()):
-		return fmt.Errorf("%w: all %d connections stayed in use: %w", ErrPoolExhausted, m.pool.Stat().MaxConns(), ctx.Err())
+	case ctx.Err() != nil && full:
+		return fmt.Errorf("%w: all %d connections stayed pinned by this Manager's locks and waits: %w",
+			ErrPoolExhausted, m.pool.Config().MaxConns, ctx.Err())
 	case ctx.Err() != nil:
 		return fmt.Errorf("connect: %w", ctx.Err())
 	}

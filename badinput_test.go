@@ -177,3 +177,21 @@ func TestUnlockRacingATerminationReportsTheLoss(t *testing.T) {
 		requireNoAcquired(t, m)
 	}
 }
+
+// TestTryLockRightAfterALoss: the pool is still closing the lost lock's connection when
+// TryLock runs. That connection is not pinned by anyone: TryLock must get a connection,
+// not report the pool exhausted.
+func TestTryLockRightAfterALoss(t *testing.T) {
+	t.Parallel()
+	m := newManager(t, []string{"pool_max_conns=1"})
+	ctx := ctxT(t)
+	for i := 0; i < 20; i++ {
+		l, err := m.Lock(ctx, t.Name())
+		require.NoError(t, err)
+		terminate(t, l.PID())
+		<-l.Done()
+		l, err = m.TryLock(ctx, t.Name())
+		require.NoError(t, err, "attempt %d", i)
+		require.NoError(t, l.Unlock(ctx))
+	}
+}

@@ -330,8 +330,8 @@ func (s *session) end(keep bool, err error) {
 		s.discard()
 	}
 	s.pc.Release() // pgxpool destroys a closed connection instead of keeping it
-	close(s.done)
 	s.m.forget(s)
+	close(s.done) // last: when Done closes, everything the session had is given back
 }
 
 // discard closes the connection without returning it to the pool's idle set.
