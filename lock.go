@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
 )
@@ -22,6 +21,9 @@ func (l *Lock) Key() Key { return l.s.key }
 
 // Name returns the name the lock was taken with, or "" for a raw key.
 func (l *Lock) Name() string { return l.name }
+
+// Shared reports whether the lock is held in shared mode.
+func (l *Lock) Shared() bool { return l.s.shared }
 
 // PID returns the process ID of the PostgreSQL backend that holds the lock: the pid
 // column of its pg_locks row.
@@ -68,6 +70,21 @@ func quote(name string) string {
 	return strconv.Quote(name)
 }
 
+// target is what a Lock call asks for: a key, the name it came from ("" for a raw key),
+// and the mode.
+type target struct {
+	key    Key
+	name   string
+	shared bool
+}
+
+func named(name string, shared bool) (target, error) {
+	if err := ValidateName(name); err != nil {
+		return target{}, err
+	}
+	return target{KeyOf(name), name, shared}, nil
+}
+
 // Lock takes the lock with the given name, blocking until it is held or ctx ends. The
 // wait happens on the server (pg_advisory_lock), with no polling. ctx governs getting a
 // connection from the pool and the wait.
@@ -75,40 +92,58 @@ func quote(name string) string {
 // If ctx ends first, Lock returns an error for which errors.Is(err, ctx.Err()) holds,
 // promptly (the server is told to stop waiting with a CancelRequest), and the lock is not
 // held: if the grant raced the cancel, Lock releases it before returning. If every pool
-// connection stays in use until ctx ends, the error also wraps [ErrPoolExhausted].
-// An invalid name returns an error wrapping [ErrInvalidKey]; a closed Manager, [ErrClosed].
+// connection stays pinned by this Manager's locks and waits until ctx ends, the error also
+// wraps [ErrPoolExhausted]. An invalid name returns an error wrapping [ErrInvalidKey]; a
+// closed Manager, [ErrClosed].
 //
 // A second Lock of a name this process already holds through the Manager waits, like any
 // other session's, until the first is released: locks are not reentrant across calls.
 func (m *Manager) Lock(ctx context.Context, name string) (*Lock, error) {
-	if err := ValidateName(name); err != nil {
+	t, err := named(name, false)
+	if err != nil {
 		return nil, err
 	}
-	return m.lock(ctx, KeyOf(name), name)
+	return m.lock(ctx, t)
+}
+
+// LockShared is [Manager.Lock] in shared mode (pg_advisory_lock_shared): any number of
+// shared holders coexist; an exclusive Lock of the same name waits for all of them, and
+// shared ones wait for an exclusive holder.
+func (m *Manager) LockShared(ctx context.Context, name string) (*Lock, error) {
+	t, err := named(name, true)
+	if err != nil {
+		return nil, err
+	}
+	return m.lock(ctx, t)
 }
 
 // LockKey is [Manager.Lock] for a raw 64-bit key (pg_advisory_lock(key)).
 func (m *Manager) LockKey(ctx context.Context, key Key) (*Lock, error) {
-	return m.lock(ctx, key, "")
+	return m.lock(ctx, target{key: key})
 }
 
-func (m *Manager) lock(ctx context.Context, key Key, name string) (*Lock, error) {
+// LockKeyShared is [Manager.LockShared] for a raw 64-bit key.
+func (m *Manager) LockKeyShared(ctx context.Context, key Key) (*Lock, error) {
+	return m.lock(ctx, target{key: key, shared: true})
+}
+
+func (m *Manager) lock(ctx context.Context, t target) (*Lock, error) {
 	if err := m.enter(); err != nil {
 		return nil, err
 	}
 	defer m.active.Done()
 	for attempt := 0; ; attempt++ {
-		s, err := m.acquire(ctx, key, name, true)
+		s, err := m.acquire(ctx, t, true)
 		if err != nil {
-			return nil, lockError("lock", key, name, err)
+			return nil, lockError("lock", t, err)
 		}
 		err = s.lock(ctx)
 		if err == nil {
-			return &Lock{s: s, name: name}, nil
+			return &Lock{s: s, name: t.name}, nil
 		}
 		s.end(true, ErrNotHeld)
 		if attempt > 0 || !staleConn(ctx, err) {
-			return nil, lockError("lock", key, name, err)
+			return nil, lockError("lock", t, err)
 		}
 	}
 }
@@ -122,97 +157,66 @@ func staleConn(ctx context.Context, err error) bool {
 
 // TryLock takes the lock with the given name if no other session holds it, without
 // waiting for it. If it is held elsewhere, TryLock returns a *[LockedError] wrapping
-// [ErrLocked]. It does not wait for a pool connection either: if none is free and none can
-// be opened, it returns an error wrapping [ErrPoolExhausted]. ctx governs connecting and
-// the round trip; if ctx ends during the round trip the connection is closed and the lock
-// is not held. Invalid names and a closed Manager fail as for [Manager.Lock].
+// [ErrLocked]. It does not wait for a pool connection either when this Manager's locks and
+// waits pin all of them: it returns an error wrapping [ErrPoolExhausted]. ctx governs
+// connecting and the round trip; if ctx ends during the round trip the connection is
+// closed and the lock is not held. Invalid names and a closed Manager fail as for
+// [Manager.Lock].
 func (m *Manager) TryLock(ctx context.Context, name string) (*Lock, error) {
-	if err := ValidateName(name); err != nil {
+	t, err := named(name, false)
+	if err != nil {
 		return nil, err
 	}
-	return m.tryLock(ctx, KeyOf(name), name)
+	return m.tryLock(ctx, t)
+}
+
+// TryLockShared is [Manager.TryLock] in shared mode (pg_try_advisory_lock_shared): it
+// fails with [ErrLocked] only if an exclusive holder has the lock.
+func (m *Manager) TryLockShared(ctx context.Context, name string) (*Lock, error) {
+	t, err := named(name, true)
+	if err != nil {
+		return nil, err
+	}
+	return m.tryLock(ctx, t)
 }
 
 // TryLockKey is [Manager.TryLock] for a raw 64-bit key (pg_try_advisory_lock(key)).
 func (m *Manager) TryLockKey(ctx context.Context, key Key) (*Lock, error) {
-	return m.tryLock(ctx, key, "")
+	return m.tryLock(ctx, target{key: key})
 }
 
-func (m *Manager) tryLock(ctx context.Context, key Key, name string) (*Lock, error) {
+// TryLockKeyShared is [Manager.TryLockShared] for a raw 64-bit key.
+func (m *Manager) TryLockKeyShared(ctx context.Context, key Key) (*Lock, error) {
+	return m.tryLock(ctx, target{key: key, shared: true})
+}
+
+func (m *Manager) tryLock(ctx context.Context, t target) (*Lock, error) {
 	if err := m.enter(); err != nil {
 		return nil, err
 	}
 	defer m.active.Done()
-	var ok bool
 	for attempt := 0; ; attempt++ {
-		s, err := m.acquire(ctx, key, name, false)
+		s, err := m.acquire(ctx, t, false)
 		if err != nil {
-			return nil, lockError("try lock", key, name, err)
+			return nil, lockError("try lock", t, err)
 		}
-		ok, err = s.tryLock(ctx)
+		ok, err := s.tryLock(ctx)
 		if err == nil && ok {
-			return &Lock{s: s, name: name}, nil
+			return &Lock{s: s, name: t.name}, nil
 		}
 		s.end(true, ErrNotHeld)
-		if err == nil || attempt > 0 || !staleConn(ctx, err) {
-			return nil, tryLockResult(key, name, err)
+		switch {
+		case err == nil:
+			return nil, &LockedError{Key: t.key, Name: t.name}
+		case attempt > 0 || !staleConn(ctx, err):
+			return nil, lockError("try lock", t, err)
 		}
 	}
 }
 
-func tryLockResult(key Key, name string, err error) error {
-	switch {
-	case err != nil:
-		return lockError("try lock", key, name, err)
-	}
-	return &LockedError{Key: key, Name: name}
-}
-
-func lockError(op string, key Key, name string, err error) error {
+func lockError(op string, t target, err error) error {
 	if errors.Is(err, ErrClosed) {
 		return ErrClosed
 	}
-	return &opError{op, describe(key, name), err}
+	return &opError{op, describe(t.key, t.name), err}
 }
-
-// Do runs fn while holding the lock with the given name: it blocks in [Manager.Lock] until
-// the lock is held or ctx ends, runs fn, then unlocks. fn's ctx is derived from ctx and is
-// also cancelled if the lock is lost; context.Cause(fnCtx) then wraps [ErrLockLost], and
-// so does Do's error (together with fn's own error, if any). Otherwise Do returns fn's
-// error, or the error of Lock or Unlock. The unlock is not governed by ctx: it is bounded
-// by 5 s, after which the connection is closed, which frees the lock.
-func (m *Manager) Do(ctx context.Context, name string, fn func(ctx context.Context) error) error {
-	if fn == nil {
-		panic("advisory: Do with a nil function")
-	}
-	l, err := m.Lock(ctx, name)
-	if err != nil {
-		return err
-	}
-	fnCtx, cancel := context.WithCancelCause(ctx)
-	go func() {
-		select {
-		case <-l.Done():
-			cancel(l.Err())
-		case <-fnCtx.Done():
-		}
-	}()
-	fnErr := fn(fnCtx)
-	cancel(nil)
-	uctx, ucancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
-	defer ucancel()
-	uerr := l.Unlock(uctx)
-	switch {
-	case errors.Is(uerr, ErrLockLost) && fnErr != nil:
-		return fmt.Errorf("%w (and the function failed: %w)", uerr, fnErr)
-	case errors.Is(uerr, ErrLockLost):
-		return uerr
-	case fnErr != nil:
-		return fnErr
-	}
-	return uerr
-}
-
-// cleanupTimeout bounds the statements the library runs on its own behalf after the
-// caller's ctx has ended (reconciling a cancelled wait, Close, Do's unlock).
-const cleanupTimeout = 5 * time.Second

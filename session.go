@@ -4,10 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
@@ -26,8 +24,10 @@ type session struct {
 	pid    uint32
 	key    Key
 	name   string // the lock's name, for messages; "" for a raw key
-	fd     int    // the socket's descriptor, for the poller
-	pollID int32  // the poller's ID for this session; 0 if never registered
+	shared bool
+	st     statements
+	fd     int   // the socket's descriptor, for the poller
+	pollID int32 // the poller's ID for this session; 0 if never registered
 
 	done      chan struct{} // closed when the session has ended
 	watchDone chan struct{} // closed when the watcher goroutine has exited
@@ -50,21 +50,10 @@ const (
 	stateEnded                         // the connection is back in the pool or closed
 )
 
-// watchMode says who watches a held session's idle connection.
-type watchMode int
-
-const (
-	watchNone    watchMode = iota
-	watchPolled            // the Manager's poller (epoll); no goroutine of its own
-	watchReading           // the session's readUntilLoss goroutine
-)
-
-// aLongTimeAgo is a read deadline in the past: it wakes a blocked read at once.
-var aLongTimeAgo = time.Unix(1, 0)
-
-func newSession(m *Manager, pc *pgxpool.Conn, key Key, name string) *session {
+func newSession(m *Manager, pc *pgxpool.Conn, t target) *session {
 	pg := pc.Conn().PgConn()
-	return &session{m: m, pc: pc, pg: pg, cancel: handlerOf(pg), pid: pg.PID(), key: key, name: name,
+	return &session{m: m, pc: pc, pg: pg, cancel: handlerOf(pg), pid: pg.PID(),
+		key: t.key, name: t.name, shared: t.shared, st: statementsFor(t.name, t.shared),
 		fd: socketFD(pg.Conn()), done: make(chan struct{}), watchDone: make(chan struct{})}
 }
 
@@ -73,7 +62,7 @@ func newSession(m *Manager, pc *pgxpool.Conn, key Key, name string) *session {
 // the lock, as verified with the server or by closing the connection.
 func (s *session) lock(ctx context.Context) error {
 	key := s.key
-	_, err := s.pc.Exec(waitCtx(ctx), "SELECT pg_advisory_lock($1)", int64(key))
+	_, err := s.pc.Exec(waitCtx(ctx), s.st.lock, int64(key))
 	s.setState(stateSettling)
 	interrupted := s.cancel.settle()
 	if err == nil && ctx.Err() == nil && s.hold() {
@@ -103,7 +92,7 @@ func (s *session) lock(ctx context.Context) error {
 // hold). On (false, nil) the session is still usable and holds nothing.
 func (s *session) tryLock(ctx context.Context) (bool, error) {
 	var ok bool
-	err := s.pc.QueryRow(ctx, "SELECT pg_try_advisory_lock($1)", int64(s.key)).Scan(&ok)
+	err := s.pc.QueryRow(ctx, s.st.tryLock, int64(s.key)).Scan(&ok)
 	s.setState(stateSettling)
 	if err != nil {
 		s.discard()
@@ -120,12 +109,6 @@ func (s *session) tryLock(ctx context.Context) (bool, error) {
 	return ok, nil
 }
 
-// reconcileSQL unlocks the key if, and only if, this backend holds it: unlike a bare
-// pg_advisory_unlock it leaves no WARNING in the server log when it does not.
-const reconcileSQL = `SELECT pg_advisory_unlock($1) FROM pg_locks
-WHERE locktype = 'advisory' AND pid = pg_backend_pid() AND granted
-  AND classid = $2 AND objid = $3 AND objsubid = 1`
-
 // reconcile releases the key if the server says this session holds it. A CancelRequest
 // sent for the lock statement may land on this statement instead (57014): then it is run
 // again; the cancel cannot strike twice.
@@ -133,7 +116,7 @@ func (s *session) reconcile(key Key, cancelSent bool) error {
 	ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
 	defer cancel()
 	for attempt := 0; ; attempt++ {
-		rows, err := s.pc.Query(ctx, reconcileSQL, int64(key), uint32(uint64(key)>>32), uint32(key))
+		rows, err := s.pc.Query(ctx, s.st.reconcile, int64(key), uint32(uint64(key)>>32), uint32(key))
 		if err == nil {
 			rows.Close()
 			err = rows.Err()
@@ -151,7 +134,7 @@ var errNotHeldByServer = errors.New("the server reports the lock was not held by
 // nil only if the server confirmed the release.
 func (s *session) unlock(ctx context.Context) error {
 	var ok bool
-	err := s.pc.QueryRow(ctx, "SELECT pg_advisory_unlock($1)", int64(s.key)).Scan(&ok)
+	err := s.pc.QueryRow(ctx, s.st.unlock, int64(s.key)).Scan(&ok)
 	if err == nil && !ok {
 		return errNotHeldByServer
 	}
@@ -173,36 +156,6 @@ func (s *session) setState(st sessionState) {
 	s.mu.Lock()
 	s.state = st
 	s.mu.Unlock()
-}
-
-// hold hands the connection to the watcher: the Manager's poller where there is one,
-// else a reader goroutine. It refuses once Close has begun.
-func (s *session) hold() bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closing {
-		return false
-	}
-	s.state = stateHeld
-	if s.m.poller != nil && s.m.poller.add(s) == nil {
-		s.watch = watchPolled
-		return true
-	}
-	s.watch = watchReading
-	go s.readUntilLoss()
-	return true
-}
-
-// socketEvent is called by the poller when the held session's socket became readable or
-// hung up. The reader goroutine takes over and reads what came.
-func (s *session) socketEvent() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.watch != watchPolled {
-		return // stopWatch took the connection back first
-	}
-	s.watch = watchReading
-	go s.readUntilLoss()
 }
 
 func (s *session) isClosing() bool {
@@ -266,51 +219,6 @@ func (s *session) shutdown() {
 	}
 }
 
-// readUntilLoss blocks reading the idle connection, so a FIN, an RST, a FATAL message from
-// pg_terminate_backend or a shutdown, or a keepalive abort is seen the moment the kernel
-// sees it. Nothing is sent: no ping loop. A notification or notice makes the read return
-// nil; it simply reads again.
-func (s *session) readUntilLoss() {
-	defer close(s.watchDone)
-	for {
-		err := s.pg.WaitForNotification(context.Background())
-		if err == nil {
-			continue
-		}
-		if s.stopping.Load() && errors.Is(err, os.ErrDeadlineExceeded) {
-			return
-		}
-		s.lose(err)
-		return
-	}
-}
-
-// stopWatch takes the connection back from the watcher. It reports false if the watcher
-// had already found the session lost.
-func (s *session) stopWatch() bool {
-	s.mu.Lock()
-	mode := s.watch
-	s.watch = watchNone
-	if s.pollID != 0 {
-		s.m.poller.remove(s) // also clears a one-shot registration that already fired
-	}
-	s.mu.Unlock()
-	if mode != watchReading {
-		return true
-	}
-	s.stopping.Store(true)
-	s.pg.Conn().SetReadDeadline(aLongTimeAgo)
-	<-s.watchDone
-	s.mu.Lock()
-	lost := s.state == stateEnded
-	s.mu.Unlock()
-	if lost {
-		return false
-	}
-	s.pg.Conn().SetReadDeadline(time.Time{})
-	return true
-}
-
 // lose ends a held session whose connection failed.
 func (s *session) lose(cause error) {
 	s.end(false, &opError{"lock", describe(s.key, s.name), fmt.Errorf("%w: %s: %w", ErrLockLost, lossReason(cause), cause)})
@@ -357,22 +265,4 @@ func usable(pg *pgconn.PgConn, err error) bool {
 func isQueryCanceled(err error) bool {
 	var pgErr *pgconn.PgError
 	return errors.As(err, &pgErr) && pgErr.Code == "57014"
-}
-
-// lossReason says in words why a held connection failed.
-func lossReason(err error) string {
-	var pgErr *pgconn.PgError
-	switch {
-	case errors.As(err, &pgErr) && pgErr.Code == "57P01":
-		return "the server terminated the session (pg_terminate_backend or shutdown)"
-	case errors.As(err, &pgErr):
-		return "the server ended the session"
-	case errors.Is(err, syscall.ETIMEDOUT):
-		return "the network went silent past the keepalive limit (partition or host down)"
-	case errors.Is(err, syscall.ECONNRESET), errors.Is(err, syscall.EPIPE):
-		return "the connection was reset"
-	case errors.Is(err, errNotHeldByServer):
-		return "the session no longer held it"
-	}
-	return "the connection failed"
 }

@@ -1,0 +1,155 @@
+package advisory_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/pgadvisory/advisory"
+)
+
+func TestHoldersShowsHolderAndWaitersWithNames(t *testing.T) {
+	t.Parallel()
+	m := newManager(t, []string{"application_name=inspector-test"})
+	ctx := ctxT(t)
+	name := t.Name() + " / weird */ name /* with \x01 controls and 'quotes'"
+	before := time.Now()
+	l, err := m.Lock(ctx, name)
+	require.NoError(t, err)
+	waiting := make(chan error, 1)
+	go func() {
+		l2, err := m.Lock(ctx, name)
+		if err == nil {
+			err = l2.Unlock(ctx)
+		}
+		waiting <- err
+	}()
+	waitForWaiters(t, l.Key(), 1)
+
+	hs, err := m.Holders(ctx, name)
+	require.NoError(t, err)
+	require.Len(t, hs, 2)
+	h, w := hs[0], hs[1]
+	assert.True(t, h.Granted)
+	assert.False(t, w.Granted)
+	assert.Equal(t, l.PID(), h.PID)
+	for _, x := range hs {
+		assert.Equal(t, l.Key(), x.Key)
+		assert.Equal(t, name, x.Name, "the name is read back from the statement text")
+		assert.False(t, x.Shared)
+		assert.False(t, x.Pair)
+		assert.Equal(t, "inspector-test", x.ApplicationName)
+		assert.Contains(t, x.ClientAddr, "127.0.0.1:")
+		assert.False(t, x.BackendStart.IsZero())
+		assert.WithinDuration(t, before, x.Since, time.Minute)
+	}
+	assert.Equal(t, "idle", h.State)
+	assert.Equal(t, "active", w.State)
+
+	all, err := m.AllHolders(ctx)
+	require.NoError(t, err)
+	var mine int
+	for _, x := range all {
+		if x.Key == l.Key() {
+			mine++
+		}
+	}
+	assert.Equal(t, 2, mine)
+
+	require.NoError(t, l.Unlock(ctx))
+	require.NoError(t, <-waiting)
+	hs, err = m.Holders(ctx, name)
+	require.NoError(t, err)
+	assert.Empty(t, hs)
+}
+
+func TestHoldersOfRawAndForeignLocks(t *testing.T) {
+	t.Parallel()
+	m := newManager(t, nil)
+	ctx := ctxT(t)
+	key := advisory.Key(-1 << 40) // high half negative: checks the classid/objid round trip
+	l, err := m.LockKey(ctx, key)
+	require.NoError(t, err)
+	hs, err := m.HoldersKey(ctx, key)
+	require.NoError(t, err)
+	require.Len(t, hs, 1)
+	assert.Equal(t, key, hs[0].Key)
+	assert.Empty(t, hs[0].Name, "a raw key has no name")
+	require.NoError(t, l.Unlock(ctx))
+
+	// A lock taken from psql in the two-int4 form shows as a Pair.
+	conn, err := admin.Acquire(ctx)
+	require.NoError(t, err)
+	defer conn.Release()
+	_, err = conn.Exec(ctx, "SELECT pg_advisory_lock(7, 9)")
+	require.NoError(t, err)
+	all, err := m.AllHolders(ctx)
+	require.NoError(t, err)
+	found := false
+	for _, h := range all {
+		if h.Pair && h.Key == advisory.Key(7<<32|9) {
+			found = true
+			assert.Equal(t, uint32(conn.Conn().PgConn().PID()), h.PID)
+		}
+	}
+	assert.True(t, found, "the (7, 9) lock is listed: %+v", all)
+	_, err = conn.Exec(ctx, "SELECT pg_advisory_unlock(7, 9)")
+	require.NoError(t, err)
+}
+
+func TestSharedLocks(t *testing.T) {
+	t.Parallel()
+	m := newManager(t, nil)
+	ctx := ctxT(t)
+	name := t.Name()
+	r1, err := m.LockShared(ctx, name)
+	require.NoError(t, err)
+	r2, err := m.TryLockShared(ctx, name)
+	require.NoError(t, err, "readers coexist")
+	assert.True(t, r1.Shared())
+	_, err = m.TryLock(ctx, name)
+	require.ErrorIs(t, err, advisory.ErrLocked, "a writer is excluded by readers")
+
+	writer := make(chan *advisory.Lock, 1)
+	go func() {
+		w, err := m.Lock(ctx, name)
+		assert.NoError(t, err)
+		writer <- w
+	}()
+	waitForWaiters(t, r1.Key(), 1)
+	hs, err := m.Holders(ctx, name)
+	require.NoError(t, err)
+	require.Len(t, hs, 3)
+	assert.True(t, hs[0].Shared && hs[1].Shared && !hs[2].Shared)
+
+	require.NoError(t, r1.Unlock(ctx))
+	select {
+	case <-writer:
+		t.Fatal("the writer got in while a reader still held the lock")
+	case <-time.After(50 * time.Millisecond):
+	}
+	require.NoError(t, r2.Unlock(ctx))
+	w := <-writer
+	requireHeldBy(t, w.Key(), w.PID())
+	_, err = m.TryLockShared(ctx, name)
+	require.ErrorIs(t, err, advisory.ErrLocked, "readers are excluded by a writer")
+	require.NoError(t, w.Unlock(ctx))
+
+	// Raw keys, and a cancelled shared wait, behave the same.
+	key := advisory.Key(424242)
+	x, err := m.LockKey(ctx, key)
+	require.NoError(t, err)
+	wctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+	defer cancel()
+	_, err = m.LockKeyShared(wctx, key)
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	requireHeldBy(t, key, x.PID())
+	require.NoError(t, x.Unlock(ctx))
+	s, err := m.TryLockKeyShared(ctx, key)
+	require.NoError(t, err)
+	require.NoError(t, s.Unlock(ctx))
+	requireFree(t, key)
+}

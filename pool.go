@@ -1,0 +1,101 @@
+package advisory
+
+import (
+	"context"
+	"fmt"
+)
+
+// enter registers a call in progress; the caller must call m.active.Done when it returns.
+func (m *Manager) enter() error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return ErrClosed
+	}
+	m.active.Add(1)
+	return nil
+}
+
+// track registers a session so Close can reach it. It fails once Close has begun.
+func (m *Manager) track(s *session) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return ErrClosed
+	}
+	m.sessions[s] = struct{}{}
+	m.active.Add(1)
+	return nil
+}
+
+// forget unregisters an ended session and gives back its pool reservation.
+func (m *Manager) forget(s *session) {
+	m.mu.Lock()
+	_, ok := m.sessions[s]
+	delete(m.sessions, s)
+	if ok {
+		m.pinned--
+	}
+	m.mu.Unlock()
+	if ok {
+		m.active.Done()
+	}
+}
+
+// reserve counts a connection this Manager is about to pin. With wait false it refuses
+// when the Manager's own sessions (held locks, waits, calls about to run) already account
+// for every pool connection. Connections being closed or opened by the pool do not count:
+// one will be free in a moment.
+func (m *Manager) reserve(wait bool) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if !wait && m.pinned >= int(m.pool.Config().MaxConns) {
+		return fmt.Errorf("%w: all %d connections are pinned by this Manager's locks and waits",
+			ErrPoolExhausted, m.pool.Config().MaxConns)
+	}
+	m.pinned++
+	return nil
+}
+
+func (m *Manager) unreserve() {
+	m.mu.Lock()
+	m.pinned--
+	m.mu.Unlock()
+}
+
+// acquire takes a connection from the pool for a new session. With wait false it fails at
+// once with ErrPoolExhausted when this Manager pins every connection.
+func (m *Manager) acquire(ctx context.Context, t target, wait bool) (*session, error) {
+	if err := m.reserve(wait); err != nil {
+		return nil, err
+	}
+	pc, err := m.pool.Acquire(ctx)
+	if err != nil {
+		m.unreserve()
+		err = m.acquireError(ctx, err)
+		return nil, err
+	}
+	s := newSession(m, pc, t)
+	if err := m.track(s); err != nil {
+		pc.Release()
+		m.unreserve()
+		return nil, err
+	}
+	return s, nil
+}
+
+func (m *Manager) acquireError(ctx context.Context, err error) error {
+	m.mu.Lock()
+	full := len(m.sessions) >= int(m.pool.Config().MaxConns) // every connection is a session of ours
+	m.mu.Unlock()
+	switch {
+	case m.isClosed():
+		return ErrClosed
+	case ctx.Err() != nil && full:
+		return fmt.Errorf("%w: all %d connections stayed pinned by this Manager's locks and waits: %w",
+			ErrPoolExhausted, m.pool.Config().MaxConns, ctx.Err())
+	case ctx.Err() != nil:
+		return fmt.Errorf("connect: %w", ctx.Err())
+	}
+	return fmt.Errorf("connect: %w", err)
+}

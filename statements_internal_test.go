@@ -1,0 +1,28 @@
+package advisory
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// FuzzNameComment: whatever the name, the comment cannot end early or nest, and it reads
+// back as the same name.
+func FuzzNameComment(f *testing.F) {
+	for _, s := range []string{"migrations", "*/ DROP TABLE x; /*", "/*", "*/", "a*//*b", `\*/`, "日本", "\n--", "'\""} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, name string) {
+		c := nameComment(name)
+		require.True(t, strings.HasPrefix(c, "/*") && strings.HasSuffix(c, " */ "))
+		inner := c[2 : len(c)-4]
+		assert.NotContains(t, inner, "*/", "the comment ends only where it should")
+		assert.NotContains(t, inner, "/*", "no nested comment")
+		assert.NotContains(t, c, "\n")
+		got, ok := nameFromQuery(c + "SELECT 1")
+		require.True(t, ok)
+		assert.Equal(t, name, got)
+	})
+}

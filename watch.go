@@ -1,0 +1,116 @@
+package advisory
+
+import (
+	"context"
+	"errors"
+	"os"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// watchMode says who watches a held session's idle connection.
+type watchMode int
+
+const (
+	watchNone    watchMode = iota
+	watchPolled            // the Manager's poller (epoll); no goroutine of its own
+	watchReading           // the session's readUntilLoss goroutine
+)
+
+// aLongTimeAgo is a read deadline in the past: it wakes a blocked read at once.
+var aLongTimeAgo = time.Unix(1, 0)
+
+// hold hands the connection to the watcher: the Manager's poller where there is one,
+// else a reader goroutine. It refuses once Close has begun.
+func (s *session) hold() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closing {
+		return false
+	}
+	s.state = stateHeld
+	if s.m.poller != nil && s.m.poller.add(s) == nil {
+		s.watch = watchPolled
+		return true
+	}
+	s.watch = watchReading
+	go s.readUntilLoss()
+	return true
+}
+
+// socketEvent is called by the poller when the held session's socket became readable or
+// hung up. The reader goroutine takes over and reads what came.
+func (s *session) socketEvent() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.watch != watchPolled {
+		return // stopWatch took the connection back first
+	}
+	s.watch = watchReading
+	go s.readUntilLoss()
+}
+
+// readUntilLoss blocks reading the idle connection, so a FIN, an RST, a FATAL message from
+// pg_terminate_backend or a shutdown, or a keepalive abort is seen the moment the kernel
+// sees it. Nothing is sent: no ping loop. A notification or notice makes the read return
+// nil; it simply reads again.
+func (s *session) readUntilLoss() {
+	defer close(s.watchDone)
+	for {
+		err := s.pg.WaitForNotification(context.Background())
+		if err == nil {
+			continue
+		}
+		if s.stopping.Load() && errors.Is(err, os.ErrDeadlineExceeded) {
+			return
+		}
+		s.lose(err)
+		return
+	}
+}
+
+// stopWatch takes the connection back from the watcher. It reports false if the watcher
+// had already found the session lost.
+func (s *session) stopWatch() bool {
+	s.mu.Lock()
+	mode := s.watch
+	s.watch = watchNone
+	if s.pollID != 0 {
+		s.m.poller.remove(s) // also clears a one-shot registration that already fired
+	}
+	s.mu.Unlock()
+	if mode != watchReading {
+		return true
+	}
+	s.stopping.Store(true)
+	s.pg.Conn().SetReadDeadline(aLongTimeAgo)
+	<-s.watchDone
+	s.mu.Lock()
+	lost := s.state == stateEnded
+	s.mu.Unlock()
+	if lost {
+		return false
+	}
+	s.pg.Conn().SetReadDeadline(time.Time{})
+	return true
+}
+
+// lossReason says in words why a held connection failed.
+func lossReason(err error) string {
+	var pgErr *pgconn.PgError
+	switch {
+	case errors.As(err, &pgErr) && pgErr.Code == "57P01":
+		return "the server terminated the session (pg_terminate_backend or shutdown)"
+	case errors.As(err, &pgErr):
+		return "the server ended the session"
+	case errors.Is(err, syscall.ETIMEDOUT):
+		return "the network went silent past the keepalive limit (partition or host down)"
+	case errors.Is(err, syscall.ECONNRESET), errors.Is(err, syscall.EPIPE):
+		return "the connection was reset"
+	case errors.Is(err, errNotHeldByServer):
+		return "the session no longer held it"
+	}
+	return "the connection failed"
+}
