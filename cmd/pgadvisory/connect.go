@@ -1,0 +1,75 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/pgadvisory/advisory"
+)
+
+// connFlags are the connection flags of every command that connects.
+type connFlags struct {
+	dsn string
+}
+
+func (c *connFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&c.dsn, "dsn", "", "PostgreSQL connection string (default $DATABASE_URL, else libpq's PG* variables)")
+}
+
+// connString returns --dsn, else $DATABASE_URL, else "": pgx then reads PGHOST, PGPORT,
+// PGUSER, PGPASSWORD, PGDATABASE, PGSSLMODE and the other libpq variables.
+func (c *connFlags) connString() string {
+	if c.dsn != "" {
+		return c.dsn
+	}
+	return os.Getenv("DATABASE_URL")
+}
+
+// connect returns a Manager with a small pool whose sessions show appName in
+// pg_stat_activity. Errors never contain the password (pgx redacts it).
+func (c *connFlags) connect(ctx context.Context, appName string) (*advisory.Manager, error) {
+	cfg, err := pgxpool.ParseConfig(c.connString())
+	if err != nil {
+		return nil, fail(exitUsage, "invalid connection settings: %v", err)
+	}
+	if appName != "" {
+		cfg.ConnConfig.RuntimeParams["application_name"] = appName
+	}
+	cfg.MaxConns = 4 // one lock, one wait, and the status queries
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	m, err := advisory.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fail(exitUnavailable, "cannot connect to %s: %v", target(cfg), err)
+	}
+	return m, nil
+}
+
+// target describes where a config points, without the password.
+func target(cfg *pgxpool.Config) string {
+	cc := cfg.ConnConfig
+	return fmt.Sprintf("%s:%d (user %s, database %s)", cc.Host, cc.Port, cc.User, cc.Database)
+}
+
+// defaultHolderName is the application_name run sets: "pgadvisory HOST/PID", where HOST is
+// the pod name in Kubernetes. PostgreSQL keeps 63 bytes of it.
+func defaultHolderName() string {
+	host, err := os.Hostname()
+	if err != nil {
+		host = "unknown-host"
+	}
+	return truncate(fmt.Sprintf("pgadvisory %s/%d", host, os.Getpid()), 63)
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return strings.ToValidUTF8(s[:n], "")
+}

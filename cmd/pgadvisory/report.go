@@ -1,0 +1,69 @@
+package main
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/pgadvisory/advisory"
+)
+
+// describeHolders says in one line who holds a lock and how many wait, for the messages
+// of run ("held by pid 4242 (pgadvisory pod-a/17, 10.0.0.5:5432) for 12s; 2 waiting").
+func describeHolders(hs []advisory.Holder, now time.Time) string {
+	var held []string
+	waiting := 0
+	for _, h := range hs {
+		if !h.Granted {
+			waiting++
+			continue
+		}
+		held = append(held, describeHolder(h, now))
+	}
+	var b strings.Builder
+	switch len(held) {
+	case 0:
+		b.WriteString("not held right now")
+	default:
+		b.WriteString("held by " + strings.Join(held, " and "))
+	}
+	if waiting > 0 {
+		fmt.Fprintf(&b, "; %d waiting", waiting)
+	}
+	return b.String()
+}
+
+func describeHolder(h advisory.Holder, now time.Time) string {
+	var who []string
+	if h.ApplicationName != "" {
+		who = append(who, fmt.Sprintf("%q", h.ApplicationName))
+	}
+	if h.ClientAddr != "" {
+		who = append(who, h.ClientAddr)
+	} else if h.State != "" {
+		who = append(who, "local socket")
+	}
+	s := fmt.Sprintf("pid %d", h.PID)
+	if len(who) > 0 {
+		s += " (" + strings.Join(who, ", ") + ")"
+	}
+	if !h.Since.IsZero() {
+		s += " for " + age(now.Sub(h.Since))
+	}
+	return s
+}
+
+// age rounds a duration for people: 850ms, 12s, 3m05s, 2h10m.
+func age(d time.Duration) string {
+	switch {
+	case d < 0:
+		return "0s"
+	case d < time.Second:
+		return d.Round(time.Millisecond).String()
+	case d < time.Minute:
+		return d.Round(time.Second).String()
+	case d < time.Hour:
+		return fmt.Sprintf("%dm%02ds", int(d.Minutes()), int(d.Seconds())%60)
+	}
+	return fmt.Sprintf("%dh%02dm", int(d.Hours()), int(d.Minutes())%60)
+}

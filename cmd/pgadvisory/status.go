@@ -1,0 +1,125 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"strconv"
+	"text/tabwriter"
+	"time"
+
+	"github.com/pgadvisory/advisory"
+)
+
+// statusRow is one line of `status --json`. The field names are stable: scripts may rely
+// on them. key is a string because JSON numbers lose int64 precision in most parsers.
+type statusRow struct {
+	Key             string    `json:"key"`
+	Pair            bool      `json:"pair"`           // taken as pg_advisory_lock(int4, int4): key is hi<<32|lo
+	Name            string    `json:"name,omitempty"` // when taken through this library
+	Mode            string    `json:"mode"`           // "exclusive" or "shared"
+	State           string    `json:"state"`          // "holding" or "waiting"
+	PID             uint32    `json:"pid"`
+	ApplicationName string    `json:"application_name"`
+	Client          string    `json:"client"` // host:port; "" over a Unix socket
+	BackendStart    time.Time `json:"backend_start"`
+	Since           time.Time `json:"since"` // holding: when granted (approx.); waiting: when the wait began
+}
+
+func statusCommand(args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("pgadvisory status", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var conn connFlags
+	key := fs.String("key", "", "only this lock name")
+	asJSON := fs.Bool("json", false, "print a JSON array (stable field names) instead of a table")
+	conn.register(fs)
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil
+		}
+		return &exitError{exitUsage, errors.New("")}
+	}
+	if fs.NArg() > 0 {
+		return fail(exitUsage, "status: unexpected argument %q", fs.Arg(0))
+	}
+	if *key != "" {
+		if err := advisory.ValidateName(*key); err != nil {
+			return fail(exitUsage, "status: --key: %v", err)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	m, err := conn.connect(ctx, "pgadvisory status")
+	if err != nil {
+		return err
+	}
+	defer m.Close()
+	var hs []advisory.Holder
+	if *key != "" {
+		hs, err = m.Holders(ctx, *key)
+	} else {
+		hs, err = m.AllHolders(ctx)
+	}
+	if err != nil {
+		return fail(exitUnavailable, "status: %v", err)
+	}
+	rows := make([]statusRow, len(hs))
+	for i, h := range hs {
+		rows[i] = toRow(h)
+	}
+	if *asJSON {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(rows)
+	}
+	printTable(stdout, rows, time.Now())
+	return nil
+}
+
+func toRow(h advisory.Holder) statusRow {
+	r := statusRow{Key: strconv.FormatInt(int64(h.Key), 10), Pair: h.Pair, Name: h.Name, Mode: "exclusive",
+		State: "holding", PID: h.PID, ApplicationName: h.ApplicationName, Client: h.ClientAddr,
+		BackendStart: h.BackendStart, Since: h.Since}
+	if h.Shared {
+		r.Mode = "shared"
+	}
+	if !h.Granted {
+		r.State = "waiting"
+	}
+	return r
+}
+
+func printTable(w io.Writer, rows []statusRow, now time.Time) {
+	if len(rows) == 0 {
+		fmt.Fprintln(w, "no advisory locks held or awaited in this database")
+		return
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "KEY\tNAME\tMODE\tSTATE\tPID\tAPPLICATION\tCLIENT\tFOR")
+	for _, r := range rows {
+		name, client, key := r.Name, r.Client, r.Key
+		if name == "" {
+			name = "-"
+		}
+		if client == "" {
+			client = "local"
+		}
+		if r.Pair {
+			key = fmt.Sprintf("(%d,%d)", mustInt(r.Key)>>32, int32(mustInt(r.Key)))
+		}
+		since := "-"
+		if !r.Since.IsZero() {
+			since = age(now.Sub(r.Since))
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n", key, name, r.Mode, r.State, r.PID, r.ApplicationName, client, since)
+	}
+	tw.Flush()
+}
+
+func mustInt(s string) int64 {
+	n, _ := strconv.ParseInt(s, 10, 64)
+	return n
+}

@@ -1,0 +1,95 @@
+package main_test
+
+import (
+	"encoding/json"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/pgadvisory/advisory"
+)
+
+func TestStatusJSONListsAHeldLock(t *testing.T) {
+	t.Parallel()
+	_, l := holdLock(t, t.Name(), "application_name=status-holder")
+	r := cli(t, "status", "--json", "--key", t.Name())
+	require.Equal(t, 0, r.code, r.stderr)
+	var rows []map[string]any
+	require.NoError(t, json.Unmarshal([]byte(r.stdout), &rows), r.stdout)
+	require.Len(t, rows, 1)
+	row := rows[0]
+	assert.Equal(t, strconv.FormatInt(int64(l.Key()), 10), row["key"], "key is a string: int64 survives JSON")
+	assert.Equal(t, t.Name(), row["name"])
+	assert.Equal(t, "exclusive", row["mode"])
+	assert.Equal(t, "holding", row["state"])
+	assert.EqualValues(t, l.PID(), row["pid"])
+	assert.Equal(t, "status-holder", row["application_name"])
+	assert.Contains(t, row["client"], "127.0.0.1:")
+	for _, field := range []string{"pair", "backend_start", "since"} {
+		assert.Contains(t, row, field)
+	}
+
+	all := cli(t, "status", "--json")
+	require.Equal(t, 0, all.code)
+	assert.Contains(t, all.stdout, strconv.FormatInt(int64(l.Key()), 10))
+}
+
+func TestStatusTable(t *testing.T) {
+	t.Parallel()
+	_, l := holdLock(t, t.Name(), "application_name=table-holder")
+	r := cli(t, "status", "--key", t.Name())
+	require.Equal(t, 0, r.code, r.stderr)
+	lines := strings.Split(strings.TrimSpace(r.stdout), "\n")
+	require.Len(t, lines, 2, r.stdout)
+	assert.Regexp(t, `^KEY\s+NAME\s+MODE\s+STATE\s+PID\s+APPLICATION\s+CLIENT\s+FOR`, lines[0])
+	for _, want := range []string{t.Name(), "exclusive", "holding", strconv.Itoa(int(l.PID())), "table-holder"} {
+		assert.Contains(t, lines[1], want)
+	}
+	require.NoError(t, l.Unlock(t.Context()))
+	r = cli(t, "status", "--key", t.Name())
+	assert.Contains(t, r.stdout, "no advisory locks")
+}
+
+func TestStatusConnectionFromPGVariables(t *testing.T) {
+	t.Parallel()
+	dsn(t)
+	if srv.Kind() != "local" {
+		t.Skip("PG* variables are checked against the local harness server")
+	}
+	p := startEnv(t, []string{"DATABASE_URL=", "PGHOST=127.0.0.1", "PGPORT=" + strconv.Itoa(srv.Port()),
+		"PGUSER=postgres", "PGDATABASE=postgres", "PGSSLMODE=disable"}, "status")
+	r := wait(t, p)
+	assert.Equal(t, 0, r.code, r.stderr)
+}
+
+func TestHash(t *testing.T) {
+	t.Parallel()
+	r := cli(t, "hash", "migrations")
+	require.Equal(t, 0, r.code)
+	assert.True(t, strings.HasPrefix(r.stdout, "4637455633556087398\n"), r.stdout)
+	assert.Contains(t, r.stdout, "SELECT pg_advisory_lock(4637455633556087398);")
+	assert.Contains(t, r.stdout, "SELECT pg_advisory_lock(hashtextextended('migrations', 0));")
+	r = cli(t, "hash", "it's")
+	assert.Contains(t, r.stdout, "hashtextextended('it''s', 0)", "SQL-quoted")
+	assert.Contains(t, r.stdout, strconv.FormatInt(int64(advisory.KeyOf("it's")), 10))
+	assert.Equal(t, 64, cli(t, "hash").code)
+	assert.Equal(t, 64, cli(t, "hash", "").code)
+}
+
+func TestDemo(t *testing.T) {
+	dsn(t) // the demo starts its own server; skip or fail with the rest when none can be had
+	p := startEnv(t, []string{"ADVISORY_TEST_DSN="}, "demo")
+	r := wait(t, p)
+	require.Equal(t, 0, r.code, "stdout:\n%s\nstderr:\n%s", r.stdout, r.stderr)
+	for _, want := range []string{"holds the lock", "after the SIGKILL", "was told", "exited 76", "exited 0: migrated"} {
+		assert.Contains(t, r.stdout, want)
+	}
+	assert.Less(t, r.took.Seconds(), 60.0)
+	if testing.Verbose() {
+		os.Stdout.WriteString(r.stdout)
+	}
+}

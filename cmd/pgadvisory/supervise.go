@@ -1,0 +1,98 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"os"
+	"os/exec"
+	"syscall"
+	"time"
+	"unsafe"
+
+	"github.com/pgadvisory/advisory"
+)
+
+// supervise runs CMD while the lock is held and returns the exit code of run.
+func (r *runner) supervise(l *advisory.Lock) int {
+	cmd := exec.Command(r.argv[0], r.argv[1:]...)
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
+	// CMD gets a process group of its own, so a loss stops everything it started. On a
+	// terminal that group becomes the foreground one, so CMD can still read the terminal
+	// and Ctrl-C reaches it directly.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if isTerminal(os.Stdin) {
+		cmd.SysProcAttr.Foreground, cmd.SysProcAttr.Ctty = true, 0
+	}
+	if err := cmd.Start(); err != nil {
+		r.release(l)
+		return exitCode(startFailure(r.argv[0], err), r.stderr)
+	}
+	exited := make(chan struct{})
+	go func() { cmd.Wait(); close(exited) }()
+	pgid := cmd.Process.Pid
+	for {
+		select {
+		case <-exited:
+			return r.finish(l, cmd.ProcessState)
+		case sig := <-r.sigs:
+			syscall.Kill(-pgid, sig.(syscall.Signal))
+		case <-l.Done():
+			r.say("lock %q lost while the command ran: %v; stopping the command (SIGTERM, SIGKILL after %v)",
+				r.key, l.Err(), r.grace)
+			syscall.Kill(-pgid, syscall.SIGTERM)
+			select {
+			case <-exited:
+			case <-time.After(r.grace):
+				r.say("command still running after %v: SIGKILL", r.grace)
+			}
+			syscall.Kill(-pgid, syscall.SIGKILL) // whatever is left of its process group
+			<-exited
+			return exitLost
+		}
+	}
+}
+
+// finish releases the lock after CMD ended and picks the exit code: CMD's own, unless the
+// lock turned out to have been lost before the release.
+func (r *runner) finish(l *advisory.Lock, ps *os.ProcessState) int {
+	err := r.release(l)
+	if errors.Is(err, advisory.ErrLockLost) {
+		r.say("the command ended, but lock %q was lost before it could be released: %v; "+
+			"the command may have run without the lock at the end", r.key, err)
+		return exitLost
+	}
+	if err != nil {
+		r.say("releasing lock %q: %v (the server frees it as the session ends)", r.key, err)
+	}
+	return exitStatus(ps)
+}
+
+func (r *runner) release(l *advisory.Lock) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	return l.Unlock(ctx)
+}
+
+// exitStatus is CMD's exit code, or 128+N if a signal N killed it (as shells report it).
+func exitStatus(ps *os.ProcessState) int {
+	if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		return 128 + int(ws.Signal())
+	}
+	return ps.ExitCode()
+}
+
+func startFailure(name string, err error) error {
+	switch {
+	case errors.Is(err, exec.ErrNotFound), errors.Is(err, os.ErrNotExist):
+		return fail(exitNotFound, "command not found: %s", name)
+	case errors.Is(err, os.ErrPermission):
+		return fail(exitCannotExec, "cannot execute %s: %v", name, err)
+	}
+	return fail(exitSoftware, "start %s: %v", name, err)
+}
+
+func isTerminal(f *os.File) bool {
+	var t syscall.Termios
+	_, _, errno := syscall.Syscall(syscall.SYS_IOCTL, f.Fd(), syscall.TCGETS, uintptr(unsafe.Pointer(&t)))
+	return errno == 0
+}
