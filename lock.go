@@ -128,22 +128,39 @@ func (m *Manager) LockKeyShared(ctx context.Context, key Key) (*Lock, error) {
 }
 
 func (m *Manager) lock(ctx context.Context, t target) (*Lock, error) {
+	return m.take(ctx, t, false)
+}
+
+// take runs one Lock (try false) or TryLock (try true) call.
+func (m *Manager) take(ctx context.Context, t target, try bool) (*Lock, error) {
 	if err := m.enter(); err != nil {
 		return nil, err
 	}
 	defer m.active.Done()
+	op := "lock"
+	if try {
+		op = "try lock"
+	}
 	for attempt := 0; ; attempt++ {
-		s, err := m.acquire(ctx, t, true)
+		s, err := m.acquire(ctx, t, !try)
 		if err != nil {
-			return nil, lockError("lock", t, err)
+			return nil, lockError(op, t, err)
 		}
-		err = s.lock(ctx)
+		if try {
+			err = s.tryLock(ctx)
+		} else {
+			err = s.lock(ctx)
+		}
 		if err == nil {
 			return &Lock{s: s, name: t.name}, nil
 		}
 		s.end(true, ErrNotHeld)
-		if attempt > 0 || !staleConn(ctx, err) {
-			return nil, lockError("lock", t, err)
+		var locked *LockedError
+		switch {
+		case errors.As(err, &locked):
+			return nil, err
+		case attempt > 0 || !staleConn(ctx, err):
+			return nil, lockError(op, t, err)
 		}
 	}
 }
@@ -191,27 +208,7 @@ func (m *Manager) TryLockKeyShared(ctx context.Context, key Key) (*Lock, error) 
 }
 
 func (m *Manager) tryLock(ctx context.Context, t target) (*Lock, error) {
-	if err := m.enter(); err != nil {
-		return nil, err
-	}
-	defer m.active.Done()
-	for attempt := 0; ; attempt++ {
-		s, err := m.acquire(ctx, t, false)
-		if err != nil {
-			return nil, lockError("try lock", t, err)
-		}
-		ok, err := s.tryLock(ctx)
-		if err == nil && ok {
-			return &Lock{s: s, name: t.name}, nil
-		}
-		s.end(true, ErrNotHeld)
-		switch {
-		case err == nil:
-			return nil, &LockedError{Key: t.key, Name: t.name}
-		case attempt > 0 || !staleConn(ctx, err):
-			return nil, lockError("try lock", t, err)
-		}
-	}
+	return m.take(ctx, t, true)
 }
 
 func lockError(op string, t target, err error) error {

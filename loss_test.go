@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/pgadvisory/advisory"
+	"github.com/pgadvisory/advisory/internal/leak"
 )
 
 // TestTerminateBackendIsSeenAtOnce: the watcher reads the idle connection, so the FATAL
@@ -151,16 +152,7 @@ func TestCloseLeavesNoGoroutines(t *testing.T) {
 		require.NoError(t, a.Unlock(ctx))
 		m.Close()
 	}
-	// A plain loop: testify's Eventually runs its condition on a goroutine of its own.
-	after := runtime.NumGoroutine()
-	for deadline := time.Now().Add(5 * time.Second); after > before && time.Now().Before(deadline); {
-		time.Sleep(10 * time.Millisecond)
-		after = runtime.NumGoroutine()
-	}
-	if after > before {
-		buf := make([]byte, 1<<20)
-		t.Fatalf("goroutines: %d before, %d after Close:\n%s", before, after, buf[:runtime.Stack(buf, true)])
-	}
+	leak.Goroutines(t, before)
 }
 
 func TestLossErrorNamesTheLockAndTheCause(t *testing.T) {

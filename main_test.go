@@ -61,12 +61,7 @@ func runTests(m *testing.M) int {
 // Without a server the test is skipped, except under CI=true where it fails.
 func dsn(t testing.TB, extra ...string) string {
 	t.Helper()
-	if srv == nil {
-		if pgtest.InCI() {
-			t.Fatalf("no PostgreSQL under CI=true: %v", startErr)
-		}
-		t.Skipf("no PostgreSQL for this test: %v", startErr)
-	}
+	pgtest.Need(t, srv, startErr)
 	return strings.Join(append([]string{srv.DSN()}, extra...), " ")
 }
 

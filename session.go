@@ -87,26 +87,29 @@ func (s *session) lock(ctx context.Context) error {
 	return err
 }
 
-// tryLock runs pg_try_advisory_lock. On (true, nil) the session holds the lock and the
-// watcher runs. On error the connection is closed (the server frees anything it may
-// hold). On (false, nil) the session is still usable and holds nothing.
-func (s *session) tryLock(ctx context.Context) (bool, error) {
+// tryLock runs pg_try_advisory_lock. On nil the session holds the lock and the watcher
+// runs. If another session holds it, it returns a *LockedError and the session is still
+// usable and holds nothing. On any other error the connection is closed (the server frees
+// anything it may hold).
+func (s *session) tryLock(ctx context.Context) error {
 	var ok bool
 	err := s.pc.QueryRow(ctx, s.st.tryLock, int64(s.key)).Scan(&ok)
 	s.setState(stateSettling)
-	if err != nil {
+	switch {
+	case err != nil:
 		s.discard()
-		return false, err
-	}
-	if ok && !s.hold() {
+		return err
+	case !ok:
+		return &LockedError{Key: s.key, Name: s.name}
+	case !s.hold():
 		ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
 		defer cancel()
 		if err := s.unlock(ctx); err != nil {
 			s.discard()
 		}
-		return false, ErrClosed
+		return ErrClosed
 	}
-	return ok, nil
+	return nil
 }
 
 // reconcile releases the key if the server says this session holds it. A CancelRequest

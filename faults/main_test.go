@@ -66,12 +66,7 @@ func runSuite(m *testing.M) int {
 // dsn returns the server's DSN; without a server the test skips, or fails under CI.
 func dsn(t testing.TB) string {
 	t.Helper()
-	if srv == nil {
-		if pgtest.InCI() {
-			t.Fatalf("no PostgreSQL under CI=true: %v", startErr)
-		}
-		t.Skipf("no PostgreSQL for this test: %v", startErr)
-	}
+	pgtest.Need(t, srv, startErr)
 	return srv.DSN()
 }
 

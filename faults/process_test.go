@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/pgadvisory/advisory"
+	"github.com/pgadvisory/advisory/internal/leak"
 )
 
 // TestSIGKILLedHolderIsTakenOver: a holder process is killed mid-hold; a waiter already
@@ -91,20 +92,7 @@ func TestServerRestartTellsEveryHolder(t *testing.T) {
 	require.NoError(t, l.Unlock(ctx))
 	m.Close()
 	admin.Reset() // its idle connections died with the server
-	requireGoroutinesBack(t, goroutines)
-}
-
-func requireGoroutinesBack(t *testing.T, before int) {
-	t.Helper()
-	after := runtime.NumGoroutine()
-	for deadline := time.Now().Add(5 * time.Second); after > before && time.Now().Before(deadline); {
-		time.Sleep(10 * time.Millisecond)
-		after = runtime.NumGoroutine()
-	}
-	if after > before {
-		buf := make([]byte, 1<<20)
-		t.Fatalf("goroutines: %d before, %d after:\n%s", before, after, buf[:runtime.Stack(buf, true)])
-	}
+	leak.Goroutines(t, goroutines)
 }
 
 // TestPoolPressure: more Lock calls than pool connections. Given time, every call gets

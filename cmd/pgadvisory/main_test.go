@@ -54,12 +54,7 @@ func runTests(m *testing.M) int {
 
 func dsn(t testing.TB) string {
 	t.Helper()
-	if srv == nil {
-		if pgtest.InCI() {
-			t.Fatalf("no PostgreSQL under CI=true: %v", startErr)
-		}
-		t.Skipf("no PostgreSQL: %v", startErr)
-	}
+	pgtest.Need(t, srv, startErr)
 	return srv.DSN()
 }
 

@@ -102,3 +102,24 @@ func StartLocal(ctx context.Context, opts Options) (*Server, error) {
 
 // Port returns the TCP port of a server started from local binaries, else 0.
 func (s *Server) Port() int { return s.port }
+
+// TB is the part of testing.TB that Need uses (this package does not import testing, so
+// that the pgadvisory binary can use the harness for its demo).
+type TB interface {
+	Helper()
+	Fatalf(format string, args ...any)
+	Skipf(format string, args ...any)
+}
+
+// Need stops a test that needs a server when there is none: it is skipped with the
+// reason, or fails under CI=true. srv and startErr are what Start returned.
+func Need(t TB, srv *Server, startErr error) {
+	t.Helper()
+	if srv != nil {
+		return
+	}
+	if InCI() {
+		t.Fatalf("no PostgreSQL under CI=true: %v", startErr)
+	}
+	t.Skipf("no PostgreSQL for this test: %v", startErr)
+}
