@@ -83,7 +83,9 @@ func New(ctx context.Context, connString string, opts ...Option) (*Manager, erro
 }
 
 // NewWithConfig is like [New] but starts from the caller's pool configuration, which it
-// copies and does not modify. The library installs its own dial wrapper (around the
+// copies and does not modify. libpq's keepalive keys (keepalives, keepalives_idle,
+// keepalives_interval, keepalives_count, tcp_user_timeout), which pgx would send to the
+// server, are taken out of its RuntimeParams and applied to the client end. The library installs its own dial wrapper (around the
 // config's DialFunc), context watcher handler and AfterConnect (which runs the
 // config's own AfterConnect after setting up the session). It panics if cfg is nil.
 func NewWithConfig(ctx context.Context, cfg *pgxpool.Config, opts ...Option) (*Manager, error) {
@@ -96,10 +98,14 @@ func NewWithConfig(ctx context.Context, cfg *pgxpool.Config, opts ...Option) (*M
 			return nil, err
 		}
 	}
+	cfg = cfg.Copy()
+	if err := takeLibpqKeepalive(cfg.ConnConfig.RuntimeParams, &set); err != nil {
+		return nil, err
+	}
 	if err := set.validate(); err != nil {
 		return nil, err
 	}
-	pool, err := pgxpool.NewWithConfig(ctx, configure(cfg.Copy(), &set))
+	pool, err := pgxpool.NewWithConfig(ctx, configure(cfg, &set))
 	if err != nil {
 		return nil, fmt.Errorf("advisory: %w", err)
 	}

@@ -72,3 +72,35 @@ func TestKeepaliveValidation(t *testing.T) {
 		})
 	}
 }
+
+// TestLibpqKeepaliveKeysInTheConnectionString: libpq's client keepalive keys are applied
+// to the client end, not sent to the server (where keepalives_idle would fail the
+// connect, and tcp_user_timeout would silently become the server's setting).
+func TestLibpqKeepaliveKeysInTheConnectionString(t *testing.T) {
+	t.Parallel()
+	m := newManager(t, []string{"keepalives=1", "keepalives_idle=2", "keepalives_interval=1",
+		"keepalives_count=3", "tcp_user_timeout=5000"})
+	b := m.Bounds()
+	assert.Equal(t, 5*s, b.HolderTold, "client end: 2s + 1s*3, user timeout 5000ms")
+	assert.Equal(t, 20*s, b.ServerFreesAfter, "server end untouched")
+	ctx := ctxT(t)
+	l, err := m.Lock(ctx, t.Name())
+	require.NoError(t, err, "the connect was not broken by the keys")
+	require.NoError(t, l.Unlock(ctx))
+
+	for _, tc := range []struct {
+		extra string
+		opts  []advisory.Option
+		msg   string
+	}{
+		{"keepalives=0", nil, "advisory needs TCP keepalive"},
+		{"keepalives_idle=soon", nil, `keepalives_idle="soon" is not a whole number`},
+		{"keepalives_idle=30", nil, "margin"}, // validated like any other setting
+		{"keepalives_count=3", []advisory.Option{advisory.WithClientKeepalive(advisory.TCPKeepalive{
+			Idle: 4 * s, Interval: 2 * s, Count: 3})}, "set it in one place"},
+	} {
+		_, err := advisory.New(context.Background(), "host=127.0.0.1 port=1 sslmode=disable "+tc.extra, tc.opts...)
+		require.ErrorIs(t, err, advisory.ErrInvalidOption, tc.extra)
+		assert.Contains(t, err.Error(), tc.msg, tc.extra)
+	}
+}

@@ -10,11 +10,12 @@ import (
 type Option func(*settings) error
 
 type settings struct {
-	clientKeepalive   TCPKeepalive
-	serverKeepalive   TCPKeepalive
-	connCheckInterval time.Duration
-	minMargin         time.Duration
-	cancelGrace       time.Duration
+	clientKeepalive    TCPKeepalive
+	clientKeepaliveSet bool // by WithClientKeepalive
+	serverKeepalive    TCPKeepalive
+	connCheckInterval  time.Duration
+	minMargin          time.Duration
+	cancelGrace        time.Duration
 }
 
 func defaultSettings() settings {
@@ -36,9 +37,11 @@ func (s *settings) validate() error {
 
 // WithClientKeepalive sets TCP keepalive on the client end of every lock connection: it
 // bounds how long a holder takes to learn that a silent network cut its lock away. The
-// default is Idle 4s, Interval 2s, Count 3, UserTimeout 10s: told within 10 s.
+// default is Idle 4s, Interval 2s, Count 3, UserTimeout 10s: told within 10 s. libpq's
+// keepalives_idle, keepalives_interval, keepalives_count and tcp_user_timeout in the
+// connection string set the same thing (New refuses both at once).
 func WithClientKeepalive(k TCPKeepalive) Option {
-	return func(s *settings) error { s.clientKeepalive = k; return nil }
+	return func(s *settings) error { s.clientKeepalive, s.clientKeepaliveSet = k, true; return nil }
 }
 
 // WithServerKeepalive sets tcp_keepalives_idle, tcp_keepalives_interval,

@@ -1,0 +1,70 @@
+package advisory
+
+import (
+	"fmt"
+	"strconv"
+	"time"
+)
+
+// libpqKeepaliveKeys are libpq's client keepalive settings. pgx does not know them and
+// would send them to the server as session parameters: keepalives_idle=5 then fails the
+// connect (no such server setting) and tcp_user_timeout=5000 silently becomes the server
+// end's setting instead of the client's. Users paste libpq connection strings, so the
+// library takes these keys out and applies them to the client end, as libpq does.
+var libpqKeepaliveKeys = []string{"keepalives", "keepalives_idle", "keepalives_interval", "keepalives_count", "tcp_user_timeout"}
+
+// takeLibpqKeepalive removes the libpq keepalive keys from params and applies them to the
+// client keepalive in set. It refuses keepalives=0 (keepalive is how a holder learns of a
+// partition), values that are not whole numbers, and keys given together with
+// WithClientKeepalive (one place, not two).
+func takeLibpqKeepalive(params map[string]string, set *settings) error {
+	found := map[string]int{}
+	for _, key := range libpqKeepaliveKeys {
+		v, ok := params[key]
+		if !ok {
+			continue
+		}
+		delete(params, key)
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 0 {
+			return fmt.Errorf("%w: connection string: %s=%q is not a whole number", ErrInvalidOption, key, v)
+		}
+		found[key] = n
+	}
+	if len(found) == 0 {
+		return nil
+	}
+	if n, ok := found["keepalives"]; ok && n == 0 {
+		return fmt.Errorf("%w: connection string: keepalives=0: advisory needs TCP keepalive, it is how a "+
+			"holder learns that a silent network cut its lock away", ErrInvalidOption)
+	}
+	delete(found, "keepalives")
+	if len(found) > 0 && set.clientKeepaliveSet {
+		return fmt.Errorf("%w: client keepalive set both in the connection string (%v) and with WithClientKeepalive; "+
+			"set it in one place", ErrInvalidOption, keys(found))
+	}
+	k := &set.clientKeepalive
+	for key, n := range found {
+		switch key {
+		case "keepalives_idle":
+			k.Idle = time.Duration(n) * time.Second
+		case "keepalives_interval":
+			k.Interval = time.Duration(n) * time.Second
+		case "keepalives_count":
+			k.Count = n
+		case "tcp_user_timeout":
+			k.UserTimeout = time.Duration(n) * time.Millisecond // libpq: milliseconds, 0 = system default
+		}
+	}
+	return nil
+}
+
+func keys(m map[string]int) []string {
+	out := make([]string, 0, len(m))
+	for _, k := range libpqKeepaliveKeys {
+		if _, ok := m[k]; ok {
+			out = append(out, k)
+		}
+	}
+	return out
+}
