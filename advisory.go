@@ -132,8 +132,12 @@ func configure(cfg *pgxpool.Config, set *settings) *pgxpool.Config {
 	next := cfg.AfterConnect
 	cfg.AfterConnect = func(ctx context.Context, conn *pgx.Conn) error {
 		version := serverVersion(conn.PgConn().ParameterStatus("server_version"))
-		if err := conn.PgConn().Exec(ctx, serverSettings(set, version)).Close(); err != nil {
+		results, err := conn.PgConn().Exec(ctx, serverSettings(set, version)+"SELECT pg_backend_pid()").ReadAll()
+		if err != nil {
 			return fmt.Errorf("advisory: set up lock session: %w", err)
+		}
+		if err := recordBackendPID(conn.PgConn(), results); err != nil {
+			return err
 		}
 		if next != nil {
 			return next(ctx, conn)

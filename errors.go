@@ -33,6 +33,13 @@ var (
 	// setting that is out of range or would break the loss-detection guarantee.
 	ErrInvalidOption = errors.New("advisory: invalid option")
 
+	// ErrPooler means the statements of one pinned connection ran on different server
+	// backends, or a statement prepared on it vanished: a transaction-pooling proxy
+	// (PgBouncer pool_mode=transaction, or similar) is in the way, and session-level locks
+	// cannot work through it. Connect directly, or use session pooling.
+	ErrPooler = errors.New("advisory: connection is behind a transaction-pooling proxy (PgBouncer pool_mode=transaction?); " +
+		"session-level advisory locks need a direct connection or session pooling")
+
 	// ErrPoolExhausted means every connection of the Manager's pool is in use (each held
 	// lock pins one) and no connection became free before ctx ended (Lock), or at once
 	// (TryLock). Raise the pool size (pool_max_conns) or release locks sooner.

@@ -52,7 +52,7 @@ const (
 
 func newSession(m *Manager, pc *pgxpool.Conn, t target) *session {
 	pg := pc.Conn().PgConn()
-	return &session{m: m, pc: pc, pg: pg, cancel: handlerOf(pg), pid: pg.PID(),
+	return &session{m: m, pc: pc, pg: pg, cancel: handlerOf(pg), pid: backendPID(pg),
 		key: t.key, name: t.name, shared: t.shared, st: statementsFor(t.name, t.shared),
 		fd: socketFD(pg.Conn()), done: make(chan struct{}), watchDone: make(chan struct{})}
 }
@@ -62,9 +62,15 @@ func newSession(m *Manager, pc *pgxpool.Conn, t target) *session {
 // the lock, as verified with the server or by closing the connection.
 func (s *session) lock(ctx context.Context) error {
 	key := s.key
-	_, err := s.pc.Exec(waitCtx(ctx), s.st.lock, int64(key))
+	var pid uint32
+	err := s.pc.QueryRow(waitCtx(ctx), s.st.lock, int64(key)).Scan(&pid, nil)
 	s.setState(stateSettling)
 	interrupted := s.cancel.settle()
+	if err == nil || isPoolerSymptom(err) {
+		if perr := s.checkBackend(pid, err); perr != nil {
+			return perr
+		}
+	}
 	if err == nil && ctx.Err() == nil && s.hold() {
 		return nil
 	}
@@ -93,8 +99,14 @@ func (s *session) lock(ctx context.Context) error {
 // anything it may hold).
 func (s *session) tryLock(ctx context.Context) error {
 	var ok bool
-	err := s.pc.QueryRow(ctx, s.st.tryLock, int64(s.key)).Scan(&ok)
+	var pid uint32
+	err := s.pc.QueryRow(ctx, s.st.tryLock, int64(s.key)).Scan(&pid, &ok)
 	s.setState(stateSettling)
+	if err == nil || isPoolerSymptom(err) {
+		if perr := s.checkBackend(pid, err); perr != nil {
+			return perr
+		}
+	}
 	switch {
 	case err != nil:
 		s.discard()
@@ -137,7 +149,11 @@ var errNotHeldByServer = errors.New("the server reports the lock was not held by
 // nil only if the server confirmed the release.
 func (s *session) unlock(ctx context.Context) error {
 	var ok bool
-	err := s.pc.QueryRow(ctx, s.st.unlock, int64(s.key)).Scan(&ok)
+	var pid uint32
+	err := s.pc.QueryRow(ctx, s.st.unlock, int64(s.key)).Scan(&pid, &ok)
+	if err == nil && pid != s.pid {
+		return s.poolerError(pid)
+	}
 	if err == nil && !ok {
 		return errNotHeldByServer
 	}

@@ -17,10 +17,12 @@ func statementsFor(name string, shared bool) statements {
 	if shared {
 		suffix, mode = "_shared", "ShareLock"
 	}
+	// lock, tryLock and unlock also return pg_backend_pid(): a different backend than the
+	// connection's own means a transaction-pooling proxy (see checkBackend).
 	st := statements{
-		lock:    "SELECT pg_advisory_lock" + suffix + "($1)",
-		tryLock: "SELECT pg_try_advisory_lock" + suffix + "($1)",
-		unlock:  "SELECT pg_advisory_unlock" + suffix + "($1)",
+		lock:    "SELECT pg_backend_pid(), pg_advisory_lock" + suffix + "($1)",
+		tryLock: "SELECT pg_backend_pid(), pg_try_advisory_lock" + suffix + "($1)",
+		unlock:  "SELECT pg_backend_pid(), pg_advisory_unlock" + suffix + "($1)",
 		// Unlock the key if, and only if, this backend holds it: unlike a bare unlock it
 		// leaves no WARNING in the server log when it does not.
 		reconcile: "SELECT pg_advisory_unlock" + suffix + "($1) FROM pg_locks WHERE locktype = 'advisory'" +

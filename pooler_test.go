@@ -1,0 +1,173 @@
+package advisory_test
+
+import (
+	"context"
+	"encoding/binary"
+	"io"
+	"net"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/pgadvisory/advisory"
+)
+
+// txProxy imitates a transaction-pooling proxy: each client connection gets two server
+// connections, and route decides, per client transaction (a batch of messages ending in
+// Sync or Query), which one runs it. Only what the tests need: no TLS, no cancels.
+type txProxy struct {
+	ln       net.Listener
+	upstream string
+	route    func(batch int) int
+	wg       sync.WaitGroup
+}
+
+func startTxProxy(t *testing.T, route func(batch int) int) string {
+	cfg, err := pgxpool.ParseConfig(dsn(t))
+	require.NoError(t, err)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	p := &txProxy{ln: ln, upstream: net.JoinHostPort(cfg.ConnConfig.Host, strconv.Itoa(int(cfg.ConnConfig.Port))), route: route}
+	p.wg.Add(1)
+	go p.accept()
+	t.Cleanup(func() { ln.Close(); p.wg.Wait() })
+	port := ln.Addr().(*net.TCPAddr).Port
+	return "host=127.0.0.1 port=" + strconv.Itoa(port) + " user=" + cfg.ConnConfig.User +
+		" dbname=" + cfg.ConnConfig.Database + " sslmode=disable"
+}
+
+func (p *txProxy) accept() {
+	defer p.wg.Done()
+	for {
+		c, err := p.ln.Accept()
+		if err != nil {
+			return
+		}
+		p.wg.Add(1)
+		go func() { defer p.wg.Done(); p.serve(c) }()
+	}
+}
+
+func (p *txProxy) serve(client net.Conn) {
+	defer client.Close()
+	startup, err := readStartup(client)
+	if err != nil {
+		return
+	}
+	var servers [2]net.Conn
+	for i := range servers {
+		if servers[i], err = net.Dial("tcp", p.upstream); err != nil {
+			return
+		}
+		defer servers[i].Close()
+		servers[i].Write(startup)
+		out := io.Discard
+		if i == 0 {
+			out = client // the client sees the first server's start-up answer
+		}
+		if relayUntilReady(servers[i], out) != nil {
+			return
+		}
+	}
+	for batch := 0; ; batch++ {
+		msgs, last, err := readBatch(client)
+		if err != nil || last == 'X' {
+			return
+		}
+		s := servers[p.route(batch)]
+		if _, err := s.Write(msgs); err != nil || relayUntilReady(s, client) != nil {
+			return
+		}
+	}
+}
+
+func readStartup(c net.Conn) ([]byte, error) {
+	var n [4]byte
+	if _, err := io.ReadFull(c, n[:]); err != nil {
+		return nil, err
+	}
+	body := make([]byte, binary.BigEndian.Uint32(n[:])-4)
+	_, err := io.ReadFull(c, body)
+	return append(n[:], body...), err
+}
+
+// readMessage reads one typed protocol message and returns it whole.
+func readMessage(r io.Reader) (byte, []byte, error) {
+	var h [5]byte
+	if _, err := io.ReadFull(r, h[:]); err != nil {
+		return 0, nil, err
+	}
+	body := make([]byte, binary.BigEndian.Uint32(h[1:])-4)
+	_, err := io.ReadFull(r, body)
+	return h[0], append(h[:], body...), err
+}
+
+// readBatch reads client messages up to a Sync, a simple Query or a Terminate.
+func readBatch(c net.Conn) ([]byte, byte, error) {
+	var batch []byte
+	for {
+		typ, msg, err := readMessage(c)
+		if err != nil {
+			return nil, 0, err
+		}
+		batch = append(batch, msg...)
+		if typ == 'S' || typ == 'Q' || typ == 'X' {
+			return batch, typ, nil
+		}
+	}
+}
+
+func relayUntilReady(server net.Conn, client io.Writer) error {
+	for {
+		typ, msg, err := readMessage(server)
+		if err != nil {
+			return err
+		}
+		if _, err := client.Write(msg); err != nil {
+			return err
+		}
+		if typ == 'Z' {
+			return nil
+		}
+	}
+}
+
+// TestTransactionPoolerIsDetected: behind a proxy that moves a connection's statements to
+// another backend, Lock fails loudly with ErrPooler instead of "holding" a lock that some
+// other session actually holds, and leaves nothing held.
+func TestTransactionPoolerIsDetected(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name  string
+		route func(batch int) int
+		want  string
+	}{
+		// Set-up on one backend, everything after on the other: the pid check catches it.
+		{"moved after set-up", func(b int) int { return min(b, 1) }, "statement ran on pid"},
+		// Every transaction on the other backend: the statement prepared on one is missing
+		// on the other (the classic PgBouncer symptom).
+		{"alternating", func(b int) int { return b % 2 }, "prepared on this connection vanished"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			proxied := startTxProxy(t, tc.route)
+			ctx := ctxT(t)
+			m, err := advisory.New(ctx, proxied)
+			require.NoError(t, err)
+			defer m.Close()
+			name := t.Name()
+			for _, lock := range []func(context.Context, string) (*advisory.Lock, error){m.Lock, m.TryLock} {
+				_, err = lock(ctx, name)
+				require.ErrorIs(t, err, advisory.ErrPooler)
+				assert.Contains(t, err.Error(), tc.want)
+				assert.True(t, strings.Contains(err.Error(), "PgBouncer"), err.Error())
+				requireNoAcquired(t, m)
+				requireFree(t, advisory.KeyOf(name))
+			}
+		})
+	}
+}
