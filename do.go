@@ -21,19 +21,8 @@ func (m *Manager) Do(ctx context.Context, name string, fn func(ctx context.Conte
 	if err != nil {
 		return err
 	}
-	fnCtx, cancel := context.WithCancelCause(ctx)
-	go func() {
-		select {
-		case <-l.Done():
-			cancel(l.Err())
-		case <-fnCtx.Done():
-		}
-	}()
-	fnErr := fn(fnCtx)
-	cancel(nil)
-	uctx, ucancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
-	defer ucancel()
-	uerr := l.Unlock(uctx)
+	fnErr := runHolding(ctx, l, fn)
+	uerr := unlockDetached(ctx, l)
 	switch {
 	case errors.Is(uerr, ErrLockLost) && fnErr != nil:
 		return fmt.Errorf("%w (and the function failed: %w)", uerr, fnErr)
@@ -48,3 +37,26 @@ func (m *Manager) Do(ctx context.Context, name string, fn func(ctx context.Conte
 // cleanupTimeout bounds the statements the library runs on its own behalf after the
 // caller's ctx has ended (reconciling a cancelled wait, Close, Do's unlock).
 const cleanupTimeout = 5 * time.Second
+
+// runHolding runs fn with a context derived from ctx that is also cancelled, with the
+// loss as its cause, if l is lost.
+func runHolding(ctx context.Context, l *Lock, fn func(ctx context.Context) error) error {
+	fnCtx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	go func() {
+		select {
+		case <-l.Done():
+			cancel(l.Err())
+		case <-fnCtx.Done():
+		}
+	}()
+	return fn(fnCtx)
+}
+
+// unlockDetached unlocks with a context of its own, bounded by cleanupTimeout: the
+// caller's may have ended.
+func unlockDetached(ctx context.Context, l *Lock) error {
+	uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+	defer cancel()
+	return l.Unlock(uctx)
+}

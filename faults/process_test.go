@@ -155,3 +155,38 @@ func TestPoolPressure(t *testing.T) {
 	}
 	assert.EqualValues(t, 0, m.Stat().AcquiredConns())
 }
+
+// TestLeadTakesOverFromAKilledLeader: the leader is another process; when it is
+// SIGKILLed, a candidate waiting in Lead becomes leader and runs its function.
+func TestLeadTakesOverFromAKilledLeader(t *testing.T) {
+	m := newManager(t, "")
+	ctx, cancel := context.WithCancel(ctxT(t, time.Minute))
+	name := t.Name()
+	h := startHelper(t, "holder", map[string]string{"ADVISORY_FAULT_DSN": dsn(t), "ADVISORY_FAULT_KEY": name})
+	h.expect(t, "LOCKED", 30*time.Second)
+	started := make(chan time.Time, 1)
+	done := make(chan error, 1)
+	go func() {
+		done <- m.Lead(ctx, name, func(ctx context.Context) error {
+			started <- time.Now()
+			<-ctx.Done()
+			return nil
+		})
+	}()
+	require.Eventually(t, func() bool { return waiters(t, advisory.KeyOf(name)) == 1 }, 10*time.Second, time.Millisecond)
+	select {
+	case <-started:
+		t.Fatal("became leader while the other process led")
+	case <-time.After(100 * time.Millisecond):
+	}
+	killed := time.Now()
+	require.NoError(t, syscall.Kill(h.cmd.Process.Pid, syscall.SIGKILL))
+	select {
+	case at := <-started:
+		t.Logf("leader SIGKILLed -> new leader's function running after %v", at.Sub(killed))
+	case <-time.After(10 * time.Second):
+		t.Fatal("no takeover after the leader was killed")
+	}
+	cancel()
+	require.ErrorIs(t, <-done, context.Canceled)
+}
