@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
 )
@@ -141,6 +142,7 @@ func (m *Manager) take(ctx context.Context, t target, try bool) (*Lock, error) {
 	if try {
 		op = "try lock"
 	}
+	start := time.Now()
 	for attempt := 0; ; attempt++ {
 		s, err := m.acquire(ctx, t, !try)
 		if err != nil {
@@ -152,6 +154,7 @@ func (m *Manager) take(ctx context.Context, t target, try bool) (*Lock, error) {
 			err = s.lock(ctx)
 		}
 		if err == nil {
+			s.logAcquired(start)
 			return &Lock{s: s, name: t.name}, nil
 		}
 		s.end(true, ErrNotHeld)

@@ -2,6 +2,7 @@ package advisory
 
 import (
 	"fmt"
+	"log/slog"
 	"time"
 )
 
@@ -16,6 +17,7 @@ type settings struct {
 	connCheckInterval  time.Duration
 	minMargin          time.Duration
 	cancelGrace        time.Duration
+	logger             *slog.Logger // nil: no logging
 }
 
 func defaultSettings() settings {

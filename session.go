@@ -33,6 +33,8 @@ type session struct {
 	watchDone chan struct{} // closed when the watcher goroutine has exited
 	stopping  atomic.Bool   // set before the watcher is told to stop
 
+	heldSince time.Time // when the lock was granted, for the logs
+
 	mu      sync.Mutex
 	state   sessionState
 	watch   watchMode
@@ -63,7 +65,9 @@ func newSession(m *Manager, pc *pgxpool.Conn, t target) *session {
 func (s *session) lock(ctx context.Context) error {
 	key := s.key
 	var pid uint32
+	disarm := s.logWaitLater(ctx)
 	err := s.pc.QueryRow(waitCtx(ctx), s.st.lock, int64(key)).Scan(&pid, nil)
+	disarm()
 	s.setState(stateSettling)
 	interrupted := s.cancel.settle()
 	if err == nil || isPoolerSymptom(err) {
@@ -253,6 +257,9 @@ func (s *session) end(keep bool, err error) {
 	}
 	s.state, s.err = stateEnded, err
 	s.mu.Unlock()
+	if !s.heldSince.IsZero() {
+		s.logEnd(err, s.heldSince)
+	}
 	if !keep {
 		s.discard()
 	}

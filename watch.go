@@ -30,7 +30,7 @@ func (s *session) hold() bool {
 	if s.closing {
 		return false
 	}
-	s.state = stateHeld
+	s.state, s.heldSince = stateHeld, time.Now()
 	if s.m.poller != nil && s.m.poller.add(s) == nil {
 		s.watch = watchPolled
 		return true

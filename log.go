@@ -1,0 +1,88 @@
+package advisory
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"time"
+)
+
+// WithLogger makes the Manager report lock events to logger: "lock acquired" and "lock
+// released" (Debug), "waiting for lock" with the holders when a Lock has waited 1 s
+// (Info), and "lock lost" with its cause (Warn). Every record carries the lock's key and,
+// when it has one, its name and the backend pid. The default is no logging. It panics if
+// logger is nil.
+func WithLogger(logger *slog.Logger) Option {
+	if logger == nil {
+		panic("advisory: WithLogger(nil)")
+	}
+	return func(s *settings) error { s.logger = logger; return nil }
+}
+
+// waitLogAfter is how long a Lock waits before the wait is logged with its holders.
+const waitLogAfter = time.Second
+
+func (s *session) attrs(extra ...slog.Attr) []slog.Attr {
+	a := []slog.Attr{slog.Int64("key", int64(s.key)), slog.Uint64("pid", uint64(s.pid))}
+	if s.name != "" {
+		a = append(a, slog.String("name", s.name))
+	}
+	if s.shared {
+		a = append(a, slog.Bool("shared", true))
+	}
+	return append(a, extra...)
+}
+
+func (s *session) log(level slog.Level, msg string, extra ...slog.Attr) {
+	if l := s.m.set.logger; l != nil {
+		l.LogAttrs(context.Background(), level, msg, s.attrs(extra...)...)
+	}
+}
+
+// logWaitLater arms the "waiting for lock" record for a Lock that is still waiting after
+// waitLogAfter; the returned func disarms it.
+func (s *session) logWaitLater(ctx context.Context) func() bool {
+	if s.m.set.logger == nil {
+		return func() bool { return false }
+	}
+	start := time.Now()
+	t := time.AfterFunc(waitLogAfter, func() {
+		qctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		hs, err := s.m.holders(qctx, false, s.key)
+		var holders []slog.Attr
+		for _, h := range hs {
+			if h.Granted {
+				holders = append(holders, slog.Group("holder", slog.Uint64("pid", uint64(h.PID)),
+					slog.String("application_name", h.ApplicationName), slog.String("client", h.ClientAddr),
+					slog.Time("since", h.Since)))
+			}
+		}
+		if err != nil {
+			holders = append(holders, slog.String("holders_error", err.Error()))
+		}
+		s.log(slog.LevelInfo, "advisory: waiting for lock", append(holders,
+			slog.Duration("waited", time.Since(start).Round(time.Millisecond)))...)
+	})
+	return t.Stop
+}
+
+// logAcquired records a granted lock (Debug).
+func (s *session) logAcquired(start time.Time) {
+	if s.m.set.logger != nil {
+		s.log(slog.LevelDebug, "advisory: lock acquired", slog.Duration("waited", time.Since(start).Round(time.Microsecond)))
+	}
+}
+
+// logEnd records how a session ended: a loss (Warn) or a release (Debug).
+func (s *session) logEnd(err error, heldSince time.Time) {
+	if s.m.set.logger == nil {
+		return
+	}
+	held := slog.Duration("held", time.Since(heldSince).Round(time.Microsecond))
+	if errors.Is(err, ErrLockLost) {
+		s.log(slog.LevelWarn, "advisory: lock lost", held, slog.String("cause", err.Error()))
+		return
+	}
+	s.log(slog.LevelDebug, "advisory: lock released", held)
+}

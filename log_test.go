@@ -1,0 +1,99 @@
+package advisory_test
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/pgadvisory/advisory"
+)
+
+// recorder is a slog.Handler that keeps records in memory.
+type recorder struct {
+	mu      sync.Mutex
+	records []slog.Record
+}
+
+func (r *recorder) Enabled(context.Context, slog.Level) bool { return true }
+func (r *recorder) Handle(_ context.Context, rec slog.Record) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.records = append(r.records, rec.Clone())
+	return nil
+}
+func (r *recorder) WithAttrs([]slog.Attr) slog.Handler { return r }
+func (r *recorder) WithGroup(string) slog.Handler      { return r }
+
+// find returns the attributes (flattened, groups as "group.key") of the first record
+// with msg, or nil.
+func (r *recorder) find(msg string) map[string]any {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, rec := range r.records {
+		if rec.Message != msg {
+			continue
+		}
+		out := map[string]any{"level": rec.Level}
+		rec.Attrs(func(a slog.Attr) bool {
+			if a.Value.Kind() == slog.KindGroup {
+				for _, g := range a.Value.Group() {
+					out[a.Key+"."+g.Key] = g.Value.Any()
+				}
+				return true
+			}
+			out[a.Key] = a.Value.Any()
+			return true
+		})
+		return out
+	}
+	return nil
+}
+
+func TestLoggerReportsAcquireWaitReleaseAndLoss(t *testing.T) {
+	t.Parallel()
+	rec := &recorder{}
+	m := newManager(t, nil, advisory.WithLogger(slog.New(rec)))
+	other := newManager(t, []string{"application_name=log-holder"})
+	ctx := ctxT(t)
+	name := t.Name()
+
+	held, err := other.Lock(ctx, name)
+	require.NoError(t, err)
+	got := make(chan *advisory.Lock, 1)
+	go func() {
+		l, err := m.Lock(ctx, name)
+		assert.NoError(t, err)
+		got <- l
+	}()
+	require.Eventually(t, func() bool { return rec.find("advisory: waiting for lock") != nil }, 10*time.Second, 10*time.Millisecond)
+	w := rec.find("advisory: waiting for lock")
+	assert.Equal(t, slog.LevelInfo, w["level"])
+	assert.Equal(t, name, w["name"])
+	assert.EqualValues(t, held.PID(), w["holder.pid"])
+	assert.Equal(t, "log-holder", w["holder.application_name"])
+	require.NoError(t, held.Unlock(ctx))
+
+	l := <-got
+	a := rec.find("advisory: lock acquired")
+	require.NotNil(t, a)
+	assert.Equal(t, slog.LevelDebug, a["level"])
+	assert.EqualValues(t, int64(l.Key()), a["key"])
+	assert.EqualValues(t, l.PID(), a["pid"])
+	require.NoError(t, l.Unlock(ctx))
+	assert.NotNil(t, rec.find("advisory: lock released"))
+
+	l, err = m.Lock(ctx, name)
+	require.NoError(t, err)
+	terminate(t, l.PID())
+	<-l.Done()
+	lost := rec.find("advisory: lock lost")
+	require.NotNil(t, lost)
+	assert.Equal(t, slog.LevelWarn, lost["level"])
+	assert.Contains(t, lost["cause"], "57P01")
+	assert.Panics(t, func() { advisory.WithLogger(nil) })
+}
