@@ -47,8 +47,11 @@ type Manager struct {
 	set    settings
 	poller *poller // nil where epoll is not available
 
+	gates gates // in-process queues of Lock calls, per key
+
 	mu        sync.Mutex
 	closed    bool
+	closing   chan struct{} // closed when Close begins
 	closeDone chan struct{}
 	sessions  map[*session]struct{} // sessions that have not ended
 	pinned    int                   // pool connections pinned or about to be: see reserve
@@ -118,7 +121,7 @@ func NewWithConfig(ctx context.Context, cfg *pgxpool.Config, opts ...Option) (*M
 		pool.Close()
 		return nil, fmt.Errorf("advisory: start socket poller: %w", err)
 	}
-	return &Manager{pool: pool, set: set, poller: p, closeDone: make(chan struct{}),
+	return &Manager{pool: pool, set: set, poller: p, closing: make(chan struct{}), closeDone: make(chan struct{}),
 		sessions: make(map[*session]struct{})}, nil
 }
 
@@ -198,6 +201,7 @@ func (m *Manager) Close() {
 		return
 	}
 	m.closed = true
+	close(m.closing)
 	live := make([]*session, 0, len(m.sessions))
 	for s := range m.sessions {
 		live = append(live, s)

@@ -77,13 +77,14 @@ type target struct {
 	key    Key
 	name   string
 	shared bool
+	gated  bool // queued in the Manager's gate for the key (see gate)
 }
 
 func named(name string, shared bool) (target, error) {
 	if err := ValidateName(name); err != nil {
 		return target{}, err
 	}
-	return target{KeyOf(name), name, shared}, nil
+	return target{key: KeyOf(name), name: name, shared: shared}, nil
 }
 
 // Lock takes the lock with the given name, blocking until it is held or ctx ends. The
@@ -97,8 +98,13 @@ func named(name string, shared bool) (target, error) {
 // wraps [ErrPoolExhausted]. An invalid name returns an error wrapping [ErrInvalidKey]; a
 // closed Manager, [ErrClosed].
 //
-// A second Lock of a name this process already holds through the Manager waits, like any
-// other session's, until the first is released: locks are not reentrant across calls.
+// Goroutines of one Manager that Lock the same name queue in the process, first come first
+// served, and wait on the server one at a time: however many there are, they pin at most
+// two connections (the holder's and the waiter's). Across processes the order is the
+// server's. (Shared-mode calls are not queued: readers do not wait for each other.)
+//
+// Locks are not reentrant: a second Lock of a name this Manager already holds waits, like
+// any other, until the first is released (with no ctx deadline, forever).
 func (m *Manager) Lock(ctx context.Context, name string) (*Lock, error) {
 	t, err := named(name, false)
 	if err != nil {
@@ -138,11 +144,19 @@ func (m *Manager) take(ctx context.Context, t target, try bool) (*Lock, error) {
 		return nil, err
 	}
 	defer m.active.Done()
+	start := time.Now()
 	op := "lock"
 	if try {
 		op = "try lock"
 	}
-	start := time.Now()
+	if t.gated = !try && !t.shared; t.gated {
+		// Goroutines of this Manager after the same key queue here, and wait on the server
+		// one at a time, instead of each pinning a connection.
+		if err := m.gates.enter(ctx, t.key, m.closing); err != nil {
+			return nil, lockError(op, t, err)
+		}
+		defer m.gates.stopWaiting(t.key)
+	}
 	for attempt := 0; ; attempt++ {
 		s, err := m.acquire(ctx, t, !try)
 		if err != nil {

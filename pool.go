@@ -81,6 +81,9 @@ func (m *Manager) acquire(ctx context.Context, t target, wait bool) (*session, e
 		m.unreserve()
 		return nil, err
 	}
+	if s.gated {
+		m.gates.sessionStarted(s.key)
+	}
 	return s, nil
 }
 

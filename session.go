@@ -34,6 +34,7 @@ type session struct {
 	stopping  atomic.Bool   // set before the watcher is told to stop
 
 	heldSince time.Time // when the lock was granted, for the logs
+	gated     bool      // counted in the Manager's gate for the key
 
 	mu      sync.Mutex
 	state   sessionState
@@ -55,7 +56,7 @@ const (
 func newSession(m *Manager, pc *pgxpool.Conn, t target) *session {
 	pg := pc.Conn().PgConn()
 	return &session{m: m, pc: pc, pg: pg, cancel: handlerOf(pg), pid: backendPID(pg),
-		key: t.key, name: t.name, shared: t.shared, st: statementsFor(t.name, t.shared),
+		key: t.key, name: t.name, shared: t.shared, gated: t.gated, st: statementsFor(t.name, t.shared),
 		fd: socketFD(pg.Conn()), done: make(chan struct{}), watchDone: make(chan struct{})}
 }
 
@@ -265,6 +266,9 @@ func (s *session) end(keep bool, err error) {
 	}
 	s.pc.Release() // pgxpool destroys a closed connection instead of keeping it
 	s.m.forget(s)
+	if s.gated {
+		s.m.gates.sessionEnded(s.key)
+	}
 	close(s.done) // last: when Done closes, everything the session had is given back
 }
 

@@ -125,7 +125,8 @@ func TestPoolPressure(t *testing.T) {
 	assert.EqualValues(t, 1, maxInside.Load(), "one holder at a time")
 	assert.EqualValues(t, 0, m.Stat().AcquiredConns())
 
-	// Three held locks pin the whole pool; every other call must end with its deadline.
+	// Three held locks pin the whole pool; every other call (each on a key of its own, so
+	// they contend for connections, not in the key's queue) must end with its deadline.
 	var held []*advisory.Lock
 	for i := 0; i < 3; i++ {
 		l, err := m.Lock(ctx, name+"/held/"+strconv.Itoa(i))
@@ -138,7 +139,7 @@ func TestPoolPressure(t *testing.T) {
 		go func() {
 			wctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
 			defer cancel()
-			_, err := m.Lock(wctx, name+"/other")
+			_, err := m.Lock(wctx, name+"/other/"+strconv.Itoa(i))
 			errs <- err
 		}()
 	}
