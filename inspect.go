@@ -43,15 +43,17 @@ WHERE l.locktype = 'advisory'
   AND ($1::boolean OR (l.classid = $2 AND l.objid = $3 AND l.objsubid = 1))
 ORDER BY l.classid, l.objid, l.objsubid, l.granted DESC, 10, l.pid`
 
-// Holders returns the sessions that hold or wait for the lock with the given name,
-// holders first, then waiters in the order they began waiting. It runs one query on a
+// Holders returns the sessions that hold or wait for the lock with the given name (in the
+// Manager's namespace, if it has one), holders first, then waiters in the order they
+// began waiting. It runs one query on a
 // pool connection; ctx governs it. An invalid name returns an error wrapping
 // [ErrInvalidKey].
 func (m *Manager) Holders(ctx context.Context, name string) ([]Holder, error) {
-	if err := ValidateName(name); err != nil {
+	t, err := m.named(name, false)
+	if err != nil {
 		return nil, err
 	}
-	return m.holders(ctx, false, KeyOf(name))
+	return m.holders(ctx, false, t.key)
 }
 
 // HoldersKey is [Manager.Holders] for a raw 64-bit key.

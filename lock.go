@@ -87,6 +87,18 @@ func named(name string, shared bool) (target, error) {
 	return target{key: KeyOf(name), name: name, shared: shared}, nil
 }
 
+// named is the Manager's form: with a namespace (see WithNamespace) the lock is
+// "namespace:name", and that is the name the Lock reports.
+func (m *Manager) named(name string, shared bool) (target, error) {
+	if name == "" {
+		return named(name, shared) // an empty name is refused, namespace or not
+	}
+	if m.set.namespace != "" {
+		name = m.set.namespace + ":" + name
+	}
+	return named(name, shared)
+}
+
 // Lock takes the lock with the given name, blocking until it is held or ctx ends. The
 // wait happens on the server (pg_advisory_lock), with no polling. ctx governs getting a
 // connection from the pool and the wait.
@@ -106,7 +118,7 @@ func named(name string, shared bool) (target, error) {
 // Locks are not reentrant: a second Lock of a name this Manager already holds waits, like
 // any other, until the first is released (with no ctx deadline, forever).
 func (m *Manager) Lock(ctx context.Context, name string) (*Lock, error) {
-	t, err := named(name, false)
+	t, err := m.named(name, false)
 	if err != nil {
 		return nil, err
 	}
@@ -117,7 +129,7 @@ func (m *Manager) Lock(ctx context.Context, name string) (*Lock, error) {
 // shared holders coexist; an exclusive Lock of the same name waits for all of them, and
 // shared ones wait for an exclusive holder.
 func (m *Manager) LockShared(ctx context.Context, name string) (*Lock, error) {
-	t, err := named(name, true)
+	t, err := m.named(name, true)
 	if err != nil {
 		return nil, err
 	}
@@ -197,7 +209,7 @@ func staleConn(ctx context.Context, err error) bool {
 // closed and the lock is not held. Invalid names and a closed Manager fail as for
 // [Manager.Lock].
 func (m *Manager) TryLock(ctx context.Context, name string) (*Lock, error) {
-	t, err := named(name, false)
+	t, err := m.named(name, false)
 	if err != nil {
 		return nil, err
 	}
@@ -207,7 +219,7 @@ func (m *Manager) TryLock(ctx context.Context, name string) (*Lock, error) {
 // TryLockShared is [Manager.TryLock] in shared mode (pg_try_advisory_lock_shared): it
 // fails with [ErrLocked] only if an exclusive holder has the lock.
 func (m *Manager) TryLockShared(ctx context.Context, name string) (*Lock, error) {
-	t, err := named(name, true)
+	t, err := m.named(name, true)
 	if err != nil {
 		return nil, err
 	}

@@ -3,7 +3,9 @@ package advisory
 import (
 	"fmt"
 	"log/slog"
+	"strings"
 	"time"
+	"unicode/utf8"
 )
 
 // An Option configures a Manager. Options are applied in order by New and NewWithConfig;
@@ -18,6 +20,7 @@ type settings struct {
 	minMargin          time.Duration
 	cancelGrace        time.Duration
 	logger             *slog.Logger // nil: no logging
+	namespace          string
 }
 
 func defaultSettings() settings {
@@ -93,6 +96,23 @@ func WithCancelGrace(d time.Duration) Option {
 			return fmt.Errorf("%w: cancel grace %v; want 10ms to 1m", ErrInvalidOption, d)
 		}
 		s.cancelGrace = d
+		return nil
+	}
+}
+
+// WithNamespace puts every lock name the Manager is given into a namespace, so that two
+// applications sharing a database cannot take each other's locks by accident: the lock
+// "migrations" becomes "billing:migrations" (psql: hashtextextended('billing:migrations', 0)),
+// and that is the name its Lock reports. The namespace must be non-empty valid UTF-8
+// without ':' or NUL, so that distinct namespaces never produce the same text. The
+// default is none. Raw keys (LockKey) and transaction locks (XactLock) are not affected.
+func WithNamespace(ns string) Option {
+	return func(s *settings) error {
+		if ns == "" || strings.ContainsAny(ns, ":\x00") || !utf8.ValidString(ns) || len(ns) > MaxNameLen/2 {
+			return fmt.Errorf("%w: namespace %q: want non-empty valid UTF-8 of at most %d bytes without ':' or NUL",
+				ErrInvalidOption, ns, MaxNameLen/2)
+		}
+		s.namespace = ns
 		return nil
 	}
 }
