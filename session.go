@@ -35,6 +35,8 @@ type session struct {
 
 	heldSince time.Time // when the lock was granted, for the logs
 	gated     bool      // counted in the Manager's gate for the key
+	multi     bool      // a multi-lock Session's connection: key and st are unused
+	retire    bool      // close the connection at release instead of keeping it
 
 	mu      sync.Mutex
 	state   sessionState
@@ -83,7 +85,7 @@ func (s *session) lock(ctx context.Context) error {
 	// cancel (pg_advisory_lock then fails with 57014 although the session holds the lock,
 	// or succeeds after ctx ended), so ask the server and release what it says we hold.
 	if usable(s.pg, err) {
-		if rerr := s.reconcile(key, interrupted); rerr != nil {
+		if rerr := s.reconcile(key, s.st, interrupted); rerr != nil {
 			s.discard()
 		}
 	} else {
@@ -132,11 +134,11 @@ func (s *session) tryLock(ctx context.Context) error {
 // reconcile releases the key if the server says this session holds it. A CancelRequest
 // sent for the lock statement may land on this statement instead (57014): then it is run
 // again; the cancel cannot strike twice.
-func (s *session) reconcile(key Key, cancelSent bool) error {
+func (s *session) reconcile(key Key, st statements, cancelSent bool) error {
 	ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
 	defer cancel()
 	for attempt := 0; ; attempt++ {
-		rows, err := s.pc.Query(ctx, s.st.reconcile, int64(key), uint32(uint64(key)>>32), uint32(key))
+		rows, err := s.pc.Query(ctx, st.reconcile, int64(key), uint32(uint64(key)>>32), uint32(key))
 		if err == nil {
 			rows.Close()
 			err = rows.Err()
@@ -155,7 +157,13 @@ var errNotHeldByServer = errors.New("the server reports the lock was not held by
 func (s *session) unlock(ctx context.Context) error {
 	var ok bool
 	var pid uint32
-	err := s.pc.QueryRow(ctx, s.st.unlock, int64(s.key)).Scan(&pid, &ok)
+	var err error
+	if s.multi {
+		ok = true
+		err = s.pc.QueryRow(ctx, unlockAllSQL).Scan(&pid, nil)
+	} else {
+		err = s.pc.QueryRow(ctx, s.st.unlock, int64(s.key)).Scan(&pid, &ok)
+	}
 	if err == nil && pid != s.pid {
 		return s.poolerError(pid)
 	}
@@ -217,7 +225,7 @@ func (s *session) release(ctx context.Context, endErr error) error {
 		s.end(false, endErr)
 		return failure
 	}
-	s.end(true, endErr)
+	s.end(!s.retire, endErr)
 	return nil
 }
 

@@ -191,3 +191,30 @@ func TestLeadTakesOverFromAKilledLeader(t *testing.T) {
 	cancel()
 	require.ErrorIs(t, <-done, context.Canceled)
 }
+
+// TestLockTableFullIsADistinctError fills the server's shared lock table from one
+// Session (not parallel: while it is full every session on the server fails), checks the
+// error names the remedy, that the bulk call left nothing held, and that the server is
+// usable again at once.
+func TestLockTableFullIsADistinctError(t *testing.T) {
+	m := newManager(t, "", advisory.WithSessionLimits(200000, 1000))
+	ctx := ctxT(t, time.Minute)
+	s, err := m.Session(ctx)
+	require.NoError(t, err)
+	defer s.Close(ctx)
+	names := make([]string, 120000) // far past 64 x (max_connections + ...) here
+	for i := range names {
+		names[i] = t.Name() + "/" + strconv.Itoa(i)
+	}
+	err = s.LockAll(ctx, names)
+	require.ErrorIs(t, err, advisory.ErrLockTableFull)
+	assert.Contains(t, err.Error(), "max_locks_per_transaction")
+	assert.Equal(t, 0, s.Held())
+	var n int
+	require.NoError(t, admin.QueryRow(ctx, "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory'").Scan(&n))
+	assert.Zero(t, n, "the locks taken before the table filled were released")
+	l, err := m.Lock(ctx, t.Name()+"/after")
+	require.NoError(t, err, "the server takes locks again")
+	require.NoError(t, l.Unlock(ctx))
+	require.NoError(t, s.Lock(ctx, t.Name()+"/session-after"), "and so does the Session")
+}

@@ -1,0 +1,150 @@
+package advisory
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// connFailure marks an error after which the Session's connection is not usable.
+type connFailure struct{ err error }
+
+func (c *connFailure) Error() string { return c.err.Error() }
+func (c *connFailure) Unwrap() error { return c.err }
+
+// op runs one call's statements on the Session's connection, taken from the watcher and
+// handed back after, or ends the Session if the connection failed (a connFailure).
+func (S *Session) op(ctx context.Context, run func() error) error {
+	s := S.s
+	if err := s.beginOp(); err != nil {
+		return err
+	}
+	err := run()
+	var cf *connFailure
+	if errors.As(err, &cf) {
+		s.lose(cf.err)
+		return s.endErr()
+	}
+	if herr := s.endOp(); herr != nil {
+		return herr
+	}
+	return classify(err)
+}
+
+func classify(err error) error {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == "53200" {
+		return fmt.Errorf("%w: %w", ErrLockTableFull, err)
+	}
+	return err
+}
+
+// Bulk statements. Locks are taken in array order (the caller sorts by key).
+const (
+	lockAllSQL    = "SELECT pg_backend_pid(), count(pg_advisory_lock(k)) FROM unnest($1::bigint[]) AS t(k)"
+	tryLockAllSQL = `SELECT pg_backend_pid(), coalesce(array_agg(k) FILTER (WHERE got), '{}'),
+	coalesce(array_agg(k) FILTER (WHERE NOT got), '{}')
+FROM (SELECT k, pg_try_advisory_lock(k) AS got FROM unnest($1::bigint[]) AS t(k)) x`
+	unlockKeysSQL = "SELECT count(pg_advisory_unlock(k)) FROM unnest($1::bigint[]) AS t(k)"
+	// reconcileKeysSQL unlocks those of the keys that this backend holds.
+	reconcileKeysSQL = `SELECT count(pg_advisory_unlock(k)) FROM unnest($1::bigint[]) AS t(k)
+WHERE EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid() AND granted
+  AND mode = 'ExclusiveLock' AND objsubid = 1
+  AND classid = ((k >> 32) & 4294967295)::oid AND objid = (k & 4294967295)::oid)`
+)
+
+// take locks ts (none held by the Session yet) on its connection, all or nothing, with
+// the exactness of Manager.Lock: whatever the outcome, on error none of them is held.
+func (S *Session) take(ctx context.Context, ts []target, try bool) error {
+	s := S.s
+	keys := make([]int64, len(ts))
+	for i, t := range ts {
+		keys[i] = int64(t.key)
+	}
+	var pid uint32
+	var busy []int64
+	var err error
+	switch {
+	case len(ts) == 1 && !try:
+		err = s.pc.QueryRow(waitCtx(ctx), statementsFor(ts[0].name, false).lock, keys[0]).Scan(&pid, nil)
+	case !try:
+		err = s.pc.QueryRow(waitCtx(ctx), lockAllSQL, keys).Scan(&pid, nil)
+	default:
+		var taken []int64
+		err = s.pc.QueryRow(waitCtx(ctx), tryLockAllSQL, keys).Scan(&pid, &taken, &busy)
+	}
+	sent := s.cancel.settle()
+	if err == nil && pid != s.pid {
+		err = s.poolerError(pid)
+	}
+	if err == nil && ctx.Err() == nil && len(busy) == 0 {
+		return nil
+	}
+	// Not all held by the caller: make sure none is, whatever the server granted.
+	if !usable(s.pg, err) || errors.Is(err, ErrPooler) {
+		return &connFailure{err}
+	}
+	if rerr := s.reconcileKeys(keys, sent); rerr != nil {
+		return &connFailure{rerr} // unknown what is held: the connection must go
+	}
+	switch {
+	case ctx.Err() != nil:
+		return ctx.Err()
+	case err != nil:
+		return err
+	}
+	for _, t := range ts {
+		if int64(t.key) == busy[0] {
+			return &LockedError{Key: t.key, Name: t.name}
+		}
+	}
+	return &LockedError{Key: Key(busy[0])}
+}
+
+// reconcileKeys unlocks those of keys that the backend holds; a late CancelRequest
+// hitting it is retried (see session.reconcile).
+func (s *session) reconcileKeys(keys []int64, cancelSent bool) error {
+	ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
+	defer cancel()
+	for attempt := 0; ; attempt++ {
+		_, err := s.pc.Exec(ctx, reconcileKeysSQL, keys)
+		if err == nil || !cancelSent || attempt == 2 || !isQueryCanceled(err) {
+			return err
+		}
+	}
+}
+
+// beginOp takes a multi-lock Session's connection back from the watcher for one call.
+func (s *session) beginOp() error {
+	s.mu.Lock()
+	switch {
+	case s.state == stateEnded:
+		err := s.err
+		s.mu.Unlock()
+		return err
+	case s.closing || s.state != stateHeld:
+		s.mu.Unlock()
+		return ErrClosed
+	}
+	s.state = stateAcquiring // Close interrupts the call's statement, as a Lock wait
+	s.mu.Unlock()
+	if !s.stopWatch() {
+		return s.endErr()
+	}
+	if s.isClosing() {
+		return s.endOp()
+	}
+	return nil
+}
+
+// endOp hands the connection back to the watcher after a call that left it usable. If
+// Close has begun meanwhile, it ends the session instead.
+func (s *session) endOp() error {
+	if s.hold() {
+		return nil
+	}
+	s.end(false, &opError{"session", "", fmt.Errorf("%w: %w", ErrLockLost, ErrClosed)})
+	return ErrClosed
+}
