@@ -68,7 +68,7 @@ func (S *Session) take(ctx context.Context, ts []target, try bool) error {
 	var err error
 	switch {
 	case len(ts) == 1 && !try:
-		err = s.pc.QueryRow(waitCtx(ctx), statementsFor(ts[0].name, false).lock, keys[0]).Scan(&pid, nil)
+		err = s.pc.QueryRow(waitCtx(ctx), statementsFor(ts[0].name, false, false).lock, keys[0]).Scan(&pid, nil)
 	case !try:
 		err = s.pc.QueryRow(waitCtx(ctx), lockAllSQL, keys).Scan(&pid, nil)
 	default:

@@ -52,13 +52,12 @@ type LockedError struct {
 	Key Key
 	// Name is the lock name passed to TryLock, empty for a raw key.
 	Name string
+	// Pair is true for a key in the two-int4 form (see [Pair]).
+	Pair bool
 }
 
 func (e *LockedError) Error() string {
-	if e.Name != "" {
-		return "advisory: lock " + quote(e.Name) + " is held by another session"
-	}
-	return "advisory: lock " + e.Key.String() + " is held by another session"
+	return "advisory: lock " + describe(e.Key, e.Name, e.Pair) + " is held by another session"
 }
 
 // Unwrap returns [ErrLocked].
@@ -79,9 +78,12 @@ func (e *opError) Error() string {
 func (e *opError) Unwrap() error { return e.err }
 
 // describe names a lock in messages: its quoted name, or its key for a raw key.
-func describe(key Key, name string) string {
-	if name != "" {
+func describe(key Key, name string, pair bool) string {
+	switch {
+	case name != "":
 		return quote(name)
+	case pair:
+		return pairOf(key).String()
 	}
 	return key.String()
 }

@@ -23,16 +23,22 @@ type gate struct {
 
 const gateSlots = 2
 
+// gateKey names a gate: the key and its form (a pair and a bigint are different locks).
+type gateKey struct {
+	key  Key
+	pair bool
+}
+
 // gates is a Manager's set of gates, one per key with calls queued, waiting or holding.
 type gates struct {
 	mu sync.Mutex
-	m  map[Key]*gate
+	m  map[gateKey]*gate
 }
 
 // enter blocks until the caller may wait on the server for k, or ctx ends (it returns
 // ctx's error), or closed is closed (ErrClosed). After nil, the caller must call
 // stopWaiting when its lock statement has returned.
-func (gs *gates) enter(ctx context.Context, k Key, closed <-chan struct{}) error {
+func (gs *gates) enter(ctx context.Context, k gateKey, closed <-chan struct{}) error {
 	gs.mu.Lock()
 	g := gs.get(k)
 	if !g.waiting && g.sessions < gateSlots && len(g.queue) == 0 {
@@ -70,7 +76,7 @@ func (gs *gates) enter(ctx context.Context, k Key, closed <-chan struct{}) error
 }
 
 // stopWaiting records that the waiter's lock statement returned (granted or not).
-func (gs *gates) stopWaiting(k Key) {
+func (gs *gates) stopWaiting(k gateKey) {
 	gs.mu.Lock()
 	defer gs.mu.Unlock()
 	g := gs.m[k]
@@ -79,13 +85,13 @@ func (gs *gates) stopWaiting(k Key) {
 }
 
 // sessionStarted and sessionEnded count the gated sessions of k that hold a connection.
-func (gs *gates) sessionStarted(k Key) {
+func (gs *gates) sessionStarted(k gateKey) {
 	gs.mu.Lock()
 	defer gs.mu.Unlock()
 	gs.get(k).sessions++
 }
 
-func (gs *gates) sessionEnded(k Key) {
+func (gs *gates) sessionEnded(k gateKey) {
 	gs.mu.Lock()
 	defer gs.mu.Unlock()
 	g := gs.m[k]
@@ -93,9 +99,9 @@ func (gs *gates) sessionEnded(k Key) {
 	gs.advance(k, g)
 }
 
-func (gs *gates) get(k Key) *gate {
+func (gs *gates) get(k gateKey) *gate {
 	if gs.m == nil {
-		gs.m = make(map[Key]*gate)
+		gs.m = make(map[gateKey]*gate)
 	}
 	g := gs.m[k]
 	if g == nil {
@@ -106,7 +112,7 @@ func (gs *gates) get(k Key) *gate {
 }
 
 // advance lets the next queued call in if the rules allow, and forgets an idle gate.
-func (gs *gates) advance(k Key, g *gate) {
+func (gs *gates) advance(k gateKey, g *gate) {
 	if !g.waiting && g.sessions < gateSlots && len(g.queue) > 0 {
 		g.waiting = true
 		close(g.queue[0])

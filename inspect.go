@@ -40,7 +40,7 @@ SELECT l.classid::bigint << 32 | l.objid::bigint, l.objsubid = 2, l.granted, l.m
 FROM pg_locks l LEFT JOIN pg_stat_activity a ON a.pid = l.pid
 WHERE l.locktype = 'advisory'
   AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
-  AND ($1::boolean OR (l.classid = $2 AND l.objid = $3 AND l.objsubid = 1))
+  AND ($1::boolean OR (l.classid = $2 AND l.objid = $3 AND l.objsubid = $4))
 ORDER BY l.classid, l.objid, l.objsubid, l.granted DESC, 10, l.pid`
 
 // Holders returns the sessions that hold or wait for the lock with the given name (in the
@@ -53,26 +53,30 @@ func (m *Manager) Holders(ctx context.Context, name string) ([]Holder, error) {
 	if err != nil {
 		return nil, err
 	}
-	return m.holders(ctx, false, t.key)
+	return m.holders(ctx, false, t.key, false)
 }
 
 // HoldersKey is [Manager.Holders] for a raw 64-bit key.
 func (m *Manager) HoldersKey(ctx context.Context, key Key) ([]Holder, error) {
-	return m.holders(ctx, false, key)
+	return m.holders(ctx, false, key, false)
 }
 
 // AllHolders returns every session holding or waiting for any advisory lock in the
 // database, grouped by key.
 func (m *Manager) AllHolders(ctx context.Context) ([]Holder, error) {
-	return m.holders(ctx, true, 0)
+	return m.holders(ctx, true, 0, false)
 }
 
-func (m *Manager) holders(ctx context.Context, all bool, key Key) ([]Holder, error) {
+func (m *Manager) holders(ctx context.Context, all bool, key Key, pair bool) ([]Holder, error) {
 	if err := m.enter(); err != nil {
 		return nil, err
 	}
 	defer m.active.Done()
-	rows, err := m.pool.Query(ctx, holdersSQL, all, uint32(uint64(key)>>32), uint32(key))
+	subid := int16(1)
+	if pair {
+		subid = 2
+	}
+	rows, err := m.pool.Query(ctx, holdersSQL, all, uint32(uint64(key)>>32), uint32(key), subid)
 	if err != nil {
 		return nil, fmt.Errorf("advisory: list holders: %w", err)
 	}

@@ -57,7 +57,7 @@ func (l *Lock) Unlock(ctx context.Context) error {
 	case err == nil, errors.Is(err, ErrNotHeld), errors.Is(err, ErrLockLost):
 		return err
 	}
-	return &opError{"unlock", describe(l.s.key, l.name), fmt.Errorf("release not confirmed, connection closed: %w", err)}
+	return &opError{"unlock", describe(l.s.key, l.name, l.s.pair), fmt.Errorf("release not confirmed, connection closed: %w", err)}
 }
 
 // String returns the key in decimal, as pg_advisory_lock takes it.
@@ -77,6 +77,7 @@ type target struct {
 	key    Key
 	name   string
 	shared bool
+	pair   bool // the two-int4 form: pg_advisory_lock(key>>32, int32(key))
 	gated  bool // queued in the Manager's gate for the key (see gate)
 }
 
@@ -164,10 +165,10 @@ func (m *Manager) take(ctx context.Context, t target, try bool) (*Lock, error) {
 	if t.gated = !try && !t.shared; t.gated {
 		// Goroutines of this Manager after the same key queue here, and wait on the server
 		// one at a time, instead of each pinning a connection.
-		if err := m.gates.enter(ctx, t.key, m.closing); err != nil {
+		if err := m.gates.enter(ctx, gateKey{t.key, t.pair}, m.closing); err != nil {
 			return nil, lockError(op, t, err)
 		}
-		defer m.gates.stopWaiting(t.key)
+		defer m.gates.stopWaiting(gateKey{t.key, t.pair})
 	}
 	for attempt := 0; ; attempt++ {
 		s, err := m.acquire(ctx, t, !try)
@@ -244,5 +245,5 @@ func lockError(op string, t target, err error) error {
 	if errors.Is(err, ErrClosed) {
 		return ErrClosed
 	}
-	return &opError{op, describe(t.key, t.name), err}
+	return &opError{op, describe(t.key, t.name, t.pair), err}
 }

@@ -49,7 +49,7 @@ func (s *session) logWaitLater(ctx context.Context) func() bool {
 	t := time.AfterFunc(waitLogAfter, func() {
 		qctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		defer cancel()
-		hs, err := s.m.holders(qctx, false, s.key)
+		hs, err := s.m.holders(qctx, false, s.key, s.pair)
 		var holders []slog.Attr
 		for _, h := range hs {
 			if h.Granted {

@@ -180,7 +180,7 @@ func (S *Session) Unlock(ctx context.Context, name string) error {
 	}
 	switch S.held[t] {
 	case 0:
-		return fmt.Errorf("%w: %s on this session", ErrNotHeld, describe(t.key, t.name))
+		return fmt.Errorf("%w: %s on this session", ErrNotHeld, describe(t.key, t.name, false))
 	case 1:
 	default:
 		S.held[t]--

@@ -82,7 +82,7 @@ func (m *Manager) acquire(ctx context.Context, t target, wait bool) (*session, e
 		return nil, err
 	}
 	if s.gated {
-		m.gates.sessionStarted(s.key)
+		m.gates.sessionStarted(gateKey{s.key, s.pair})
 	}
 	return s, nil
 }

@@ -25,6 +25,7 @@ type session struct {
 	key    Key
 	name   string // the lock's name, for messages; "" for a raw key
 	shared bool
+	pair   bool
 	st     statements
 	fd     int   // the socket's descriptor, for the poller
 	pollID int32 // the poller's ID for this session; 0 if never registered
@@ -58,7 +59,8 @@ const (
 func newSession(m *Manager, pc *pgxpool.Conn, t target) *session {
 	pg := pc.Conn().PgConn()
 	return &session{m: m, pc: pc, pg: pg, cancel: handlerOf(pg), pid: backendPID(pg),
-		key: t.key, name: t.name, shared: t.shared, gated: t.gated, st: statementsFor(t.name, t.shared),
+		key: t.key, name: t.name, shared: t.shared, pair: t.pair, gated: t.gated,
+		st: statementsFor(t.name, t.shared, t.pair),
 		fd: socketFD(pg.Conn()), done: make(chan struct{}), watchDone: make(chan struct{})}
 }
 
@@ -119,7 +121,7 @@ func (s *session) tryLock(ctx context.Context) error {
 		s.discard()
 		return err
 	case !ok:
-		return &LockedError{Key: s.key, Name: s.name}
+		return &LockedError{Key: s.key, Name: s.name, Pair: s.pair}
 	case !s.hold():
 		ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
 		defer cancel()
@@ -179,7 +181,7 @@ func (s *session) unlock(ctx context.Context) error {
 // loss, and the caller must hear ErrLockLost.
 func (s *session) unlockFailure(ctx context.Context, err error) (endErr error, lost bool) {
 	if errors.Is(err, errNotHeldByServer) || (ctx.Err() == nil && !usable(s.pg, err)) {
-		return &opError{"lock", describe(s.key, s.name), fmt.Errorf("%w: %s: %w", ErrLockLost, lossReason(err), err)}, true
+		return &opError{"lock", describe(s.key, s.name, s.pair), fmt.Errorf("%w: %s: %w", ErrLockLost, lossReason(err), err)}, true
 	}
 	return err, false
 }
@@ -247,13 +249,13 @@ func (s *session) shutdown() {
 	if st == stateHeld {
 		ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
 		defer cancel()
-		s.release(ctx, &opError{"lock", describe(s.key, s.name), fmt.Errorf("%w: %w", ErrLockLost, ErrClosed)})
+		s.release(ctx, &opError{"lock", describe(s.key, s.name, s.pair), fmt.Errorf("%w: %w", ErrLockLost, ErrClosed)})
 	}
 }
 
 // lose ends a held session whose connection failed.
 func (s *session) lose(cause error) {
-	s.end(false, &opError{"lock", describe(s.key, s.name), fmt.Errorf("%w: %s: %w", ErrLockLost, lossReason(cause), cause)})
+	s.end(false, &opError{"lock", describe(s.key, s.name, s.pair), fmt.Errorf("%w: %s: %w", ErrLockLost, lossReason(cause), cause)})
 }
 
 // end closes the session: the connection goes back to the pool if keep, else it is
@@ -275,7 +277,7 @@ func (s *session) end(keep bool, err error) {
 	s.pc.Release() // pgxpool destroys a closed connection instead of keeping it
 	s.m.forget(s)
 	if s.gated {
-		s.m.gates.sessionEnded(s.key)
+		s.m.gates.sessionEnded(gateKey{s.key, s.pair})
 	}
 	close(s.done) // last: when Done closes, everything the session had is given back
 }

@@ -12,22 +12,27 @@ type statements struct {
 	reconcile     string // $1: the key, $2: classid, $3: objid
 }
 
-func statementsFor(name string, shared bool) statements {
+func statementsFor(name string, shared, pair bool) statements {
 	suffix, mode := "", "ExclusiveLock"
 	if shared {
 		suffix, mode = "_shared", "ShareLock"
 	}
+	// Every statement takes the key as one bigint, $1; the two-int4 form splits it here.
+	args, subid := "($1)", "1"
+	if pair {
+		args, subid = "(($1::bigint >> 32)::int4, ($1::bigint::bit(32))::int4)", "2"
+	}
 	// lock, tryLock and unlock also return pg_backend_pid(): a different backend than the
 	// connection's own means a transaction-pooling proxy (see checkBackend).
 	st := statements{
-		lock:    "SELECT pg_backend_pid(), pg_advisory_lock" + suffix + "($1)",
-		tryLock: "SELECT pg_backend_pid(), pg_try_advisory_lock" + suffix + "($1)",
-		unlock:  "SELECT pg_backend_pid(), pg_advisory_unlock" + suffix + "($1)",
+		lock:    "SELECT pg_backend_pid(), pg_advisory_lock" + suffix + args,
+		tryLock: "SELECT pg_backend_pid(), pg_try_advisory_lock" + suffix + args,
+		unlock:  "SELECT pg_backend_pid(), pg_advisory_unlock" + suffix + args,
 		// Unlock the key if, and only if, this backend holds it: unlike a bare unlock it
 		// leaves no WARNING in the server log when it does not.
-		reconcile: "SELECT pg_advisory_unlock" + suffix + "($1) FROM pg_locks WHERE locktype = 'advisory'" +
+		reconcile: "SELECT pg_advisory_unlock" + suffix + args + " FROM pg_locks WHERE locktype = 'advisory'" +
 			" AND pid = pg_backend_pid() AND granted AND mode = '" + mode + "'" +
-			" AND classid = $2 AND objid = $3 AND objsubid = 1",
+			" AND classid = $2 AND objid = $3 AND objsubid = " + subid,
 	}
 	// With a name the statement text differs per name. pgx prepares and caches each text
 	// per connection (statement_cache_capacity, 512 by default): the first lock of a name on

@@ -51,7 +51,7 @@ func xactLock(ctx context.Context, tx pgx.Tx, name string, shared bool) error {
 	}
 	sql := nameComment(name) + "SELECT " + xactFunc("pg_advisory_xact_lock", shared) + "($1)"
 	if _, err := tx.Exec(ctx, sql, int64(t.key)); err != nil {
-		return &opError{"transaction lock", describe(t.key, name), err}
+		return &opError{"transaction lock", describe(t.key, name, false), err}
 	}
 	return nil
 }
@@ -64,7 +64,7 @@ func tryXactLock(ctx context.Context, tx pgx.Tx, name string, shared bool) error
 	var ok bool
 	sql := nameComment(name) + "SELECT " + xactFunc("pg_try_advisory_xact_lock", shared) + "($1)"
 	if err := tx.QueryRow(ctx, sql, int64(t.key)).Scan(&ok); err != nil {
-		return &opError{"transaction try lock", describe(t.key, name), err}
+		return &opError{"transaction try lock", describe(t.key, name, false), err}
 	}
 	if !ok {
 		return &LockedError{Key: t.key, Name: name}
