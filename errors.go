@@ -56,6 +56,7 @@ type LockedError struct {
 	Pair bool
 }
 
+// Error says which lock is held elsewhere.
 func (e *LockedError) Error() string {
 	return "advisory: lock " + describe(e.Key, e.Name, e.Pair) + " is held by another session"
 }
