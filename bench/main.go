@@ -1,0 +1,147 @@
+// Command bench measures advisory beside the physical floor and its peers, in one run,
+// and writes the results: a JSON file, docs/benchmarks.md and PNG plots.
+//
+//	cd bench && go run .            # about 6 minutes; -peers=false: under a minute
+//
+// It starts a throwaway PostgreSQL with the test harness (ADVISORY_TEST_DSN, testcontainers,
+// or the local binaries), so it needs nothing else. Every row is measured a few times in
+// each round, and rounds interleave all rows, so that machine drift hits every row alike;
+// each ratio divides medians measured in the same run.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"regexp"
+	"runtime"
+	"time"
+
+	"github.com/pgadvisory/advisory/internal/pgtest"
+)
+
+// roleEnv makes the bench binary a holder process for the SIGKILL and crash rows.
+const roleEnv = "ADVISORY_BENCH_ROLE"
+
+func main() {
+	if role := os.Getenv(roleEnv); role != "" {
+		os.Exit(runRole(role))
+	}
+	rounds := flag.Int("rounds", 5, "interleaved rounds (at least 5 for the report)")
+	docs := flag.String("docs", "../docs", "directory for benchmarks.md, benchmarks.json and the plots")
+	peers := flag.Bool("peers", true, "also measure the peers (goose, lease tables): about 5 more minutes")
+	only := flag.String("only", "", "measure only the rows whose name matches this regular expression (and their floors)")
+	flag.Parse()
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	filter, err := regexp.Compile(*only)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "bench: -only:", err)
+		os.Exit(64)
+	}
+	if err := run(ctx, *rounds, *docs, *peers, filter); err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, rounds int, docs string, peers bool, only *regexp.Regexp) error {
+	start := time.Now()
+	srv, err := pgtest.Start(ctx)
+	if err != nil {
+		return err
+	}
+	defer srv.Close()
+	b, err := newBench(ctx, srv.DSN())
+	if err != nil {
+		return err
+	}
+	defer b.close()
+	rows := selectRows(b.rows(peers), only)
+	for r := 1; r <= rounds; r++ {
+		// Two phases: the sub-millisecond rows together, then the heavy ones (processes,
+		// new connections, 10,000-lock statements), which would disturb the former.
+		for _, light := range []bool{true, false} {
+			if err := measureRound(ctx, b, phase(rows, light), !light); err != nil {
+				return err
+			}
+		}
+		fmt.Fprintf(os.Stderr, "round %d/%d done (%v)\n", r, rounds, time.Since(start).Round(time.Second))
+	}
+	res := results{Machine: machine(srv), Rounds: rounds, Took: time.Since(start).Round(time.Second).String(), Rows: summarize(rows)}
+	if err := res.writeJSON(filepath.Join(docs, "benchmarks.json")); err != nil {
+		return err
+	}
+	if err := res.plot(docs); err != nil {
+		return err
+	}
+	return res.writeMarkdown(filepath.Join(docs, "benchmarks.md"))
+}
+
+func machine(srv *pgtest.Server) string {
+	return fmt.Sprintf("%s/%s, %d CPUs, %s; PostgreSQL from the %s harness on loopback",
+		runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), runtime.Version(), srv.Kind())
+}
+
+// measureRound takes each row's samples for one round, interleaved: every pass takes one
+// sample of every row still owed one, so neighbouring rows see the same machine state.
+// With settle, each sample waits 50 ms for the machine to quiet down first.
+func measureRound(ctx context.Context, b *bench, rows []*row, settle bool) error {
+	most := 0
+	for _, r := range rows {
+		most = max(most, r.per)
+	}
+	for i := 0; i < most; i++ {
+		// Rotate the order each pass: a row never always follows the same neighbour (one
+		// that used another backend, leaving this one's cold).
+		for j := range rows {
+			r := rows[(i+j)%len(rows)]
+			if i >= r.per {
+				continue
+			}
+			if settle {
+				// Let the previous heavy sample's aftermath (a killed process, backends
+				// exiting) pass, so it does not land on this one.
+				time.Sleep(50 * time.Millisecond)
+			}
+			v, err := r.sample(ctx, b)
+			if err != nil {
+				return fmt.Errorf("%s: %w", r.Name, err)
+			}
+			r.values = append(r.values, v)
+		}
+	}
+	return nil
+}
+
+// selectRows keeps the rows matching only, and the floors they are compared with.
+func selectRows(rows []*row, only *regexp.Regexp) []*row {
+	keep := map[string]bool{}
+	for _, r := range rows {
+		if only.MatchString(r.Name) {
+			keep[r.Name], keep[r.Floor] = true, true
+		}
+	}
+	var out []*row
+	for _, r := range rows {
+		if keep[r.Name] {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// phase returns the rows sampled many times a round (light: sub-millisecond work) or the
+// others.
+func phase(rows []*row, light bool) []*row {
+	var out []*row
+	for _, r := range rows {
+		if (r.per >= 100) == light {
+			out = append(out, r)
+		}
+	}
+	return out
+}

@@ -1,0 +1,257 @@
+package main
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"os"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/jackc/pgx/v5/stdlib"
+
+	"github.com/pgadvisory/advisory"
+)
+
+// row is one line of the report: a measurement sampled per times in every round.
+type row struct {
+	Name   string
+	Group  string  // "floor", "advisory", "peer", "scale"
+	Floor  string  // the row its ratio is taken against ("" for none)
+	Unit   string  // "ms", "conns", "B/lock"
+	Target float64 // the ratio to the floor we aim at (0: none)
+	Limit  float64 // an absolute target in Unit (0: none)
+	Note   string
+	per    int
+	sample func(ctx context.Context, b *bench) (float64, error)
+	values []float64
+}
+
+// bench holds the connections the rows share.
+type bench struct {
+	dsn        string
+	admin      *pgxpool.Pool
+	raw1, raw2 *pgx.Conn
+	m1, m2     *advisory.Manager
+	cycles     *advisory.Manager // for the uncontended cycles alone: steady state
+	db         *sql.DB           // database/sql over pgx, for goose
+	self       string
+	seq        atomic.Int64
+}
+
+func newBench(ctx context.Context, dsn string) (*bench, error) {
+	b := &bench{dsn: dsn}
+	var err error
+	if b.self, err = os.Executable(); err != nil {
+		return nil, err
+	}
+	if b.admin, err = pgxpool.New(ctx, dsn); err != nil {
+		return nil, err
+	}
+	if _, err = b.admin.Exec(ctx, leaseDDL); err != nil {
+		return nil, err
+	}
+	if b.raw1, err = pgx.Connect(ctx, dsn); err != nil {
+		return nil, err
+	}
+	if b.raw2, err = pgx.Connect(ctx, dsn); err != nil {
+		return nil, err
+	}
+	if b.m1, err = advisory.New(ctx, dsn); err != nil {
+		return nil, err
+	}
+	if b.m2, err = advisory.New(ctx, dsn); err != nil {
+		return nil, err
+	}
+	if b.cycles, err = advisory.New(ctx, dsn+" pool_max_conns=1"); err != nil {
+		return nil, err
+	}
+	cfg, err := pgx.ParseConfig(dsn)
+	if err != nil {
+		return nil, err
+	}
+	b.db = stdlib.OpenDB(*cfg)
+	return b, nil
+}
+
+func (b *bench) close() {
+	b.m1.Close()
+	b.m2.Close()
+	b.cycles.Close()
+	b.raw1.Close(context.Background())
+	b.raw2.Close(context.Background())
+	b.db.Close()
+	b.admin.Close()
+}
+
+// key returns a fresh name for rows that must not meet each other's locks.
+func (b *bench) key(prefix string) string {
+	return fmt.Sprintf("bench/%s/%d", prefix, b.seq.Add(1))
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+// timed runs f and returns how long it took, in ms.
+func timed(f func() error) (float64, error) {
+	start := time.Now()
+	err := f()
+	return ms(time.Since(start)), err
+}
+
+func (b *bench) rows(peers bool) []*row {
+	rows := []*row{
+		{Name: "SELECT 1 round trip", Group: "floor", Unit: "ms", per: 100, sample: selectOne},
+		{Name: "REF: raw pg_try_advisory_lock + pg_advisory_unlock", Group: "floor", Unit: "ms", per: 100, sample: rawCycle},
+		{Name: "advisory Lock + Unlock", Group: "advisory", Floor: "REF: raw pg_try_advisory_lock + pg_advisory_unlock", Unit: "ms", Target: 1.10, per: 100, sample: oursLockCycle},
+		{Name: "advisory TryLock + Unlock", Group: "advisory", Floor: "REF: raw pg_try_advisory_lock + pg_advisory_unlock", Unit: "ms", Target: 1.10, per: 100, sample: oursTryCycle},
+		{Name: "raw handoff (waiter in pg_advisory_lock)", Group: "floor", Unit: "ms", per: 20, sample: rawHandoff},
+		{Name: "advisory contended handoff", Group: "advisory", Floor: "raw handoff (waiter in pg_advisory_lock)", Unit: "ms", Target: 1.5, per: 20, sample: oursHandoff},
+		{Name: "raw loss floor (WaitForNotification after pg_terminate_backend)", Group: "floor", Unit: "ms", per: 10, sample: rawLoss},
+		{Name: "advisory loss detection (Done after pg_terminate_backend)", Group: "advisory", Floor: "raw loss floor (WaitForNotification after pg_terminate_backend)", Unit: "ms", Target: 2, per: 10, sample: oursLoss},
+		{Name: "raw SIGKILL takeover", Group: "floor", Unit: "ms", per: 5, sample: rawKill},
+		{Name: "advisory SIGKILL takeover", Group: "advisory", Floor: "raw SIGKILL takeover", Unit: "ms", Target: 1.5, per: 5, sample: oursKill},
+		{Name: "10,000 locks on one Session (LockAll)", Group: "scale", Unit: "ms", Limit: 100, per: 1, sample: session10k},
+		{Name: "100 goroutines on one key: connections used", Group: "scale", Unit: "conns", Limit: 2, per: 1, sample: conns100},
+		{Name: "client memory per lock held on a Session", Group: "scale", Unit: "B/lock", Limit: 1024, per: 1, sample: memPerLock},
+	}
+	if peers {
+		rows = append(rows, peerRows()...)
+	}
+	return rows
+}
+
+// The sub-millisecond rows all run under context.Background, like the in-package
+// BenchmarkCycleRatio: a cancellable context adds the same small cost to each, but keeps
+// their comparison plainer.
+func selectOne(_ context.Context, b *bench) (float64, error) {
+	ctx := context.Background()
+	return timed(func() error { _, err := b.raw1.Exec(ctx, "SELECT 1"); return err })
+}
+
+func rawCycle(_ context.Context, b *bench) (float64, error) {
+	ctx := context.Background()
+	return timed(func() error {
+		var ok bool
+		if err := b.raw1.QueryRow(ctx, "SELECT pg_try_advisory_lock(42)").Scan(&ok); err != nil || !ok {
+			return fmt.Errorf("try lock: %v %v", ok, err)
+		}
+		return b.raw1.QueryRow(ctx, "SELECT pg_advisory_unlock(42)").Scan(&ok)
+	})
+}
+
+func oursLockCycle(_ context.Context, b *bench) (float64, error) {
+	ctx := context.Background()
+	return timed(func() error {
+		l, err := b.cycles.Lock(ctx, "bench/cycle")
+		if err != nil {
+			return err
+		}
+		return l.Unlock(ctx)
+	})
+}
+
+func oursTryCycle(_ context.Context, b *bench) (float64, error) {
+	ctx := context.Background()
+	return timed(func() error {
+		l, err := b.cycles.TryLock(ctx, "bench/cycle")
+		if err != nil {
+			return err
+		}
+		return l.Unlock(ctx)
+	})
+}
+
+// waitWaiting blocks until a backend waits for key.
+func (b *bench) waitWaiting(ctx context.Context, key advisory.Key) error {
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(200 * time.Microsecond) {
+		var n int
+		err := b.admin.QueryRow(ctx, `SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted
+			AND classid = $1 AND objid = $2 AND objsubid = 1`, uint32(uint64(key)>>32), uint32(key)).Scan(&n)
+		if err != nil || n > 0 {
+			return err
+		}
+	}
+	return fmt.Errorf("no waiter on key %d", key)
+}
+
+func rawHandoff(ctx context.Context, b *bench) (float64, error) {
+	k := int64(advisory.KeyOf(b.key("rawhandoff")))
+	if _, err := b.raw1.Exec(ctx, "SELECT pg_advisory_lock($1)", k); err != nil {
+		return 0, err
+	}
+	got := make(chan time.Time, 1)
+	go func() { b.raw2.Exec(ctx, "SELECT pg_advisory_lock($1)", k); got <- time.Now() }()
+	if err := b.waitWaiting(ctx, advisory.Key(k)); err != nil {
+		return 0, err
+	}
+	start := time.Now()
+	if _, err := b.raw1.Exec(ctx, "SELECT pg_advisory_unlock($1)", k); err != nil {
+		return 0, err
+	}
+	v := ms((<-got).Sub(start))
+	_, err := b.raw2.Exec(ctx, "SELECT pg_advisory_unlock($1)", k)
+	return v, err
+}
+
+func oursHandoff(ctx context.Context, b *bench) (float64, error) {
+	name := b.key("handoff")
+	l, err := b.m1.Lock(ctx, name)
+	if err != nil {
+		return 0, err
+	}
+	type res struct {
+		l  *advisory.Lock
+		at time.Time
+	}
+	got := make(chan res, 1)
+	go func() { l2, _ := b.m2.Lock(ctx, name); got <- res{l2, time.Now()} }()
+	if err := b.waitWaiting(ctx, l.Key()); err != nil {
+		return 0, err
+	}
+	start := time.Now()
+	if err := l.Unlock(ctx); err != nil {
+		return 0, err
+	}
+	r := <-got
+	if r.l == nil {
+		return 0, fmt.Errorf("waiter failed")
+	}
+	return ms(r.at.Sub(start)), r.l.Unlock(ctx)
+}
+
+func (b *bench) terminate(ctx context.Context, pid uint32) error {
+	_, err := b.admin.Exec(ctx, "SELECT pg_terminate_backend($1)", int32(pid))
+	return err
+}
+
+func rawLoss(ctx context.Context, b *bench) (float64, error) {
+	c, err := pgx.Connect(ctx, b.dsn)
+	if err != nil {
+		return 0, err
+	}
+	defer c.Close(ctx)
+	got := make(chan time.Time, 1)
+	go func() { c.PgConn().WaitForNotification(context.Background()); got <- time.Now() }()
+	time.Sleep(2 * time.Millisecond)
+	start := time.Now()
+	if err := b.terminate(ctx, c.PgConn().PID()); err != nil {
+		return 0, err
+	}
+	return ms((<-got).Sub(start)), nil
+}
+
+func oursLoss(ctx context.Context, b *bench) (float64, error) {
+	l, err := b.m1.Lock(ctx, b.key("loss"))
+	if err != nil {
+		return 0, err
+	}
+	time.Sleep(2 * time.Millisecond)
+	start := time.Now()
+	if err := b.terminate(ctx, l.PID()); err != nil {
+		return 0, err
+	}
+	<-l.Done()
+	return ms(time.Since(start)), nil
+}
