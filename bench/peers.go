@@ -69,9 +69,9 @@ func gooseSessionCycle(ctx context.Context, b *bench) (float64, error) {
 	})
 }
 
-// handoff measures from release() to when the waiter, already trying in acquire, gets
-// the lock. The release comes at a random moment of the waiter's polling period.
-func handoff(acquire func() error, release func() error, period time.Duration) (float64, error) {
+// inBackground starts acquire and returns a function that waits for it: when it got the
+// lock, or its error.
+func inBackground(acquire func() error) func() (time.Time, error) {
 	got := make(chan time.Time, 1)
 	errc := make(chan error, 1)
 	go func() {
@@ -81,17 +81,27 @@ func handoff(acquire func() error, release func() error, period time.Duration) (
 		}
 		got <- time.Now()
 	}()
+	return func() (time.Time, error) {
+		select {
+		case at := <-got:
+			return at, nil
+		case err := <-errc:
+			return time.Time{}, err
+		}
+	}
+}
+
+// handoff measures from release() to when the waiter, already trying in acquire, gets
+// the lock. The release comes at a random moment of the waiter's polling period.
+func handoff(acquire func() error, release func() error, period time.Duration) (float64, error) {
+	wait := inBackground(acquire)
 	time.Sleep(100*time.Millisecond + rand.N(period))
 	start := time.Now()
 	if err := release(); err != nil {
 		return 0, err
 	}
-	select {
-	case at := <-got:
-		return ms(at.Sub(start)), nil
-	case err := <-errc:
-		return 0, err
-	}
+	at, err := wait()
+	return ms(at.Sub(start)), err
 }
 
 func gooseSessionHandoff(ctx context.Context, b *bench) (float64, error) {
@@ -167,24 +177,8 @@ func peerCrash(ctx context.Context, b *bench, role string) (float64, error) {
 		h.Wait()
 		return 0, err
 	}
-	got := make(chan time.Time, 1)
-	errc := make(chan error, 1)
-	go func() {
-		if err := acquire(); err != nil {
-			errc <- err
-			return
-		}
-		got <- time.Now()
-	}()
-	v, err := killTakeover(h, func() error { time.Sleep(200 * time.Millisecond); return nil },
-		func() (time.Time, error) {
-			select {
-			case at := <-got:
-				return at, nil
-			case err := <-errc:
-				return time.Time{}, err
-			}
-		})
+	wait := inBackground(acquire)
+	v, err := killTakeover(h, func() error { time.Sleep(200 * time.Millisecond); return nil }, wait)
 	if err != nil {
 		return 0, err
 	}
