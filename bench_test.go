@@ -2,6 +2,7 @@ package advisory_test
 
 import (
 	"context"
+	"fmt"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -210,4 +211,69 @@ func BenchmarkSessionMemoryPerLock(b *testing.B) {
 		}
 	}
 	b.ReportMetric(perLock, "B/lock")
+}
+
+// BenchmarkHandoffRatio alternates a raw handoff (a waiter blocked in pg_advisory_lock
+// on a second connection gets the lock when the first unlocks) and ours (Lock.Unlock
+// with a waiter blocked in Manager.Lock), rotating their order, and reports x-handoff,
+// ours over raw, measured from the unlock call to the waiter's return (target <= 1.5).
+func BenchmarkHandoffRatio(b *testing.B) {
+	ctx := context.Background()
+	h, err := pgx.Connect(ctx, dsn(b))
+	require.NoError(b, err)
+	defer h.Close(ctx)
+	w, err := pgx.Connect(ctx, dsn(b))
+	require.NoError(b, err)
+	defer w.Close(ctx)
+	m1, m2 := newManager(b, nil), newManager(b, nil)
+	raw := func(i int) time.Duration {
+		k := int64(advisory.KeyOf(fmt.Sprintf("%s/raw/%d", b.Name(), i)))
+		if _, err := h.Exec(ctx, "SELECT pg_advisory_lock($1)", k); err != nil {
+			b.Fatal(err)
+		}
+		got := make(chan time.Time, 1)
+		go func() { w.Exec(ctx, "SELECT pg_advisory_lock($1)", k); got <- time.Now() }()
+		waitForWaiters(b, advisory.Key(k), 1)
+		start := time.Now()
+		if _, err := h.Exec(ctx, "SELECT pg_advisory_unlock($1)", k); err != nil {
+			b.Fatal(err)
+		}
+		d := (<-got).Sub(start)
+		w.Exec(ctx, "SELECT pg_advisory_unlock($1)", k)
+		return d
+	}
+	ours := func(i int) time.Duration {
+		name := fmt.Sprintf("%s/ours/%d", b.Name(), i)
+		l, err := m1.Lock(ctx, name)
+		if err != nil {
+			b.Fatal(err)
+		}
+		got := make(chan *advisory.Lock, 1)
+		at := make(chan time.Time, 1)
+		go func() { l2, _ := m2.Lock(ctx, name); at <- time.Now(); got <- l2 }()
+		waitForWaiters(b, l.Key(), 1)
+		start := time.Now()
+		if err := l.Unlock(ctx); err != nil {
+			b.Fatal(err)
+		}
+		d := (<-at).Sub(start)
+		if l2 := <-got; l2 == nil || l2.Unlock(ctx) != nil {
+			b.Fatal("waiter failed")
+		}
+		return d
+	}
+	var rawSum, oursSum time.Duration
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if i%2 == 0 {
+			rawSum += raw(i)
+			oursSum += ours(i)
+		} else {
+			oursSum += ours(i)
+			rawSum += raw(i)
+		}
+	}
+	b.ReportMetric(float64(rawSum.Microseconds())/float64(b.N), "raw-µs")
+	b.ReportMetric(float64(oursSum.Microseconds())/float64(b.N), "ours-µs")
+	b.ReportMetric(float64(oursSum)/float64(rawSum), "x-handoff")
 }
