@@ -40,6 +40,18 @@ var (
 	ErrPooler = errors.New("advisory: connection is behind a transaction-pooling proxy (PgBouncer pool_mode=transaction?); " +
 		"session-level advisory locks need a direct connection or session pooling")
 
+	// ErrTooManyLocks is returned when a Lock on a Session would take it past its cap (see
+	// WithSessionLimits).
+	ErrTooManyLocks = errors.New("advisory: too many locks on one session")
+
+	// ErrLockTableFull means the server's shared lock table is full (SQLSTATE 53200, "out of
+	// shared memory"): every session on the server now fails to take locks, and new
+	// connections may fail too. Release locks, or raise max_locks_per_transaction (the table
+	// holds about max_locks_per_transaction × (max_connections + max_prepared_transactions)
+	// locks) and restart the server.
+	ErrLockTableFull = errors.New("advisory: the server's lock table is full (SQLSTATE 53200): " +
+		"release locks or raise max_locks_per_transaction")
+
 	// ErrPoolExhausted means every connection of the Manager's pool is in use (each held
 	// lock pins one) and no connection became free before ctx ended (Lock), or at once
 	// (TryLock). Raise the pool size (pool_max_conns) or release locks sooner.

@@ -20,18 +20,6 @@ const (
 // errSessionClosed is a Session's end error after its Close.
 var errSessionClosed = fmt.Errorf("%w: the session was closed", ErrNotHeld)
 
-// ErrTooManyLocks is returned when a Lock on a Session would take it past its cap (see
-// WithSessionLimits).
-var ErrTooManyLocks = errors.New("advisory: too many locks on one session")
-
-// ErrLockTableFull means the server's shared lock table is full (SQLSTATE 53200, "out of
-// shared memory"): every session on the server now fails to take locks, and new
-// connections may fail too. Release locks, or raise max_locks_per_transaction (the table
-// holds about max_locks_per_transaction × (max_connections + max_prepared_transactions)
-// locks) and restart the server.
-var ErrLockTableFull = errors.New("advisory: the server's lock table is full (SQLSTATE 53200): " +
-	"release locks or raise max_locks_per_transaction")
-
 // A Session is one connection pinned from the Manager's pool, on which many locks can be
 // held at once: the model for a caller who needs thousands of locks, where a connection
 // per lock would exhaust the server. All its locks share the connection's fate: if it is
