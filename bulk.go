@@ -103,17 +103,9 @@ func (S *Session) take(ctx context.Context, ts []target, try bool) error {
 	return &LockedError{Key: Key(busy[0])}
 }
 
-// reconcileKeys unlocks those of keys that the backend holds; a late CancelRequest
-// hitting it is retried (see session.reconcile).
+// reconcileKeys unlocks those of keys that the backend holds (see session.afterCancel).
 func (s *session) reconcileKeys(keys []int64, cancelSent bool) error {
-	ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
-	defer cancel()
-	for attempt := 0; ; attempt++ {
-		_, err := s.pc.Exec(ctx, reconcileKeysSQL, keys)
-		if err == nil || !cancelSent || attempt == 2 || !isQueryCanceled(err) {
-			return err
-		}
-	}
+	return s.afterCancel(cancelSent, reconcileKeysSQL, keys)
 }
 
 // beginOp takes a multi-lock Session's connection back from the watcher for one call.

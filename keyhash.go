@@ -87,7 +87,7 @@ func hashBytesExtended(k string, seed uint64) uint64 {
 			c += v << (8 * (i - 7))
 		}
 	}
-	a, b, c = final(a, b, c)
+	_, b, c = final(a, b, c)
 	return uint64(b)<<32 | uint64(c)
 }
 

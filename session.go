@@ -133,18 +133,19 @@ func (s *session) tryLock(ctx context.Context) error {
 	return nil
 }
 
-// reconcile releases the key if the server says this session holds it. A CancelRequest
-// sent for the lock statement may land on this statement instead (57014): then it is run
-// again; the cancel cannot strike twice.
+// reconcile releases the key if the server says this session holds it.
 func (s *session) reconcile(key Key, st statements, cancelSent bool) error {
+	return s.afterCancel(cancelSent, st.reconcile, int64(key), uint32(uint64(key)>>32), uint32(key))
+}
+
+// afterCancel runs a clean-up statement, bounded by cleanupTimeout, on a connection whose
+// lock statement may have been sent a CancelRequest. That cancel may land on this
+// statement instead (57014): then it is run again; the cancel cannot strike twice.
+func (s *session) afterCancel(cancelSent bool, sql string, args ...any) error {
 	ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
 	defer cancel()
 	for attempt := 0; ; attempt++ {
-		rows, err := s.pc.Query(ctx, st.reconcile, int64(key), uint32(uint64(key)>>32), uint32(key))
-		if err == nil {
-			rows.Close()
-			err = rows.Err()
-		}
+		_, err := s.pc.Exec(ctx, sql, args...)
 		if err == nil || !cancelSent || attempt == 2 || !isQueryCanceled(err) {
 			return err
 		}
