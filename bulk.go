@@ -16,8 +16,8 @@ func (c *connFailure) Unwrap() error { return c.err }
 
 // op runs one call's statements on the Session's connection, taken from the watcher and
 // handed back after, or ends the Session if the connection failed (a connFailure).
-func (S *Session) op(ctx context.Context, run func() error) error {
-	s := S.s
+func (ss *Session) op(ctx context.Context, run func() error) error {
+	s := ss.pin
 	if err := s.beginOp(); err != nil {
 		return err
 	}
@@ -57,8 +57,8 @@ WHERE EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_ba
 
 // take locks ts (none held by the Session yet) on its connection, all or nothing, with
 // the exactness of Manager.Lock: whatever the outcome, on error none of them is held.
-func (S *Session) take(ctx context.Context, ts []target, try bool) error {
-	s := S.s
+func (ss *Session) take(ctx context.Context, ts []target, try bool) error {
+	s := ss.pin
 	keys := make([]int64, len(ts))
 	for i, t := range ts {
 		keys[i] = int64(t.key)
@@ -76,6 +76,11 @@ func (S *Session) take(ctx context.Context, ts []target, try bool) error {
 		err = s.pc.QueryRow(waitCtx(ctx), tryLockAllSQL, keys).Scan(&pid, &taken, &busy)
 	}
 	sent := s.cancel.settle()
+	if notSent(s.pg, err) && ctx.Err() != nil {
+		// pgx refused to start the statement (ctx had ended): the server saw nothing and
+		// the connection is as it was.
+		return ctx.Err()
+	}
 	if err == nil && pid != s.pid {
 		err = s.poolerError(pid)
 	}
@@ -101,6 +106,12 @@ func (S *Session) take(ctx context.Context, ts []target, try bool) error {
 		}
 	}
 	return &LockedError{Key: Key(busy[0])}
+}
+
+// notSent reports whether err says a statement was refused before anything was written
+// to a connection that is still open: pgx checks ctx before it sends.
+func notSent(pg *pgconn.PgConn, err error) bool {
+	return err != nil && pgconn.SafeToRetry(err) && !pg.IsClosed()
 }
 
 // reconcileKeys unlocks those of keys that the backend holds (see session.afterCancel).
@@ -137,6 +148,6 @@ func (s *session) endOp() error {
 	if s.hold() {
 		return nil
 	}
-	s.end(false, &opError{"session", "", fmt.Errorf("%w: %w", ErrLockLost, ErrClosed)})
+	s.end(false, &opError{"session", s.describe(), fmt.Errorf("%w: %w", ErrLockLost, ErrClosed)})
 	return ErrClosed
 }

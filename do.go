@@ -13,6 +13,10 @@ import (
 // so does Do's error (together with fn's own error, if any). Otherwise Do returns fn's
 // error, or the error of Lock or Unlock. The unlock is not governed by ctx: it is bounded
 // by 5 s, after which the connection is closed, which frees the lock.
+//
+// If fn panics, the lock is released (as above) before the panic continues up the stack,
+// so a caller that recovers (net/http does) leaves nothing held. The same holds if fn
+// calls runtime.Goexit.
 func (m *Manager) Do(ctx context.Context, name string, fn func(ctx context.Context) error) error {
 	if fn == nil {
 		panic("advisory: Do with a nil function")
@@ -21,8 +25,7 @@ func (m *Manager) Do(ctx context.Context, name string, fn func(ctx context.Conte
 	if err != nil {
 		return err
 	}
-	fnErr := runHolding(ctx, l, fn)
-	uerr := unlockDetached(ctx, l)
+	fnErr, uerr := runThenUnlock(ctx, l, fn)
 	switch {
 	case errors.Is(uerr, ErrLockLost) && fnErr != nil:
 		return fmt.Errorf("%w (and the function failed: %w)", uerr, fnErr)
@@ -51,6 +54,21 @@ func runHolding(ctx context.Context, l *Lock, fn func(ctx context.Context) error
 		}
 	}()
 	return fn(fnCtx)
+}
+
+// runThenUnlock runs fn while l is held (see runHolding) and then unlocks l, also when fn
+// panics or calls runtime.Goexit: the deferred unlock runs while the panic unwinds, and
+// the panic goes on unchanged.
+func runThenUnlock(ctx context.Context, l *Lock, fn func(ctx context.Context) error) (fnErr, uerr error) {
+	returned := false
+	defer func() {
+		if !returned {
+			unlockDetached(ctx, l)
+		}
+	}()
+	fnErr = runHolding(ctx, l, fn)
+	returned = true
+	return fnErr, unlockDetached(ctx, l)
 }
 
 // unlockDetached unlocks with a context of its own, bounded by cleanupTimeout: the

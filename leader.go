@@ -18,7 +18,9 @@ import (
 // fn has returned), when fn returns while still leader (fn's error, nil included; the
 // lock is released first), or on an error retrying cannot mend: an invalid name
 // ([ErrInvalidKey]), a closed Manager ([ErrClosed]), a transaction-pooling proxy
-// ([ErrPooler]). fn must return once its context is cancelled.
+// ([ErrPooler]). fn must return once its context is cancelled. Whenever Lead returns, or
+// fn panics (the lock is released before the panic goes on up the stack), the lock is
+// not held.
 func (m *Manager) Lead(ctx context.Context, name string, fn func(ctx context.Context) error) error {
 	if fn == nil {
 		panic("advisory: Lead with a nil function")
@@ -26,6 +28,10 @@ func (m *Manager) Lead(ctx context.Context, name string, fn func(ctx context.Con
 	backoff := 100 * time.Millisecond
 	for {
 		l, err := m.Lock(ctx, name)
+		if err == nil && ctx.Err() != nil {
+			// Granted just as ctx ended: release, do not start fn.
+			unlockDetached(ctx, l)
+		}
 		switch {
 		case ctx.Err() != nil:
 			return fmt.Errorf("advisory: lead %s: %w", quote(name), ctx.Err())
@@ -49,8 +55,7 @@ func (m *Manager) Lead(ctx context.Context, name string, fn func(ctx context.Con
 // is dropped: the caller campaigns again); otherwise it releases the lock and returns fn's
 // error.
 func leadOnce(ctx context.Context, l *Lock, fn func(ctx context.Context) error) (lost bool, err error) {
-	fnErr := runHolding(ctx, l, fn)
-	uerr := unlockDetached(ctx, l)
+	fnErr, uerr := runThenUnlock(ctx, l, fn)
 	switch {
 	case ctx.Err() != nil:
 		return false, fmt.Errorf("advisory: lead %s: %w", quote(l.Name()), ctx.Err())

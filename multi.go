@@ -17,7 +17,8 @@ const (
 	defaultSessionRetire = 1000
 )
 
-// errSessionClosed is a Session's end error after its Close.
+// errSessionClosed is a Session's end error after its Close, and the error of calls that
+// were queued or waiting when Close began.
 var errSessionClosed = fmt.Errorf("%w: the session was closed", ErrNotHeld)
 
 // A Session is one connection pinned from the Manager's pool, on which many locks can be
@@ -26,14 +27,20 @@ var errSessionClosed = fmt.Errorf("%w: the session was closed", ErrNotHeld)
 // lost, they all are (Done, Err). Locks on a Session are reentrant: locking a key it
 // holds counts up, and it takes as many Unlocks to release.
 //
-// A Session runs one call at a time; concurrent calls wait for each other. It is safe for
-// use by multiple goroutines.
+// A Session runs one call at a time: concurrent calls queue, each bounded by its own ctx
+// while it waits for its turn. A call whose ctx ends before or while it waits returns an
+// error for which errors.Is(err, ctx.Err()) holds and changes nothing: the Session and
+// its locks are as they were. It is safe for use by multiple goroutines.
 type Session struct {
 	m    *Manager
-	s    *session
-	mu   sync.Mutex
-	held map[target]int // per key and mode: how many times this Session holds it
-	peak int
+	pin  *session
+	turn chan struct{} // holds a token while a call runs
+
+	mu      sync.Mutex     // guards the fields below; never held across I/O
+	held    map[target]int // per key and mode: how many times this Session holds it
+	peak    int
+	closing chan struct{} // closed when Close begins
+	waiting bool          // a lock statement is running (Close interrupts it)
 }
 
 // Session pins a connection for many locks. ctx governs getting the connection. Close
@@ -53,92 +60,164 @@ func (m *Manager) Session(ctx context.Context) (*Session, error) {
 		s.end(true, ErrClosed)
 		return nil, ErrClosed
 	}
-	return &Session{m: m, s: s, held: make(map[target]int)}, nil
+	return &Session{m: m, pin: s, turn: make(chan struct{}, 1), held: make(map[target]int),
+		closing: make(chan struct{})}, nil
 }
 
 // PID returns the backend pid of the Session's connection.
-func (S *Session) PID() uint32 { return S.s.pid }
+func (s *Session) PID() uint32 { return s.pin.pid }
 
 // Done is closed when the Session ends: Close, loss, or the Manager's Close.
-func (S *Session) Done() <-chan struct{} { return S.s.done }
+func (s *Session) Done() <-chan struct{} { return s.pin.done }
 
 // Err is nil while the Session is open; after Done it wraps ErrLockLost if the Session
 // was lost, or ErrNotHeld after Close (calls on a closed Session return it too).
-func (S *Session) Err() error { return S.s.endErr() }
+func (s *Session) Err() error { return s.pin.endErr() }
 
-// Held returns how many distinct keys the Session holds: 0 once it has ended.
-func (S *Session) Held() int {
-	S.mu.Lock()
-	defer S.mu.Unlock()
-	if S.s.endErr() != nil {
+// Held returns how many distinct keys the Session holds: 0 once it has ended. It does not
+// wait for a call in progress.
+func (s *Session) Held() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.pin.endErr() != nil {
 		return 0
 	}
-	return len(S.held)
+	return len(s.held)
+}
+
+// enterCall waits for the Session's turn. It fails, changing nothing, if ctx ends first
+// (an error wrapping ctx.Err()), if the Session ended (its end error) or if Close began
+// (ErrNotHeld). After nil the caller must call leaveCall.
+func (s *Session) enterCall(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	select {
+	case s.turn <- struct{}{}:
+	case <-ctx.Done():
+		return fmt.Errorf("advisory: queued behind another call on this session: %w", ctx.Err())
+	case <-s.closing:
+		return errSessionClosed
+	case <-s.pin.done:
+		return s.pin.endErr()
+	}
+	err := s.pin.endErr() // lost or closed: say so before anything else
+	if err == nil && s.isClosing() {
+		err = errSessionClosed
+	}
+	if err == nil {
+		err = ctx.Err()
+	}
+	if err != nil {
+		s.leaveCall()
+	}
+	return err
+}
+
+func (s *Session) leaveCall() { <-s.turn }
+
+func (s *Session) isClosing() bool {
+	select {
+	case <-s.closing:
+		return true
+	default:
+		return false
+	}
 }
 
 // Lock takes the named lock on the Session, blocking on the server until it is held or
 // ctx ends, with the cancellation guarantees of [Manager.Lock]. If the Session already
-// holds it, Lock counts up at once. On loss of the Session it returns an error wrapping
-// ErrLockLost.
-func (S *Session) Lock(ctx context.Context, name string) error {
-	return S.lockNames(ctx, []string{name}, false)
+// holds it, Lock counts up at once. ctx also bounds waiting for the Session's other calls.
+// On loss of the Session it returns an error wrapping ErrLockLost; if the Session's Close
+// begins while Lock waits, ErrNotHeld.
+func (s *Session) Lock(ctx context.Context, name string) error {
+	return s.lockNames(ctx, []string{name}, false)
 }
 
 // TryLock is Lock without waiting: *LockedError if another session holds the lock.
-func (S *Session) TryLock(ctx context.Context, name string) error {
-	return S.lockNames(ctx, []string{name}, true)
+func (s *Session) TryLock(ctx context.Context, name string) error {
+	return s.lockNames(ctx, []string{name}, true)
 }
 
 // LockAll takes every named lock, in one statement (so 10,000 locks cost one round trip,
 // not 10,000), in key order (so Sessions taking overlapping sets cannot deadlock),
 // blocking until all are held or ctx ends. It is all or nothing: on any error none of the
 // names is newly held.
-func (S *Session) LockAll(ctx context.Context, names []string) error {
-	return S.lockNames(ctx, names, false)
+func (s *Session) LockAll(ctx context.Context, names []string) error {
+	return s.lockNames(ctx, names, false)
 }
 
 // TryLockAll takes every named lock if none is held elsewhere, in one statement; if any
 // is, it takes none and returns a *LockedError naming one of them.
-func (S *Session) TryLockAll(ctx context.Context, names []string) error {
-	return S.lockNames(ctx, names, true)
+func (s *Session) TryLockAll(ctx context.Context, names []string) error {
+	return s.lockNames(ctx, names, true)
 }
 
-func (S *Session) lockNames(ctx context.Context, names []string, try bool) error {
+func (s *Session) lockNames(ctx context.Context, names []string, try bool) error {
 	ts := make([]target, 0, len(names))
 	for _, n := range names {
-		t, err := S.m.named(n, false)
+		t, err := s.m.named(n, false)
 		if err != nil {
 			return err
 		}
 		ts = append(ts, t)
 	}
-	S.mu.Lock()
-	defer S.mu.Unlock()
-	if err := S.s.endErr(); err != nil {
-		return err // lost or closed: say so before anything else
+	if err := s.enterCall(ctx); err != nil {
+		return err
 	}
-	fresh := S.fresh(ts)
-	if len(S.held)+len(fresh) > S.m.set.sessionCap {
-		return fmt.Errorf("%w: %d held, %d more asked for, the cap is %d", ErrTooManyLocks, len(S.held), len(fresh), S.m.set.sessionCap)
+	defer s.leaveCall()
+	fresh := s.fresh(ts)
+	if n := s.count(); n+len(fresh) > s.m.set.sessionCap {
+		return fmt.Errorf("%w: %d held, %d more asked for, the cap is %d", ErrTooManyLocks, n, len(fresh), s.m.set.sessionCap)
 	}
 	if len(fresh) > 0 {
-		if err := S.op(ctx, func() error { return S.take(ctx, fresh, try) }); err != nil {
+		if err := s.op(ctx, func() error { return s.takeInterruptibly(ctx, fresh, try) }); err != nil {
 			return err
 		}
 	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	for _, t := range ts {
-		S.held[t]++
+		s.held[t]++
 	}
-	S.peak = max(S.peak, len(S.held))
+	s.peak = max(s.peak, len(s.held))
 	return nil
 }
 
+// takeInterruptibly is take, marked as a wait that Close may interrupt.
+func (s *Session) takeInterruptibly(ctx context.Context, ts []target, try bool) error {
+	s.mu.Lock()
+	if s.isClosing() {
+		s.mu.Unlock()
+		return errSessionClosed
+	}
+	s.waiting = true
+	s.mu.Unlock()
+	err := s.take(ctx, ts, try)
+	s.mu.Lock()
+	s.waiting = false
+	s.mu.Unlock()
+	var cf *connFailure
+	if err != nil && !errors.As(err, &cf) && ctx.Err() == nil && s.isClosing() {
+		return errSessionClosed // interrupted by Close; take released whatever it got
+	}
+	return err
+}
+
+func (s *Session) count() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.held)
+}
+
 // fresh returns the distinct targets of ts the Session does not hold yet, in key order.
-func (S *Session) fresh(ts []target) []target {
+func (s *Session) fresh(ts []target) []target {
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	seen := make(map[target]bool, len(ts))
 	var out []target
 	for _, t := range ts {
-		if S.held[t] == 0 && !seen[t] {
+		if s.held[t] == 0 && !seen[t] {
 			seen[t] = true
 			out = append(out, t)
 		}
@@ -153,52 +232,68 @@ func (S *Session) fresh(ts []target) []target {
 // 5 s bound of its own, since an interrupted unlock would leave it unknown whether the
 // lock is still held. If that fails the Session is lost (its connection closed: the
 // server frees all its locks) and the error wraps ErrLockLost.
-func (S *Session) Unlock(ctx context.Context, name string) error {
-	t, err := S.m.named(name, false)
+func (s *Session) Unlock(ctx context.Context, name string) error {
+	t, err := s.m.named(name, false)
 	if err != nil {
 		return err
 	}
-	S.mu.Lock()
-	defer S.mu.Unlock()
-	if err := S.s.endErr(); err != nil {
+	if err := s.enterCall(ctx); err != nil {
 		return err
 	}
-	if err := ctx.Err(); err != nil {
-		return err
+	defer s.leaveCall()
+	s.mu.Lock()
+	n := s.held[t]
+	if n > 1 {
+		s.held[t]--
 	}
-	switch S.held[t] {
-	case 0:
+	s.mu.Unlock()
+	switch {
+	case n == 0:
 		return fmt.Errorf("%w: %s on this session", ErrNotHeld, describe(t.key, t.name, false))
-	case 1:
-	default:
-		S.held[t]--
+	case n > 1:
 		return nil
 	}
-	err = S.op(ctx, func() error {
-		uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
-		defer cancel()
-		var n int64
-		if err := S.s.pc.QueryRow(uctx, unlockKeysSQL, []int64{int64(t.key)}).Scan(&n); err != nil {
-			return &connFailure{err} // unknown whether it is still held: the connection must go
-		}
-		return nil
-	})
+	err = s.op(ctx, func() error { return s.unlockKey(ctx, t) })
 	if err == nil || !errors.Is(err, ErrLockLost) {
-		delete(S.held, t)
+		s.mu.Lock()
+		delete(s.held, t)
+		s.mu.Unlock()
 	}
 	return err
+}
+
+func (s *Session) unlockKey(ctx context.Context, t target) error {
+	uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+	defer cancel()
+	var n int64
+	if err := s.pin.pc.QueryRow(uctx, unlockKeysSQL, []int64{int64(t.key)}).Scan(&n); err != nil {
+		return &connFailure{err} // unknown whether it is still held: the connection must go
+	}
+	return nil
 }
 
 // Close releases every lock of the Session (pg_advisory_unlock_all) and gives its
 // connection back to the pool, or closes the connection if the Session ever held more
 // than the retire threshold (see WithSessionLimits): a backend keeps paying for every lock
-// it held until it exits. ctx governs the release. Close after Close returns ErrNotHeld;
-// after a loss, the loss.
-func (S *Session) Close(ctx context.Context) error {
-	S.mu.Lock()
-	defer S.mu.Unlock()
-	S.s.retire = S.peak > S.m.set.sessionRetire
-	err := S.s.release(ctx, errSessionClosed)
-	S.held = map[target]int{}
-	return err
+// it held until it exits. A Lock waiting on the server is interrupted (it returns
+// ErrNotHeld, holding nothing new) and calls queued behind it return ErrNotHeld; Close
+// then waits for the call in progress to finish, which is prompt. ctx governs the
+// release. If the release cannot be confirmed the connection is closed, which frees the
+// locks. Close after Close returns ErrNotHeld; after a loss, the loss.
+func (s *Session) Close(ctx context.Context) error {
+	s.mu.Lock()
+	if !s.isClosing() {
+		close(s.closing)
+		if s.waiting {
+			s.pin.cancel.interrupt()
+		}
+	}
+	s.mu.Unlock()
+	s.turn <- struct{}{} // the call in progress, if any, ends promptly: see takeInterruptibly
+	defer s.leaveCall()
+	s.mu.Lock()
+	s.pin.retire = s.peak > s.m.set.sessionRetire
+	s.held = map[target]int{}
+	s.mu.Unlock()
+	return s.pin.release(ctx, errSessionClosed)
 }

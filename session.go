@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -182,9 +183,25 @@ func (s *session) unlock(ctx context.Context) error {
 // loss, and the caller must hear ErrLockLost.
 func (s *session) unlockFailure(ctx context.Context, err error) (endErr error, lost bool) {
 	if errors.Is(err, errNotHeldByServer) || (ctx.Err() == nil && !usable(s.pg, err)) {
-		return &opError{"lock", describe(s.key, s.name, s.pair), fmt.Errorf("%w: %s: %w", ErrLockLost, lossReason(err), err)}, true
+		return &opError{s.op(), s.describe(), fmt.Errorf("%w: %s: %w", ErrLockLost, lossReason(err), err)}, true
 	}
 	return err, false
+}
+
+// op and describe name the session in messages: the lock it holds, or, for a Session's
+// connection, the connection.
+func (s *session) op() string {
+	if s.multi {
+		return "session"
+	}
+	return "lock"
+}
+
+func (s *session) describe() string {
+	if s.multi {
+		return "(backend pid " + strconv.FormatUint(uint64(s.pid), 10) + ")"
+	}
+	return describe(s.key, s.name, s.pair)
 }
 
 func (s *session) setState(st sessionState) {
@@ -250,13 +267,13 @@ func (s *session) shutdown() {
 	if st == stateHeld {
 		ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
 		defer cancel()
-		s.release(ctx, &opError{"lock", describe(s.key, s.name, s.pair), fmt.Errorf("%w: %w", ErrLockLost, ErrClosed)})
+		s.release(ctx, &opError{s.op(), s.describe(), fmt.Errorf("%w: %w", ErrLockLost, ErrClosed)})
 	}
 }
 
 // lose ends a held session whose connection failed.
 func (s *session) lose(cause error) {
-	s.end(false, &opError{"lock", describe(s.key, s.name, s.pair), fmt.Errorf("%w: %s: %w", ErrLockLost, lossReason(cause), cause)})
+	s.end(false, &opError{s.op(), s.describe(), fmt.Errorf("%w: %s: %w", ErrLockLost, lossReason(cause), cause)})
 }
 
 // end closes the session: the connection goes back to the pool if keep, else it is

@@ -1,0 +1,171 @@
+package advisory_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/pgadvisory/advisory"
+)
+
+// A Session call whose ctx has already ended changes nothing: not the Session, not its
+// locks (issue: "lock 0: lock lost: context already done" destroyed the Session).
+func TestSessionCallWithEndedCtxChangesNothing(t *testing.T) {
+	t.Parallel()
+	m := newManager(t, nil)
+	ctx := ctxT(t)
+	s, err := m.Session(ctx)
+	require.NoError(t, err)
+	ns := names(t.Name(), 3)
+	require.NoError(t, s.LockAll(ctx, ns))
+
+	done, cancel := context.WithCancel(ctx)
+	cancel()
+	other := t.Name() + "/other"
+	for _, call := range []func() error{
+		func() error { return s.Lock(done, other) },
+		func() error { return s.TryLock(done, other) },
+		func() error { return s.LockAll(done, []string{other, ns[0]}) },
+		func() error { return s.TryLockAll(done, []string{other}) },
+		func() error { return s.Unlock(done, ns[1]) },
+	} {
+		require.ErrorIs(t, call(), context.Canceled)
+	}
+	select {
+	case <-s.Done():
+		t.Fatalf("the Session ended: %v", s.Err())
+	default:
+	}
+	require.NoError(t, s.Err())
+	assert.Equal(t, 3, s.Held())
+	assert.Equal(t, 3, heldBy(t, s.PID(), ns), "all three still held on the server")
+	requireFree(t, advisory.KeyOf(other))
+	require.NoError(t, s.Lock(ctx, other), "the Session still works")
+	require.NoError(t, s.Close(ctx))
+	requireNoAcquired(t, m)
+}
+
+// Calls queued behind a long Session call are bounded by their own ctx.
+func TestSessionQueuedCallsHonourCtx(t *testing.T) {
+	t.Parallel()
+	m, other := newManager(t, nil), newManager(t, nil)
+	ctx := ctxT(t)
+	busy := t.Name() + "/busy"
+	blocker, err := other.Lock(ctx, busy)
+	require.NoError(t, err)
+	s, err := m.Session(ctx)
+	require.NoError(t, err)
+	mine := t.Name() + "/mine"
+	require.NoError(t, s.Lock(ctx, mine))
+
+	waitDone := make(chan error, 1)
+	go func() { waitDone <- s.Lock(ctx, busy) }() // waits on the server, holding the Session's turn
+	waitForWaiters(t, advisory.KeyOf(busy), 1)
+
+	for name, call := range map[string]func(context.Context) error{
+		"Lock":    func(c context.Context) error { return s.Lock(c, t.Name()+"/x") },
+		"TryLock": func(c context.Context) error { return s.TryLock(c, t.Name()+"/x") },
+		"Unlock":  func(c context.Context) error { return s.Unlock(c, mine) },
+	} {
+		cctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+		start := time.Now()
+		err := call(cctx)
+		cancel()
+		require.ErrorIs(t, err, context.DeadlineExceeded, name)
+		// The bound is generous: what matters is that it is not the blocker's release.
+		assert.Less(t, time.Since(start), 5*time.Second, name)
+	}
+	select {
+	case err := <-waitDone:
+		t.Fatalf("the queued-behind Lock returned early: %v", err)
+	default:
+	}
+	require.NoError(t, blocker.Unlock(ctx))
+	require.NoError(t, <-waitDone)
+	assert.Equal(t, 2, s.Held())
+	assert.Equal(t, 1, heldBy(t, s.PID(), []string{mine}), "the timed-out Unlock released nothing")
+	require.NoError(t, s.Close(ctx))
+}
+
+// Session.Close interrupts a Lock waiting on the server instead of waiting for it.
+func TestSessionCloseInterruptsWait(t *testing.T) {
+	t.Parallel()
+	m, other := newManager(t, nil), newManager(t, nil)
+	ctx := ctxT(t)
+	busy := t.Name() + "/busy"
+	blocker, err := other.Lock(ctx, busy)
+	require.NoError(t, err)
+	s, err := m.Session(ctx)
+	require.NoError(t, err)
+	waitDone := make(chan error, 1)
+	go func() { waitDone <- s.Lock(ctx, busy) }()
+	waitForWaiters(t, advisory.KeyOf(busy), 1)
+	require.NoError(t, s.Close(ctx))
+	require.ErrorIs(t, <-waitDone, advisory.ErrNotHeld)
+	requireHeldBy(t, advisory.KeyOf(busy), blocker.PID())
+	require.ErrorIs(t, s.Lock(ctx, t.Name()), advisory.ErrNotHeld)
+	requireNoAcquired(t, m)
+}
+
+var errBoom = errors.New("boom")
+
+// Do and Lead release the lock when fn panics and the panic is recovered.
+func TestDoAndLeadReleaseOnPanic(t *testing.T) {
+	t.Parallel()
+	m := newManager(t, nil)
+	ctx := ctxT(t)
+	name := t.Name()
+	recovered := func(run func()) (v any) {
+		defer func() { v = recover() }()
+		run()
+		return nil
+	}
+	v := recovered(func() {
+		m.Do(ctx, name, func(context.Context) error { panic(errBoom) })
+	})
+	require.Equal(t, errBoom, v, "the panic goes on unchanged")
+	requireFree(t, advisory.KeyOf(name))
+	requireNoAcquired(t, m)
+
+	v = recovered(func() {
+		m.Lead(ctx, name, func(context.Context) error { panic(errBoom) })
+	})
+	require.Equal(t, errBoom, v)
+	requireFree(t, advisory.KeyOf(name))
+	requireNoAcquired(t, m)
+}
+
+// Lead whose ctx ends just as the lock is granted releases it before returning. The
+// grant is made to coincide with the end of ctx by cancelling from the holder's side:
+// Lead waits, the holder unlocks and cancels at once; whichever Lead sees first, nothing
+// may stay held once it returns.
+func TestLeadReleasesWhenCtxEndsAtGrant(t *testing.T) {
+	t.Parallel()
+	m, other := newManager(t, nil), newManager(t, nil)
+	ctx := ctxT(t)
+	name := t.Name()
+	for i := 0; i < 20; i++ {
+		blocker, err := other.Lock(ctx, name)
+		require.NoError(t, err)
+		lctx, cancel := context.WithCancel(ctx)
+		ran := make(chan struct{}, 1)
+		res := make(chan error, 1)
+		go func() {
+			res <- m.Lead(lctx, name, func(c context.Context) error {
+				ran <- struct{}{}
+				<-c.Done()
+				return nil
+			})
+		}()
+		waitForWaiters(t, advisory.KeyOf(name), 1)
+		require.NoError(t, blocker.Unlock(ctx))
+		cancel()
+		require.ErrorIs(t, <-res, context.Canceled)
+		requireFree(t, advisory.KeyOf(name))
+		requireNoAcquired(t, m)
+	}
+}
