@@ -3,6 +3,7 @@ package advisory_test
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"testing"
 	"time"
 
@@ -139,33 +140,32 @@ func TestDoAndLeadReleaseOnPanic(t *testing.T) {
 	requireNoAcquired(t, m)
 }
 
-// Lead whose ctx ends just as the lock is granted releases it before returning. The
-// grant is made to coincide with the end of ctx by cancelling from the holder's side:
-// Lead waits, the holder unlocks and cancels at once; whichever Lead sees first, nothing
-// may stay held once it returns.
+// Lead whose ctx ends just as the lock is granted releases it before returning. A log
+// handler makes the timing exact: it cancels ctx on the "lock acquired" record, which Lock
+// writes after the grant and before it returns to Lead.
 func TestLeadReleasesWhenCtxEndsAtGrant(t *testing.T) {
 	t.Parallel()
-	m, other := newManager(t, nil), newManager(t, nil)
 	ctx := ctxT(t)
-	name := t.Name()
-	for i := 0; i < 20; i++ {
-		blocker, err := other.Lock(ctx, name)
-		require.NoError(t, err)
-		lctx, cancel := context.WithCancel(ctx)
-		ran := make(chan struct{}, 1)
-		res := make(chan error, 1)
-		go func() {
-			res <- m.Lead(lctx, name, func(c context.Context) error {
-				ran <- struct{}{}
-				<-c.Done()
-				return nil
-			})
-		}()
-		waitForWaiters(t, advisory.KeyOf(name), 1)
-		require.NoError(t, blocker.Unlock(ctx))
-		cancel()
-		require.ErrorIs(t, <-res, context.Canceled)
-		requireFree(t, advisory.KeyOf(name))
-		requireNoAcquired(t, m)
-	}
+	lctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	onGrant := slog.New(handlerFunc(func(r slog.Record) {
+		if r.Message == "advisory: lock acquired" {
+			cancel()
+		}
+	}))
+	m := newManager(t, nil, advisory.WithLogger(onGrant))
+	ran := false
+	err := m.Lead(lctx, t.Name(), func(context.Context) error { ran = true; return nil })
+	require.ErrorIs(t, err, context.Canceled)
+	assert.False(t, ran, "fn must not start once ctx has ended")
+	requireFree(t, advisory.KeyOf(t.Name()))
+	requireNoAcquired(t, m)
 }
+
+// handlerFunc is a slog.Handler that passes every record to a function.
+type handlerFunc func(slog.Record)
+
+func (h handlerFunc) Enabled(context.Context, slog.Level) bool      { return true }
+func (h handlerFunc) Handle(_ context.Context, r slog.Record) error { h(r); return nil }
+func (h handlerFunc) WithAttrs([]slog.Attr) slog.Handler            { return h }
+func (h handlerFunc) WithGroup(string) slog.Handler                 { return h }
