@@ -18,25 +18,40 @@ type poller struct {
 	wake [2]int // a pipe: writing to wake[1] stops run
 
 	mu   sync.Mutex
-	byID map[int32]*session
-	next int32
+	byID map[uint64]*session
+	next uint64 // the last ID given out
 	done chan struct{}
 }
 
-// wakeID is the epoll data of the wake pipe; session IDs start at 1.
+// wakeID is the epoll data of the wake pipe; registration IDs start at 1.
+//
+// Every registration gets a new 64-bit ID, carried in the event's data, and IDs are never
+// reused in a Manager's life (2^64 holds would take millennia): an event still queued for
+// a registration that has since been removed finds no session, and can never be taken
+// for a later lock's, whose socket may have the same descriptor number.
 const wakeID = 0
+
+// eventID and eventData convert between an ID and the 64 bits of epoll data, which
+// package syscall splits into Fd and Pad.
+func eventID(ev *syscall.EpollEvent) uint64 {
+	return uint64(uint32(ev.Fd)) | uint64(uint32(ev.Pad))<<32
+}
+
+func eventData(id uint64, events uint32) syscall.EpollEvent {
+	return syscall.EpollEvent{Events: events, Fd: int32(uint32(id)), Pad: int32(uint32(id >> 32))}
+}
 
 func newPoller() (*poller, error) {
 	epfd, err := syscall.EpollCreate1(syscall.EPOLL_CLOEXEC)
 	if err != nil {
 		return nil, err
 	}
-	p := &poller{epfd: epfd, byID: make(map[int32]*session), done: make(chan struct{})}
+	p := &poller{epfd: epfd, byID: make(map[uint64]*session), done: make(chan struct{})}
 	if err := syscall.Pipe2(p.wake[:], syscall.O_CLOEXEC|syscall.O_NONBLOCK); err != nil {
 		syscall.Close(epfd)
 		return nil, err
 	}
-	ev := syscall.EpollEvent{Events: syscall.EPOLLIN, Fd: wakeID}
+	ev := eventData(wakeID, syscall.EPOLLIN)
 	if err := syscall.EpollCtl(epfd, syscall.EPOLL_CTL_ADD, p.wake[0], &ev); err != nil {
 		p.closeFDs()
 		return nil, err
@@ -57,13 +72,14 @@ func (p *poller) run() {
 			p.failAll()
 			return
 		}
-		for _, ev := range events[:n] {
-			if ev.Fd == wakeID {
+		for i := range events[:n] {
+			id := eventID(&events[i])
+			if id == wakeID {
 				return
 			}
 			p.mu.Lock()
-			s := p.byID[ev.Fd]
-			delete(p.byID, ev.Fd)
+			s := p.byID[id]
+			delete(p.byID, id)
 			p.mu.Unlock()
 			if s != nil {
 				s.socketEvent()
@@ -85,7 +101,15 @@ func (p *poller) failAll() {
 }
 
 // add starts watching s's socket. The registration is one-shot: the first event removes
-// it from the poller's table.
+// it from the poller's table. The caller holds s.mu.
+//
+// Descriptor numbers are reused as soon as a socket is closed, so epoll_ctl must only
+// ever be called on s.fd while that number is certainly s's socket. The rule that ensures
+// it: a session is registered only while it is in watchPolled mode, and in that mode
+// nobody reads from or closes its connection (the poller does no I/O on it). Both ways out
+// of watchPolled, socketEvent and stopWatch, remove the registration under s.mu before
+// anyone else may touch the connection. The reader goroutine, which may see the
+// connection fail and close it, starts only after that.
 func (p *poller) add(s *session) error {
 	if s.fd < 0 {
 		return errors.New("no socket descriptor")
@@ -96,25 +120,29 @@ func (p *poller) add(s *session) error {
 		return errors.New("poller stopped")
 	}
 	p.next++
-	if p.next <= wakeID {
-		p.next = wakeID + 1
-	}
-	s.pollID = p.next
-	ev := syscall.EpollEvent{Events: syscall.EPOLLIN | syscall.EPOLLRDHUP | syscall.EPOLLONESHOT, Fd: s.pollID}
+	id := p.next
+	ev := eventData(id, syscall.EPOLLIN|syscall.EPOLLRDHUP|syscall.EPOLLONESHOT)
 	if err := syscall.EpollCtl(p.epfd, syscall.EPOLL_CTL_ADD, s.fd, &ev); err != nil {
 		return err
 	}
-	p.byID[s.pollID] = s
+	s.pollID = id
+	p.byID[id] = s
 	return nil
 }
 
-// remove stops watching s's socket. It is a no-op if the socket's event already fired.
+// remove stops watching s's socket (also a one-shot registration that already fired,
+// which stays in the epoll set until deleted). The caller holds s.mu, and s is still in
+// watchPolled mode: see add.
 func (p *poller) remove(s *session) {
+	if s.pollID == 0 {
+		return
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.byID != nil {
 		delete(p.byID, s.pollID)
 	}
+	s.pollID = 0
 	syscall.EpollCtl(p.epfd, syscall.EPOLL_CTL_DEL, s.fd, nil)
 }
 

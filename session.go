@@ -28,8 +28,8 @@ type session struct {
 	shared bool
 	pair   bool
 	st     statements
-	fd     int   // the socket's descriptor, for the poller
-	pollID int32 // the poller's ID for this session; 0 if never registered
+	fd     int    // the socket's descriptor, for the poller
+	pollID uint64 // the poller's ID for this session's registration; 0 while not registered
 
 	done      chan struct{} // closed when the session has ended
 	watchDone chan struct{} // closed when the watcher goroutine has exited

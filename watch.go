@@ -48,6 +48,7 @@ func (s *session) socketEvent() {
 	if s.watch != watchPolled {
 		return // stopWatch took the connection back first
 	}
+	s.m.poller.remove(s) // before the reader may close the socket: see poller.add
 	s.watch = watchReading
 	go s.readUntilLoss()
 }
@@ -77,8 +78,8 @@ func (s *session) stopWatch() bool {
 	s.mu.Lock()
 	mode := s.watch
 	s.watch = watchNone
-	if s.pollID != 0 {
-		s.m.poller.remove(s) // also clears a one-shot registration that already fired
+	if mode == watchPolled {
+		s.m.poller.remove(s) // the socket is open: nobody else touches it in this mode
 	}
 	s.mu.Unlock()
 	if mode != watchReading {

@@ -1,0 +1,124 @@
+//go:build linux
+
+package advisory
+
+import (
+	"context"
+	"errors"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/pgadvisory/advisory/internal/pgtest"
+)
+
+func internalManager(t *testing.T) (*Manager, *pgxpool.Pool) {
+	t.Helper()
+	dsn := os.Getenv(pgtest.EnvDSN)
+	if dsn == "" {
+		pgtest.Need(t, nil, errors.New("TestMain found no server"))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	m, err := New(ctx, dsn)
+	require.NoError(t, err)
+	t.Cleanup(m.Close)
+	admin, err := pgxpool.New(ctx, dsn)
+	require.NoError(t, err)
+	t.Cleanup(admin.Close)
+	return m, admin
+}
+
+func terminateBackend(t *testing.T, admin *pgxpool.Pool, pid uint32) {
+	t.Helper()
+	_, err := admin.Exec(context.Background(), "SELECT pg_terminate_backend($1)", int32(pid))
+	require.NoError(t, err)
+}
+
+func requireDoneSoon(t *testing.T, l *Lock, what string) {
+	t.Helper()
+	select {
+	case <-l.Done():
+		require.ErrorIs(t, l.Err(), ErrLockLost, what)
+	case <-time.After(10 * time.Second):
+		t.Fatalf("%s: loss not seen within 10s", what)
+	}
+}
+
+func pollID(l *Lock) uint64 {
+	l.s.mu.Lock()
+	defer l.s.mu.Unlock()
+	return l.s.pollID
+}
+
+// Registration IDs are 64-bit and never reused: a lock whose ID has the same low 32 bits
+// as a long-held lock's (the int32 IDs of old wrapped there and overwrote it) is watched
+// separately, and both losses are seen.
+func TestPollerIDsNeverCollide(t *testing.T) {
+	m, admin := internalManager(t)
+	if m.poller == nil {
+		t.Skip("no epoll poller")
+	}
+	ctx := context.Background()
+	m.poller.mu.Lock()
+	m.poller.next = 1<<32 - 2 // the next IDs cross the 32-bit boundary
+	m.poller.mu.Unlock()
+	long, err := m.Lock(ctx, t.Name()+"/long")
+	require.NoError(t, err)
+	across, err := m.Lock(ctx, t.Name()+"/across")
+	require.NoError(t, err)
+	longID := pollID(long)
+	require.Equal(t, uint64(1<<32-1), longID)
+	require.Equal(t, uint64(1<<32), pollID(across))
+
+	m.poller.mu.Lock()
+	m.poller.next = longID + 1<<32 - 1 // the next ID's low 32 bits are long's
+	m.poller.mu.Unlock()
+	twin, err := m.Lock(ctx, t.Name()+"/twin")
+	require.NoError(t, err)
+	require.Equal(t, uint32(longID), uint32(pollID(twin)))
+
+	terminateBackend(t, admin, long.PID())
+	requireDoneSoon(t, long, "the long-held lock")
+	terminateBackend(t, admin, twin.PID())
+	requireDoneSoon(t, twin, "the lock with the same low 32 bits")
+	terminateBackend(t, admin, across.PID())
+	requireDoneSoon(t, across, "the lock past the boundary")
+}
+
+// A release that begins just as the watcher finds the connection dead must not touch the
+// epoll set afterwards: the dead socket's descriptor number may already belong to another
+// lock's connection, whose registration an EPOLL_CTL_DEL would silently remove.
+func TestPollerNeverDeletesAReusedDescriptor(t *testing.T) {
+	m, admin := internalManager(t)
+	if m.poller == nil {
+		t.Skip("no epoll poller")
+	}
+	ctx := context.Background()
+	dying, err := m.Lock(ctx, t.Name()+"/dying")
+	require.NoError(t, err)
+	// What release does first: claim the session. Then the watcher sees it die.
+	dying.s.setState(stateReleasing)
+	terminateBackend(t, admin, dying.PID())
+	<-dying.s.watchDone // the reader classified the loss and closed the socket
+	var next *Lock
+	for attempt := 0; attempt < 5 && next == nil; attempt++ {
+		l, err := m.Lock(ctx, t.Name()+"/next")
+		require.NoError(t, err)
+		if l.s.fd == dying.s.fd {
+			next = l
+		} else {
+			defer l.Unlock(ctx)
+		}
+	}
+	if next == nil {
+		t.Skip("the dead socket's descriptor number was not reused: the schedule cannot be built")
+	}
+	require.False(t, dying.s.stopWatch(), "what release does next: it must find the session lost")
+
+	terminateBackend(t, admin, next.PID())
+	requireDoneSoon(t, next, "the lock whose socket reused the descriptor number")
+}
