@@ -33,7 +33,10 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/pgadvisory/advisory/internal/connstr"
 )
 
 // A Manager takes advisory locks on one database. It owns a pgxpool.Pool set up for
@@ -74,15 +77,32 @@ const DefaultMaxConns = 16
 // (PostgreSQL 14+), and lock_timeout, statement_timeout, idle_in_transaction_session_timeout
 // and idle_session_timeout set to 0: ctx is the only timeout of a Lock call, and a held lock
 // lives exactly as long as its connection. connect_timeout defaults to 10s.
+//
+// A connection string that cannot be parsed returns an error wrapping [ErrInvalidOption]
+// whose text never contains the password, whatever the string's form: it does not wrap
+// pgx's parse error, whose text may.
 func New(ctx context.Context, connString string, opts ...Option) (*Manager, error) {
 	cfg, err := pgxpool.ParseConfig(connString)
 	if err != nil {
-		return nil, fmt.Errorf("advisory: parse connection string: %w", err)
+		return nil, parseError(connString, err)
 	}
-	if !strings.Contains(connString, "pool_max_conns") {
+	// pgxpool gives no sign whether pool_max_conns was set; pgx's own parser keeps it
+	// among the settings it does not know.
+	cc, err := pgconn.ParseConfig(connString)
+	if err != nil {
+		return nil, parseError(connString, err)
+	}
+	if _, set := cc.RuntimeParams["pool_max_conns"]; !set {
 		cfg.MaxConns = DefaultMaxConns
 	}
 	return NewWithConfig(ctx, cfg, opts...)
+}
+
+// parseError reports a connection string pgx could not parse, with every password
+// scrubbed from pgx's text.
+func parseError(connString string, err error) error {
+	return fmt.Errorf("%w: connection string: %s", ErrInvalidOption,
+		connstr.Scrub(strings.TrimPrefix(err.Error(), "cannot parse "), connstr.Secrets(connString)))
 }
 
 // NewWithConfig is like [New] but starts from the caller's pool configuration, which it
@@ -112,7 +132,7 @@ func NewWithConfig(ctx context.Context, cfg *pgxpool.Config, opts ...Option) (*M
 	if err != nil {
 		return nil, fmt.Errorf("advisory: %w", err)
 	}
-	if err := checkServer(ctx, pool); err != nil {
+	if err := checkServer(ctx, pool, cfg); err != nil {
 		pool.Close()
 		return nil, err
 	}
@@ -134,10 +154,14 @@ func configure(cfg *pgxpool.Config, set *settings) *pgxpool.Config {
 	cc.BuildContextWatcherHandler = newCancelHandler(set.cancelGrace)
 	next := cfg.AfterConnect
 	cfg.AfterConnect = func(ctx context.Context, conn *pgx.Conn) error {
-		version := serverVersion(conn.PgConn().ParameterStatus("server_version"))
+		reported := conn.PgConn().ParameterStatus("server_version")
+		version, err := checkVersion(reported)
+		if err != nil {
+			return err
+		}
 		results, err := conn.PgConn().Exec(ctx, serverSettings(set, version)+"SELECT pg_backend_pid()").ReadAll()
 		if err != nil {
-			return fmt.Errorf("advisory: set up lock session: %w", err)
+			return setupError(err, reported)
 		}
 		if err := recordBackendPID(conn.PgConn(), results); err != nil {
 			return err
@@ -170,10 +194,10 @@ func leadingInt(s string) (int, string) {
 	return n, s[i:]
 }
 
-func checkServer(ctx context.Context, pool *pgxpool.Pool) error {
+func checkServer(ctx context.Context, pool *pgxpool.Pool, cfg *pgxpool.Config) error {
 	conn, err := pool.Acquire(ctx)
 	if err != nil {
-		return fmt.Errorf("advisory: connect: %w", err)
+		return connectError(err, cfg)
 	}
 	conn.Release()
 	return nil

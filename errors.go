@@ -30,7 +30,8 @@ var (
 	ErrInvalidKey = errors.New("advisory: invalid key")
 
 	// ErrInvalidOption is returned by New and NewWithConfig for an option or connection
-	// setting that is out of range or would break the loss-detection guarantee.
+	// setting that is out of range or would break the loss-detection guarantee, and by New
+	// for a connection string it cannot parse.
 	ErrInvalidOption = errors.New("advisory: invalid option")
 
 	// ErrPooler means the statements of one pinned connection ran on different server
@@ -39,6 +40,10 @@ var (
 	// cannot work through it. Connect directly, or use session pooling.
 	ErrPooler = errors.New("advisory: connection is behind a transaction-pooling proxy (PgBouncer pool_mode=transaction?); " +
 		"session-level advisory locks need a direct connection or session pooling")
+
+	// ErrUnsupportedServer is returned by New, and by any call that opens a connection,
+	// for a server older than PostgreSQL 12.
+	ErrUnsupportedServer = errors.New("advisory: unsupported server version")
 
 	// ErrTooManyLocks is returned when a Lock on a Session would take it past its cap (see
 	// WithSessionLimits).

@@ -94,7 +94,13 @@ func TestLibpqKeepaliveKeysInTheConnectionString(t *testing.T) {
 		msg   string
 	}{
 		{"keepalives=0", nil, "advisory needs TCP keepalive"},
-		{"keepalives_idle=soon", nil, `keepalives_idle="soon" is not a whole number`},
+		{"keepalives_idle=soon", nil, `keepalives_idle="soon": want a whole number from 1 to 32767 seconds`},
+		// Values that overflowed into a plausible setting (4 s, 10 s) before the range check.
+		{"keepalives_idle=36028797018963972", nil, `keepalives_idle="36028797018963972": want a whole number from 1 to 32767`},
+		{"tcp_user_timeout=288230376151721704", nil, `tcp_user_timeout="288230376151721704": want a whole number from 0 to 86400000 milliseconds`},
+		{"keepalives_interval=0", nil, `keepalives_interval="0": want a whole number from 1`},
+		{"keepalives_count=128", nil, `keepalives_count="128": want a whole number from 1 to 127`},
+		{"keepalives_count=-1", nil, `keepalives_count="-1"`},
 		{"keepalives_idle=30", nil, "margin"}, // validated like any other setting
 		{"keepalives_count=3", []advisory.Option{advisory.WithClientKeepalive(advisory.TCPKeepalive{
 			Idle: 4 * s, Interval: 2 * s, Count: 3})}, "set it in one place"},

@@ -100,5 +100,5 @@ func (m *Manager) acquireError(ctx context.Context, err error) error {
 	case ctx.Err() != nil:
 		return fmt.Errorf("connect: %w", ctx.Err())
 	}
-	return fmt.Errorf("connect: %w", err)
+	return &scrubbed{fmt.Errorf("connect: %w", err), []string{m.pool.Config().ConnConfig.Password}}
 }
