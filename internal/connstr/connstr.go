@@ -138,7 +138,9 @@ func skipSpace(s string, i int) int {
 	return i
 }
 
-func isSpace(c byte) bool { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v' }
+func isSpace(c byte) bool {
+	return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v'
+}
 
 func longestFirst(in []string) []string {
 	out := make([]string, 0, len(in))
