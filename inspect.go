@@ -14,11 +14,18 @@ type Holder struct {
 	Key  Key
 	Pair bool
 	// Name is the name the lock was taken with, when this library took it (it records the
-	// name in the statement text); "" when unknown.
-	Name    string
-	Granted bool // holds the lock; false: waits for it
-	Shared  bool // shared mode (pg_advisory_lock_shared)
-	PID     uint32
+	// name in the statement text); "" when unknown. For a name longer than about 800
+	// bytes (less if it is not ASCII) only its start is recorded, since the server keeps
+	// only the first track_activity_query_size bytes (1024 by default) of a statement's
+	// text: Name is then that start and NameTruncated is true.
+	Name string
+	// NameTruncated reports that Name is only the start of the lock's name. Unlike a
+	// whole name, which is shown only if it hashes to Key, a start cannot be checked
+	// against the key: it is what the holder's statement claimed.
+	NameTruncated bool
+	Granted       bool // holds the lock; false: waits for it
+	Shared        bool // shared mode (pg_advisory_lock_shared)
+	PID           uint32
 	// ApplicationName, ClientAddr (host:port, "" over a Unix socket), BackendStart and
 	// State ("idle", "active", ...) come from pg_stat_activity; they are empty where the
 	// caller may not see other roles' sessions.
@@ -98,8 +105,8 @@ func (m *Manager) holders(ctx context.Context, all bool, key Key, pair bool) ([]
 		if since != nil {
 			h.Since = *since
 		}
-		if name, ok := nameFromQuery(query); ok && !h.Pair && KeyOf(name) == h.Key {
-			h.Name = name
+		if name, prefix, ok := nameFromQuery(query); ok && !h.Pair && (prefix || KeyOf(name) == h.Key) {
+			h.Name, h.NameTruncated = name, prefix
 		}
 		out = append(out, h)
 	}

@@ -2,6 +2,7 @@ package advisory_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -152,4 +153,42 @@ func TestSharedLocks(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, s.Unlock(ctx))
 	requireFree(t, key)
+}
+
+// Names whose comment the server would cut (track_activity_query_size, 1024 bytes by
+// default) come back as a marked start; shorter ones come back whole. Checked for the
+// Manager's locks and a Session's, ASCII and not.
+func TestHoldersLongNames(t *testing.T) {
+	t.Parallel()
+	m := newManager(t, nil)
+	ctx := ctxT(t)
+	long := t.Name() + "/" + strings.Repeat("x", advisory.MaxNameLen-len(t.Name())-1)
+	wide := t.Name() + "/" + strings.Repeat("日", 300) // 900 bytes, quoted 1800
+	fits := t.Name() + "/" + strings.Repeat("y", 700)
+	for _, name := range []string{long, wide, fits} {
+		l, err := m.Lock(ctx, name)
+		require.NoError(t, err)
+		hs, err := m.Holders(ctx, name)
+		require.NoError(t, err)
+		require.Len(t, hs, 1)
+		h := hs[0]
+		if name == fits {
+			assert.Equal(t, name, h.Name)
+			assert.False(t, h.NameTruncated)
+		} else {
+			assert.True(t, h.NameTruncated, "a %d-byte name", len(name))
+			assert.True(t, strings.HasPrefix(name, h.Name), "the start of the name")
+			assert.Greater(t, len(h.Name), 200, "a useful start")
+		}
+		require.NoError(t, l.Unlock(ctx))
+	}
+	s, err := m.Session(ctx)
+	require.NoError(t, err)
+	require.NoError(t, s.Lock(ctx, long))
+	hs, err := m.Holders(ctx, long)
+	require.NoError(t, err)
+	require.Len(t, hs, 1)
+	assert.True(t, hs[0].NameTruncated)
+	assert.True(t, strings.HasPrefix(long, hs[0].Name))
+	require.NoError(t, s.Close(ctx))
 }

@@ -3,6 +3,7 @@ package advisory
 import (
 	"strconv"
 	"strings"
+	"unicode/utf8"
 )
 
 // statements are the SQL a session runs for one lock of one mode (exclusive or shared).
@@ -47,27 +48,53 @@ func statementsFor(name string, shared, pair bool) statements {
 
 // commentPrefix starts the comment that records a lock's name in the statement text, so
 // that other sessions can read it from pg_stat_activity.query (see [Manager.Holders]).
-const commentPrefix = "/* advisory lock "
+// truncatedMark follows it when the comment records only the start of the name.
+const (
+	commentPrefix = "/* advisory lock "
+	truncatedMark = "prefix "
+)
+
+// maxCommentName is the longest quoted name a comment records. The server keeps only the
+// first track_activity_query_size bytes of a statement's text (1024 by default), so a
+// comment that ran past them could not be read back at all: a longer name is recorded by
+// its first runes, marked as a prefix.
+const maxCommentName = 800
 
 // nameComment returns the comment naming the lock. The name is Go-quoted (ASCII, no
 // newlines) with every '*' escaped, so no name can end the comment early or open a nested
 // one (neither "*/" nor "/*" can appear without a '*').
 func nameComment(name string) string {
-	q := strings.ReplaceAll(strconv.QuoteToASCII(name), "*", `\x2a`)
-	return commentPrefix + q + " */ "
+	q := quoteForComment(name)
+	if len(q) <= maxCommentName {
+		return commentPrefix + q + " */ "
+	}
+	cut := len(name)
+	for len(q) > maxCommentName {
+		cut = cut * maxCommentName / len(q) // shrink in proportion, then to a rune start
+		for cut > 0 && !utf8.RuneStart(name[cut]) {
+			cut--
+		}
+		q = quoteForComment(name[:cut])
+	}
+	return commentPrefix + truncatedMark + q + " */ "
+}
+
+func quoteForComment(name string) string {
+	return strings.ReplaceAll(strconv.QuoteToASCII(name), "*", `\x2a`)
 }
 
 // nameFromQuery returns the name recorded by nameComment at the start of a statement,
-// if there is one.
-func nameFromQuery(query string) (string, bool) {
+// if there is one, and whether it is only the name's start.
+func nameFromQuery(query string) (name string, prefix, ok bool) {
 	rest, ok := strings.CutPrefix(query, commentPrefix)
 	if !ok {
-		return "", false
+		return "", false, false
 	}
+	rest, prefix = strings.CutPrefix(rest, truncatedMark)
 	quoted, _, ok := strings.Cut(rest, " */ ")
 	if !ok {
-		return "", false
+		return "", false, false
 	}
 	name, err := strconv.Unquote(quoted)
-	return name, err == nil
+	return name, prefix, err == nil
 }
