@@ -48,6 +48,7 @@ import (
 type Manager struct {
 	pool   *pgxpool.Pool
 	set    settings
+	proxy  *proxyState
 	poller *poller // nil where epoll is not available
 
 	gates gates // in-process queues of Lock calls, per key
@@ -128,7 +129,8 @@ func NewWithConfig(ctx context.Context, cfg *pgxpool.Config, opts ...Option) (*M
 	if err := set.validate(); err != nil {
 		return nil, err
 	}
-	pool, err := pgxpool.NewWithConfig(ctx, configure(cfg, &set))
+	ps := &proxyState{logger: set.logger}
+	pool, err := pgxpool.NewWithConfig(ctx, configure(cfg, &set, ps))
 	if err != nil {
 		return nil, fmt.Errorf("advisory: %w", err)
 	}
@@ -141,11 +143,11 @@ func NewWithConfig(ctx context.Context, cfg *pgxpool.Config, opts ...Option) (*M
 		pool.Close()
 		return nil, fmt.Errorf("advisory: start socket poller: %w", err)
 	}
-	return &Manager{pool: pool, set: set, poller: p, closing: make(chan struct{}), closeDone: make(chan struct{}),
+	return &Manager{pool: pool, set: set, proxy: ps, poller: p, closing: make(chan struct{}), closeDone: make(chan struct{}),
 		sessions: make(map[*session]struct{})}, nil
 }
 
-func configure(cfg *pgxpool.Config, set *settings) *pgxpool.Config {
+func configure(cfg *pgxpool.Config, set *settings, ps *proxyState) *pgxpool.Config {
 	cc := cfg.ConnConfig
 	if cc.ConnectTimeout == 0 {
 		cc.ConnectTimeout = 10 * time.Second
@@ -154,16 +156,7 @@ func configure(cfg *pgxpool.Config, set *settings) *pgxpool.Config {
 	cc.BuildContextWatcherHandler = newCancelHandler(set.cancelGrace)
 	next := cfg.AfterConnect
 	cfg.AfterConnect = func(ctx context.Context, conn *pgx.Conn) error {
-		reported := conn.PgConn().ParameterStatus("server_version")
-		version, err := checkVersion(reported)
-		if err != nil {
-			return err
-		}
-		results, err := conn.PgConn().Exec(ctx, serverSettings(set, version)+"SELECT pg_backend_pid()").ReadAll()
-		if err != nil {
-			return setupError(err, reported)
-		}
-		if err := recordBackendPID(conn.PgConn(), results); err != nil {
+		if err := setUp(ctx, conn, set, ps); err != nil {
 			return err
 		}
 		if next != nil {
@@ -203,9 +196,12 @@ func checkServer(ctx context.Context, pool *pgxpool.Pool, cfg *pgxpool.Config) e
 	return nil
 }
 
-// Bounds returns the loss-detection timings the Manager's keepalive settings give.
+// Bounds returns the loss-detection timings the Manager's keepalive settings give. Its
+// Proxied field is set once a connection of the Manager was found to go through a proxy.
 func (m *Manager) Bounds() Bounds {
-	return computeBounds(m.set.clientKeepalive, m.set.serverKeepalive)
+	b := computeBounds(m.set.clientKeepalive, m.set.serverKeepalive)
+	b.Proxied = m.proxy.proxied.Load()
+	return b
 }
 
 // Stat returns a snapshot of the Manager's connection pool: each held lock, and each Lock

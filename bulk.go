@@ -41,18 +41,26 @@ func classify(err error) error {
 	return err
 }
 
-// Bulk statements. Locks are taken in array order (the caller sorts by key).
+// Bulk statements: $1 the keys, $2 the connection's token (see ownedBy). Each returns
+// whether it ran on the connection's own backend; where it did not, the WHERE clause let
+// no key through, so nothing was locked or unlocked. Locks are taken in array order (the
+// caller sorts by key).
 const (
-	lockAllSQL    = "SELECT pg_backend_pid(), count(pg_advisory_lock(k)) FROM unnest($1::bigint[]) AS t(k)"
-	tryLockAllSQL = `SELECT pg_backend_pid(), coalesce(array_agg(k) FILTER (WHERE got), '{}'),
+	lockAllSQL = "SELECT pg_backend_pid(), " + ownedBy + ", count(pg_advisory_lock(k)) " +
+		"FROM unnest($1::bigint[]) AS t(k) WHERE " + ownedBy
+	tryLockAllSQL = "SELECT pg_backend_pid(), " + ownedBy + `, coalesce(array_agg(k) FILTER (WHERE got), '{}'),
 	coalesce(array_agg(k) FILTER (WHERE NOT got), '{}')
-FROM (SELECT k, pg_try_advisory_lock(k) AS got FROM unnest($1::bigint[]) AS t(k)) x`
-	unlockKeysSQL = "SELECT count(pg_advisory_unlock(k)) FROM unnest($1::bigint[]) AS t(k)"
+FROM (SELECT k, pg_try_advisory_lock(k) AS got FROM unnest($1::bigint[]) AS t(k) WHERE ` + ownedBy + ") x"
+	unlockKeysSQL = "SELECT " + ownedBy + ", count(pg_advisory_unlock(k)) FROM unnest($1::bigint[]) AS t(k) WHERE " + ownedBy
 	// reconcileKeysSQL unlocks those of the keys that this backend holds.
-	reconcileKeysSQL = `SELECT count(pg_advisory_unlock(k)) FROM unnest($1::bigint[]) AS t(k)
-WHERE EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid() AND granted
+	reconcileKeysSQL = "SELECT " + ownedBy + `, count(pg_advisory_unlock(k)) FROM unnest($1::bigint[]) AS t(k)
+WHERE ` + ownedBy + ` AND EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid() AND granted
   AND mode = 'ExclusiveLock' AND objsubid = 1
   AND classid = ((k >> 32) & 4294967295)::oid AND objid = (k & 4294967295)::oid)`
+	// unlockAllSQL releases every session lock of the backend (a Session's Close).
+	// $1 is the token here.
+	unlockAllSQL = "SELECT pg_backend_pid(), CASE WHEN current_setting('" + ownerSetting + "', true) = $1 " +
+		"THEN pg_advisory_unlock_all() IS NOT NULL END"
 )
 
 // take locks ts (none held by the Session yet) on its connection, all or nothing, with
@@ -64,16 +72,17 @@ func (ss *Session) take(ctx context.Context, ts []target, try bool) error {
 		keys[i] = int64(t.key)
 	}
 	var pid uint32
+	var owned *bool
 	var busy []int64
 	var err error
 	switch {
 	case len(ts) == 1 && !try:
-		err = s.pc.QueryRow(waitCtx(ctx), statementsFor(ts[0].name, false, false).lock, keys[0]).Scan(&pid, nil)
+		err = s.pc.QueryRow(waitCtx(ctx), statementsFor(ts[0].name, false, false).lock, keys[0], s.token).Scan(&pid, &owned)
 	case !try:
-		err = s.pc.QueryRow(waitCtx(ctx), lockAllSQL, keys).Scan(&pid, nil)
+		err = s.pc.QueryRow(waitCtx(ctx), lockAllSQL, keys, s.token).Scan(&pid, &owned, nil)
 	default:
 		var taken []int64
-		err = s.pc.QueryRow(waitCtx(ctx), tryLockAllSQL, keys).Scan(&pid, &taken, &busy)
+		err = s.pc.QueryRow(waitCtx(ctx), tryLockAllSQL, keys, s.token).Scan(&pid, &owned, &taken, &busy)
 	}
 	sent := s.cancel.settle()
 	if notSent(s.pg, err) && ctx.Err() != nil {
@@ -81,8 +90,8 @@ func (ss *Session) take(ctx context.Context, ts []target, try bool) error {
 		// the connection is as it was.
 		return ctx.Err()
 	}
-	if err == nil && pid != s.pid {
-		err = s.poolerError(pid)
+	if err == nil {
+		err = s.checkOwned(pid, owned)
 	}
 	if err == nil && ctx.Err() == nil && len(busy) == 0 {
 		return nil
@@ -116,7 +125,7 @@ func notSent(pg *pgconn.PgConn, err error) bool {
 
 // reconcileKeys unlocks those of keys that the backend holds (see session.afterCancel).
 func (s *session) reconcileKeys(keys []int64, cancelSent bool) error {
-	return s.afterCancel(cancelSent, reconcileKeysSQL, keys)
+	return s.afterCancel(cancelSent, reconcileKeysSQL, keys, s.token)
 }
 
 // beginOp takes a multi-lock Session's connection back from the watcher for one call.

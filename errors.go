@@ -34,12 +34,23 @@ var (
 	// for a connection string it cannot parse.
 	ErrInvalidOption = errors.New("advisory: invalid option")
 
-	// ErrPooler means the statements of one pinned connection ran on different server
-	// backends, or a statement prepared on it vanished: a transaction-pooling proxy
-	// (PgBouncer pool_mode=transaction, or similar) is in the way, and session-level locks
-	// cannot work through it. Connect directly, or use session pooling.
+	// ErrPooler means a transaction- or statement-pooling proxy (PgBouncer
+	// pool_mode=transaction, or similar) is in the way: two client connections reached one
+	// server backend, a statement ran on a backend other than its connection's own, or a
+	// prepared statement met another client's. Session-level locks cannot work through
+	// such a proxy. New checks for one before it changes anything on the server; every lock
+	// statement checks, in the same statement, that it runs on its connection's own backend
+	// and does nothing otherwise, so no call ever takes or releases a lock on another
+	// client's backend. Connect directly, or use session pooling.
 	ErrPooler = errors.New("advisory: connection is behind a transaction-pooling proxy (PgBouncer pool_mode=transaction?); " +
 		"session-level advisory locks need a direct connection or session pooling")
+
+	// ErrStandby means the server is a hot standby (pg_is_in_recovery()): advisory locks
+	// taken there are local to that standby and exclude nobody on the primary or other
+	// standbys, so New, and any later connection of the Manager's pool, refuse it. Connect
+	// to the primary, for example with a multi-host connection string and
+	// target_session_attrs=read-write.
+	ErrStandby = errors.New("advisory: the server is a hot standby; advisory locks there are local to it")
 
 	// ErrUnsupportedServer is returned by New, and by any call that opens a connection,
 	// for a server older than PostgreSQL 12.

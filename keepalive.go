@@ -96,6 +96,14 @@ type Bounds struct {
 	// Margin is ServerFreesAfter - HolderTold: the time the old holder has, at worst, to
 	// stop before a new holder can start.
 	Margin time.Duration
+	// Proxied is true when the Manager's connections go through a proxy (PgBouncer or
+	// another pooler in session mode, a TCP proxy): the lock is then held by the proxy's
+	// connection to the server, and ServerFreesAfter and ServerFreesBy bound only that
+	// connection. How long a cut-off holder's lock stays depends on the proxy's own
+	// keepalive toward its clients (PgBouncer's tcp_keepalive settings; 2 h by the OS
+	// default), which this library cannot set: Margin no longer holds. HolderTold does.
+	// See docs/guarantees.md.
+	Proxied bool
 }
 
 func computeBounds(client, server TCPKeepalive) Bounds {

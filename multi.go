@@ -8,9 +8,6 @@ import (
 	"sync"
 )
 
-// unlockAllSQL releases every session lock of the backend (a Session's Close).
-const unlockAllSQL = "SELECT pg_backend_pid(), pg_advisory_unlock_all()"
-
 // Defaults of a Session's limits; see WithSessionLimits.
 const (
 	defaultSessionCap    = 10000
@@ -265,8 +262,12 @@ func (s *Session) Unlock(ctx context.Context, name string) error {
 func (s *Session) unlockKey(ctx context.Context, t target) error {
 	uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 	defer cancel()
-	var n int64
-	if err := s.pin.pc.QueryRow(uctx, unlockKeysSQL, []int64{int64(t.key)}).Scan(&n); err != nil {
+	var owned bool
+	err := s.pin.pc.QueryRow(uctx, unlockKeysSQL, []int64{int64(t.key)}, s.pin.token).Scan(&owned, nil)
+	if err == nil && !owned {
+		err = s.pin.foreignError()
+	}
+	if err != nil {
 		return &connFailure{err} // unknown whether it is still held: the connection must go
 	}
 	return nil

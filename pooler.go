@@ -1,67 +1,73 @@
 package advisory
 
 import (
-	"context"
 	"errors"
 	"fmt"
-	"strconv"
 
 	"github.com/jackc/pgx/v5/pgconn"
 )
 
-// backendPIDKey is where a connection's backend pid, as pg_backend_pid() reported it when
-// the connection was set up, is kept in PgConn.CustomData. A proxy answers the startup
-// with a BackendKeyData of its own, so PgConn.PID is not to be trusted for this.
-const backendPIDKey = "advisory.backendPID"
+// Keys of a connection's PgConn.CustomData set by its setup (see setup.go): the backend
+// pid as pg_backend_pid() reported it (a proxy answers the startup with a BackendKeyData
+// of its own, so PgConn.PID is not to be trusted for this), and the ownership token.
+const (
+	backendPIDKey = "advisory.backendPID"
+	tokenKey      = "advisory.token"
+)
 
-func recordBackendPID(pg *pgconn.PgConn, results []*pgconn.Result) error {
-	last := results[len(results)-1]
-	if len(last.Rows) != 1 || len(last.Rows[0]) != 1 {
-		return errors.New("advisory: set up lock session: no pg_backend_pid() result")
+func ownership(pg *pgconn.PgConn) (pid uint32, token string) {
+	pid, ok := pg.CustomData()[backendPIDKey].(uint32)
+	if !ok {
+		pid = pg.PID()
 	}
-	pid, err := strconv.ParseUint(string(last.Rows[0][0]), 10, 32)
-	if err != nil {
-		return fmt.Errorf("advisory: set up lock session: pg_backend_pid(): %w", err)
+	token, _ = pg.CustomData()[tokenKey].(string)
+	return pid, token
+}
+
+// isPoolerSymptom reports the errors pgx's prepared statements meet behind a
+// transaction-pooling proxy: a statement prepared on this very connection vanished
+// (26000), or one of the same name already exists (42P05) because another client
+// prepared it on the same backend.
+func isPoolerSymptom(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && (pgErr.Code == "26000" || pgErr.Code == "42P05")
+}
+
+// checkBackend fails the session loudly, and closes its connection, if a lock statement
+// ran on a backend other than the connection's own (owned is nil: the statement did
+// nothing there, see ownedBy) or hit a prepared-statement symptom. It never unlocks
+// anything on a backend that is not the connection's own: that lock would be someone
+// else's. Other errors are left to the caller.
+func (s *session) checkBackend(pid uint32, owned *bool, err error) error {
+	switch {
+	case err == nil:
+		if perr := s.checkOwned(pid, owned); perr != nil {
+			s.discard()
+			return perr
+		}
+	case isPoolerSymptom(err):
+		s.discard()
+		return fmt.Errorf("%w: a statement prepared on this connection met another client's on the server: %w", ErrPooler, err)
 	}
-	pg.CustomData()[backendPIDKey] = uint32(pid)
 	return nil
 }
 
-func backendPID(pg *pgconn.PgConn) uint32 {
-	if pid, ok := pg.CustomData()[backendPIDKey].(uint32); ok {
-		return pid
+// checkOwned returns nil if a statement that returned (pid, owned) ran on the
+// connection's own backend.
+func (s *session) checkOwned(pid uint32, owned *bool) error {
+	switch {
+	case owned == nil && pid == s.pid:
+		return fmt.Errorf("%w: the connection's backend (pid %d) no longer carries its ownership token: "+
+			"another client's statements ran there", ErrPooler, pid)
+	case owned == nil || pid != s.pid:
+		return fmt.Errorf("%w: the connection's backend is pid %d but the statement ran on pid %d, "+
+			"which belongs to another client; it did nothing there", ErrPooler, s.pid, pid)
 	}
-	return pg.PID()
+	return nil
 }
 
-// isPoolerSymptom reports SQLSTATE 26000 for a statement pgx prepared on this very
-// connection: it vanished between two statements, as it does when a transaction-pooling
-// proxy sends them to different backends.
-func isPoolerSymptom(err error) bool {
-	var pgErr *pgconn.PgError
-	return errors.As(err, &pgErr) && pgErr.Code == "26000"
-}
-
-// checkBackend fails the session loudly if the lock statement ran on a backend other than
-// the connection's own, or hit the prepared-statement symptom. The lock may then be held
-// by that other backend: one unlock is tried there (best effort), and the connection is
-// closed.
-func (s *session) checkBackend(pid uint32, err error) error {
-	if err == nil && pid == s.pid {
-		return nil
-	}
-	if err == nil {
-		ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
-		defer cancel()
-		s.pc.Exec(ctx, s.st.unlock, int64(s.key))
-		s.discard()
-		return s.poolerError(pid)
-	}
-	s.discard()
-	return fmt.Errorf("%w: a statement prepared on this connection vanished: %w", ErrPooler, err)
-}
-
-func (s *session) poolerError(pid uint32) error {
-	return fmt.Errorf("%w: the connection's backend is pid %d but the statement ran on pid %d "+
-		"(if the lock is still held there: SELECT pg_terminate_backend(%d))", ErrPooler, s.pid, pid, pid)
+// foreignError is the error of a clean-up statement that ran on another client's backend.
+func (s *session) foreignError() error {
+	return fmt.Errorf("%w: a statement of the connection (backend pid %d) ran on another client's backend; "+
+		"it did nothing there", ErrPooler, s.pid)
 }

@@ -138,32 +138,47 @@ func relayUntilReady(server net.Conn, client io.Writer) error {
 }
 
 // TestTransactionPoolerIsDetected: behind a proxy that moves a connection's statements to
-// another backend, Lock fails loudly with ErrPooler instead of "holding" a lock that some
-// other session actually holds, and leaves nothing held.
+// another backend, New or the lock call fails loudly with ErrPooler instead of "holding" a
+// lock that some other session actually holds, and nothing is left held on either
+// backend. This proxy is ours and routes deterministically, so each schedule is met every
+// time; pooler_real_test.go meets the real PgBouncer.
 func TestTransactionPoolerIsDetected(t *testing.T) {
 	t.Parallel()
+	const setup = 2 // the set-up's batches: the look, then the settings
 	for _, tc := range []struct {
 		name  string
 		route func(batch int) int
+		atNew bool
 		want  string
 	}{
-		// Set-up on one backend, everything after on the other: the pid check catches it.
-		{"moved after set-up", func(b int) int { return min(b, 1) }, "statement ran on pid"},
-		// Every transaction on the other backend: the statement prepared on one is missing
-		// on the other (the classic PgBouncer symptom).
-		{"alternating", func(b int) int { return b % 2 }, "prepared on this connection vanished"},
+		// The set-up itself moves: New refuses before the Manager exists.
+		{"moved during set-up", func(b int) int { return min(b, 1) }, true, "setup ran on backend pid"},
+		// Set-up on one backend, everything after on the other, which carries no token: the
+		// lock statement does nothing there.
+		{"moved after set-up", func(b int) int { return min(b/setup, 1) }, false, "it did nothing there"},
+		// After the set-up every transaction alternates: the statement prepared on one
+		// backend is missing on the other (the classic PgBouncer symptom).
+		{"alternating", func(b int) int { return max(b-setup+1, 0) % 2 }, false, "ErrPooler"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			proxied := startTxProxy(t, tc.route)
 			ctx := ctxT(t)
+			name := t.Name()
 			m, err := advisory.New(ctx, proxied)
+			if tc.atNew {
+				require.ErrorIs(t, err, advisory.ErrPooler)
+				assert.Contains(t, err.Error(), tc.want)
+				requireFree(t, advisory.KeyOf(name))
+				return
+			}
 			require.NoError(t, err)
 			defer m.Close()
-			name := t.Name()
 			for _, lock := range []func(context.Context, string) (*advisory.Lock, error){m.Lock, m.TryLock} {
 				_, err = lock(ctx, name)
 				require.ErrorIs(t, err, advisory.ErrPooler)
-				assert.Contains(t, err.Error(), tc.want)
+				if tc.want != "ErrPooler" {
+					assert.Contains(t, err.Error(), tc.want)
+				}
 				assert.True(t, strings.Contains(err.Error(), "PgBouncer"), err.Error())
 				requireNoAcquired(t, m)
 				requireFree(t, advisory.KeyOf(name))

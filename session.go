@@ -23,6 +23,7 @@ type session struct {
 	pg     *pgconn.PgConn
 	cancel *cancelHandler
 	pid    uint32
+	token  string // the connection's ownership token: see ownedBy
 	key    Key
 	name   string // the lock's name, for messages; "" for a raw key
 	shared bool
@@ -59,7 +60,8 @@ const (
 
 func newSession(m *Manager, pc *pgxpool.Conn, t target) *session {
 	pg := pc.Conn().PgConn()
-	return &session{m: m, pc: pc, pg: pg, cancel: handlerOf(pg), pid: backendPID(pg),
+	pid, token := ownership(pg)
+	return &session{m: m, pc: pc, pg: pg, cancel: handlerOf(pg), pid: pid, token: token,
 		key: t.key, name: t.name, shared: t.shared, pair: t.pair, gated: t.gated,
 		st: statementsFor(t.name, t.shared, t.pair),
 		fd: socketFD(pg.Conn()), done: make(chan struct{}), watchDone: make(chan struct{})}
@@ -71,15 +73,14 @@ func newSession(m *Manager, pc *pgxpool.Conn, t target) *session {
 func (s *session) lock(ctx context.Context) error {
 	key := s.key
 	var pid uint32
+	var owned *bool
 	disarm := s.logWaitLater(ctx)
-	err := s.pc.QueryRow(waitCtx(ctx), s.st.lock, int64(key)).Scan(&pid, nil)
+	err := s.pc.QueryRow(waitCtx(ctx), s.st.lock, int64(key), s.token).Scan(&pid, &owned)
 	disarm()
 	s.setState(stateSettling)
 	interrupted := s.cancel.settle()
-	if err == nil || isPoolerSymptom(err) {
-		if perr := s.checkBackend(pid, err); perr != nil {
-			return perr
-		}
+	if perr := s.checkBackend(pid, owned, err); perr != nil {
+		return perr
 	}
 	if err == nil && ctx.Err() == nil && s.hold() {
 		return nil
@@ -90,6 +91,9 @@ func (s *session) lock(ctx context.Context) error {
 	if usable(s.pg, err) {
 		if rerr := s.reconcile(key, s.st, interrupted); rerr != nil {
 			s.discard()
+			if errors.Is(rerr, ErrPooler) {
+				return rerr
+			}
 		}
 	} else {
 		s.discard()
@@ -108,20 +112,18 @@ func (s *session) lock(ctx context.Context) error {
 // usable and holds nothing. On any other error the connection is closed (the server frees
 // anything it may hold).
 func (s *session) tryLock(ctx context.Context) error {
-	var ok bool
+	var got *bool
 	var pid uint32
-	err := s.pc.QueryRow(ctx, s.st.tryLock, int64(s.key)).Scan(&pid, &ok)
+	err := s.pc.QueryRow(ctx, s.st.tryLock, int64(s.key), s.token).Scan(&pid, &got)
 	s.setState(stateSettling)
-	if err == nil || isPoolerSymptom(err) {
-		if perr := s.checkBackend(pid, err); perr != nil {
-			return perr
-		}
+	if perr := s.checkBackend(pid, got, err); perr != nil {
+		return perr
 	}
 	switch {
 	case err != nil:
 		s.discard()
 		return err
-	case !ok:
+	case !*got:
 		return &LockedError{Key: s.key, Name: s.name, Pair: s.pair}
 	case !s.hold():
 		ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
@@ -136,17 +138,22 @@ func (s *session) tryLock(ctx context.Context) error {
 
 // reconcile releases the key if the server says this session holds it.
 func (s *session) reconcile(key Key, st statements, cancelSent bool) error {
-	return s.afterCancel(cancelSent, st.reconcile, int64(key), uint32(uint64(key)>>32), uint32(key))
+	return s.afterCancel(cancelSent, st.reconcile, int64(key), s.token, uint32(uint64(key)>>32), uint32(key))
 }
 
 // afterCancel runs a clean-up statement, bounded by cleanupTimeout, on a connection whose
 // lock statement may have been sent a CancelRequest. That cancel may land on this
-// statement instead (57014): then it is run again; the cancel cannot strike twice.
+// statement instead (57014): then it is run again; the cancel cannot strike twice. The
+// statement returns (owned, count): not owned means it ran on another client's backend.
 func (s *session) afterCancel(cancelSent bool, sql string, args ...any) error {
 	ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
 	defer cancel()
 	for attempt := 0; ; attempt++ {
-		_, err := s.pc.Exec(ctx, sql, args...)
+		var owned bool
+		err := s.pc.QueryRow(ctx, sql, args...).Scan(&owned, nil)
+		if err == nil && !owned {
+			return s.foreignError()
+		}
 		if err == nil || !cancelSent || attempt == 2 || !isQueryCanceled(err) {
 			return err
 		}
@@ -159,19 +166,18 @@ var errNotHeldByServer = errors.New("the server reports the lock was not held by
 // unlock runs pg_advisory_unlock on a session whose watcher has been stopped. It returns
 // nil only if the server confirmed the release.
 func (s *session) unlock(ctx context.Context) error {
-	var ok bool
+	var ok *bool
 	var pid uint32
 	var err error
 	if s.multi {
-		ok = true
-		err = s.pc.QueryRow(ctx, unlockAllSQL).Scan(&pid, nil)
+		err = s.pc.QueryRow(ctx, unlockAllSQL, s.token).Scan(&pid, &ok)
 	} else {
-		err = s.pc.QueryRow(ctx, s.st.unlock, int64(s.key)).Scan(&pid, &ok)
+		err = s.pc.QueryRow(ctx, s.st.unlock, int64(s.key), s.token).Scan(&pid, &ok)
 	}
-	if err == nil && pid != s.pid {
-		return s.poolerError(pid)
+	if err == nil {
+		err = s.checkOwned(pid, ok)
 	}
-	if err == nil && !ok {
+	if err == nil && !*ok {
 		return errNotHeldByServer
 	}
 	return err

@@ -6,11 +6,22 @@ import (
 	"unicode/utf8"
 )
 
+// ownedBy is the condition, true only on this connection's own backend, that every
+// statement acting on locks is made conditional on, in the same statement: $2 is the
+// ownership token the connection's setup stored in the advisory.owner setting of its
+// backend (see setup.go). Behind a transaction-pooling proxy a statement can run on a
+// backend that belongs to another client; there it does nothing, and the caller hears
+// ErrPooler instead of taking, or releasing, someone else's lock.
+const ownedBy = "current_setting('" + ownerSetting + "', true) = $2"
+
 // statements are the SQL a session runs for one lock of one mode (exclusive or shared).
+// Each takes the key as $1 and the connection's token as $2 and returns, besides
+// pg_backend_pid(), NULL when the statement ran on a backend that is not the
+// connection's own (and so did nothing).
 type statements struct {
 	lock, tryLock string // may carry the name comment (see nameComment)
-	unlock        string // $1: the key
-	reconcile     string // $1: the key, $2: classid, $3: objid
+	unlock        string
+	reconcile     string // $3: classid, $4: objid; returns (owned, count)
 }
 
 func statementsFor(name string, shared, pair bool) statements {
@@ -23,17 +34,19 @@ func statementsFor(name string, shared, pair bool) statements {
 	if pair {
 		args, subid = "(($1::bigint >> 32)::int4, ($1::bigint::bit(32))::int4)", "2"
 	}
-	// lock, tryLock and unlock also return pg_backend_pid(): a different backend than the
-	// connection's own means a transaction-pooling proxy (see checkBackend).
+	// CASE evaluates its THEN branch only when the condition holds (a volatile function is
+	// never evaluated ahead of time). lock, tryLock and unlock also return
+	// pg_backend_pid(): a different backend than the connection's own is a proxy, too.
+	when := "SELECT pg_backend_pid(), CASE WHEN " + ownedBy + " THEN "
 	st := statements{
-		lock:    "SELECT pg_backend_pid(), pg_advisory_lock" + suffix + args,
-		tryLock: "SELECT pg_backend_pid(), pg_try_advisory_lock" + suffix + args,
-		unlock:  "SELECT pg_backend_pid(), pg_advisory_unlock" + suffix + args,
+		lock:    when + "pg_advisory_lock" + suffix + args + " IS NOT NULL END",
+		tryLock: when + "pg_try_advisory_lock" + suffix + args + " END",
+		unlock:  when + "pg_advisory_unlock" + suffix + args + " END",
 		// Unlock the key if, and only if, this backend holds it: unlike a bare unlock it
 		// leaves no WARNING in the server log when it does not.
-		reconcile: "SELECT pg_advisory_unlock" + suffix + args + " FROM pg_locks WHERE locktype = 'advisory'" +
-			" AND pid = pg_backend_pid() AND granted AND mode = '" + mode + "'" +
-			" AND classid = $2 AND objid = $3 AND objsubid = " + subid,
+		reconcile: "SELECT " + ownedBy + ", count(pg_advisory_unlock" + suffix + args + ") FROM pg_locks WHERE " +
+			ownedBy + " AND locktype = 'advisory' AND pid = pg_backend_pid() AND granted AND mode = '" + mode +
+			"' AND classid = $3 AND objid = $4 AND objsubid = " + subid,
 	}
 	// With a name the statement text differs per name. pgx prepares and caches each text
 	// per connection (statement_cache_capacity, 512 by default): the first lock of a name on

@@ -1,0 +1,164 @@
+package advisory
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"sync"
+	"sync/atomic"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// ownerSetting is the custom setting in which a lock connection's backend keeps the
+// connection's ownership token (see ownedBy).
+const ownerSetting = "advisory.owner"
+
+// lookSQL runs first on every new connection, before anything is changed on the server:
+// whose backend this is, whether it is a standby, and whether another client already
+// left a token on it.
+const lookSQL = "SELECT pg_backend_pid(), pg_is_in_recovery(), coalesce(current_setting('" + ownerSetting + "', true), '')"
+
+// probeRounds is how many times the proxy probe compares two connections' backends.
+const probeRounds = 3
+
+// proxyState records what the Manager's connections found out about the path to the
+// server. It is shared by every connection's setup and the Manager.
+type proxyState struct {
+	logger  *slog.Logger
+	proxied atomic.Bool
+	warn    sync.Once
+}
+
+// setUp prepares a new pool connection for locking. It refuses a standby and, before it
+// changes any setting on the server (which would leak to other clients of a shared
+// backend), a backend that another client has used; behind a proxy it also checks that
+// the proxy gives each client connection a backend of its own. Then it stores a fresh
+// ownership token and the session settings.
+func setUp(ctx context.Context, conn *pgx.Conn, set *settings, ps *proxyState) error {
+	pg := conn.PgConn()
+	reported := pg.ParameterStatus("server_version")
+	version, err := checkVersion(reported)
+	if err != nil {
+		return err
+	}
+	rows, err := pg.Exec(ctx, lookSQL).ReadAll()
+	if err != nil {
+		return setupError(err, reported)
+	}
+	pid, standby, prev, err := parseLook(rows)
+	switch {
+	case err != nil:
+		return err
+	case standby:
+		return fmt.Errorf("%w: the server is in recovery (pg_is_in_recovery()): a lock taken there would be local "+
+			"to it, not shared with the primary's sessions; connect to the primary (target_session_attrs=read-write)", ErrStandby)
+	case prev != "":
+		return fmt.Errorf("%w: the new connection's backend (pid %d) already carries another lock connection's "+
+			"ownership token: a proxy hands one server connection to several clients", ErrPooler, pid)
+	}
+	if pid != pg.PID() {
+		if err := probe(ctx, conn, pid); err != nil {
+			return err
+		}
+		ps.noteProxy()
+	}
+	token := newToken()
+	rows, err = pg.Exec(ctx, "SELECT set_config('"+ownerSetting+"', '"+token+"', false); "+
+		serverSettings(set, version)+"SELECT pg_backend_pid()").ReadAll()
+	if err != nil {
+		return setupError(err, reported)
+	}
+	if got, err := lastPID(rows); err != nil || got != pid {
+		return fmt.Errorf("%w: the connection's setup ran on backend pid %d, then on %d", ErrPooler, pid, got)
+	}
+	pg.CustomData()[backendPIDKey] = pid
+	pg.CustomData()[tokenKey] = token
+	return nil
+}
+
+// probe tells a session pooler or TCP proxy, which gives each client connection a backend
+// of its own for the connection's life, from a transaction (or statement) pooler, which
+// hands an idle backend to whichever client runs a statement next: while conn stays
+// open, a second connection's statements reach conn's backend (PgBouncer reuses the most
+// recently used idle server connection first).
+func probe(ctx context.Context, conn *pgx.Conn, pid uint32) error {
+	cfg := conn.Config().Config.Copy()
+	other, err := pgconn.ConnectConfig(ctx, cfg)
+	if err != nil {
+		return fmt.Errorf("advisory: check the proxy in front of the server: %w", err)
+	}
+	defer other.Close(ctx)
+	for range probeRounds {
+		mine, err := backendOf(ctx, conn.PgConn())
+		if err != nil {
+			return fmt.Errorf("advisory: check the proxy in front of the server: %w", err)
+		}
+		theirs, err := backendOf(ctx, other)
+		if err != nil {
+			return fmt.Errorf("advisory: check the proxy in front of the server: %w", err)
+		}
+		if mine != pid || theirs == mine {
+			return fmt.Errorf("%w: two client connections reached the same backend (pid %d)", ErrPooler, theirs)
+		}
+	}
+	return nil
+}
+
+func backendOf(ctx context.Context, pg *pgconn.PgConn) (uint32, error) {
+	rows, err := pg.Exec(ctx, "SELECT pg_backend_pid()").ReadAll()
+	if err != nil {
+		return 0, err
+	}
+	return lastPID(rows)
+}
+
+func parseLook(rows []*pgconn.Result) (pid uint32, standby bool, prev string, err error) {
+	if len(rows) != 1 || len(rows[0].Rows) != 1 || len(rows[0].Rows[0]) != 3 {
+		return 0, false, "", fmt.Errorf("advisory: set up lock session: unexpected answer to %q", lookSQL)
+	}
+	row := rows[0].Rows[0]
+	p, err := strconv.ParseUint(string(row[0]), 10, 32)
+	if err != nil {
+		return 0, false, "", fmt.Errorf("advisory: set up lock session: pg_backend_pid(): %w", err)
+	}
+	return uint32(p), string(row[1]) == "t", string(row[2]), nil
+}
+
+func lastPID(rows []*pgconn.Result) (uint32, error) {
+	last := rows[len(rows)-1]
+	if len(last.Rows) != 1 || len(last.Rows[0]) != 1 {
+		return 0, fmt.Errorf("advisory: set up lock session: no pg_backend_pid() result")
+	}
+	p, err := strconv.ParseUint(string(last.Rows[0][0]), 10, 32)
+	if err != nil {
+		return 0, fmt.Errorf("advisory: set up lock session: pg_backend_pid(): %w", err)
+	}
+	return uint32(p), nil
+}
+
+// newToken returns 128 random bits in hex: safe to write into SQL text as it is.
+func newToken() string {
+	var b [16]byte
+	rand.Read(b[:]) // never fails (crypto/rand)
+	return hex.EncodeToString(b[:])
+}
+
+// noteProxy records that the path to the server goes through a proxy, and says once, at
+// Warn, what that means for the release bound.
+func (ps *proxyState) noteProxy() {
+	ps.proxied.Store(true)
+	if ps.logger == nil {
+		return
+	}
+	ps.warn.Do(func() {
+		ps.logger.LogAttrs(context.Background(), slog.LevelWarn,
+			"advisory: the connection goes through a proxy (session pooler or TCP proxy): the server-side "+
+				"release bound no longer holds: how long a cut-off holder's lock stays depends on the proxy's "+
+				"keepalive toward its clients; the holder is still told within the client bound (see docs/guarantees.md)")
+	})
+}
