@@ -1,14 +1,32 @@
-// Package pgtest gives tests (and the pgadvisory demo) a throwaway PostgreSQL.
+// Package pgtest gives tests (and the pgadvisory demo) a throwaway PostgreSQL, and the
+// real programs that stand in front of or beside one: PgBouncer and a hot standby.
 //
 // [Start] tries, in order:
 //
-//  1. the DSN in the environment variable ADVISORY_TEST_DSN (an existing server; nothing is started);
+//  1. the DSN in the environment variable ADVISORY_TEST_DSN (an existing server; nothing is
+//     started), in keyword/value or URL form;
 //  2. testcontainers-go's postgres module, when a Docker engine answers;
 //  3. a throwaway cluster built with the local PostgreSQL binaries (initdb + postgres), run as the
 //     postgres OS user when the caller is root, in a temporary directory on a free loopback port,
 //     with fsync off.
 //
 // A Server started by this package listens on TCP loopback so that keepalive settings apply.
+//
+// # Which binaries
+//
+// The local cluster (and [StartStandby]) use the directory named by ADVISORY_TEST_PGBIN
+// when it is set: it must hold initdb and postgres (and pg_basebackup for a standby), for
+// example the bin directory scripts/pg-version.sh unpacks for one PostgreSQL major. When it
+// is set and lacks them, Start fails rather than test another version. Unset, the binaries
+// come from PATH, else the newest /usr/lib/postgresql/N/bin.
+//
+// # Poolers and standbys
+//
+// [StartPgBouncer] runs Debian's pgbouncer in front of a Server in a given pool mode;
+// [StartStandby] makes a streaming hot standby of a Server with pg_basebackup. Both fail
+// with an error wrapping [ErrUnavailable] when the program is not installed; the
+// [PgBouncerForTest] and [StandbyForTest] helpers turn that into a skip, or a failure
+// under CI=true.
 package pgtest
 
 import (
@@ -21,6 +39,14 @@ import (
 
 // EnvDSN names the environment variable that points the harness at an existing server.
 const EnvDSN = "ADVISORY_TEST_DSN"
+
+// EnvPGBin names the environment variable that points the local cluster at a directory of
+// PostgreSQL server binaries (see the package doc).
+const EnvPGBin = "ADVISORY_TEST_PGBIN"
+
+// ErrUnavailable means a program the harness needs (pgbouncer, pg_basebackup) is not
+// installed here.
+var ErrUnavailable = errors.New("pgtest: not available here")
 
 // Server is a PostgreSQL server for tests. It is safe for concurrent use, except that
 // Restart and Close must not run concurrently with each other.
