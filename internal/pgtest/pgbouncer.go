@@ -27,9 +27,15 @@ const (
 )
 
 // PgBouncerPoolSize is the number of server connections a PgBouncer started by this package
-// opens at most (default_pool_size): small, so that a few busy clients are enough to move
-// a client's statements between backends, as in production under load.
+// opens at most (default_pool_size) in transaction and statement mode: small, so that a
+// few busy clients are enough to move a client's statements between backends, as in
+// production under load.
 const PgBouncerPoolSize = 3
+
+// PgBouncerSessionPoolSize is default_pool_size in session mode, where each client keeps
+// its server connection until it disconnects: room for a test's clients and a few busy
+// ones at once.
+const PgBouncerSessionPoolSize = 20
 
 // PgBouncer is a running pgbouncer in front of a Server. Clients connect to DSN(); it
 // logs into the server with the server DSN's user and password. Close stops it.
@@ -52,7 +58,8 @@ type PgBouncer struct {
 //
 //   - auth_type=trust with an auth_file naming the server DSN's user (trust still needs the
 //     user listed); the file's password, the server DSN's, is what PgBouncer logs in with;
-//   - default_pool_size=[PgBouncerPoolSize], no reserve pool; max_client_conn=200;
+//   - default_pool_size=[PgBouncerPoolSize] ([PgBouncerSessionPoolSize] in session mode),
+//     no reserve pool; max_client_conn=200;
 //   - ignore_startup_parameters=extra_float_digits (pgx and libpq send it; application_name,
 //     which PgBouncer tracks itself, passes through);
 //   - server_reset_query left at its default, DISCARD ALL, which PgBouncer runs only in
@@ -120,6 +127,10 @@ func (b *PgBouncer) start(ctx context.Context, bin string, up *pgconn.Config) er
 }
 
 func (b *PgBouncer) writeConfig(up *pgconn.Config, cred *syscall.Credential) error {
+	poolSize := PgBouncerPoolSize
+	if b.mode == PoolSession {
+		poolSize = PgBouncerSessionPoolSize
+	}
 	ini := fmt.Sprintf(`[databases]
 %s = host=%s port=%d dbname=%s
 
@@ -138,7 +149,7 @@ ignore_startup_parameters = extra_float_digits
 server_login_retry = 1
 logfile = %s
 `, b.db, up.Host, up.Port, b.db, b.port, filepath.Join(b.dir, "userlist.txt"), b.user, b.mode,
-		PgBouncerPoolSize, filepath.Join(b.dir, "pgbouncer.log"))
+		poolSize, filepath.Join(b.dir, "pgbouncer.log"))
 	users := fmt.Sprintf("%q %q\n", b.user, up.Password)
 	for name, content := range map[string]string{"pgbouncer.ini": ini, "userlist.txt": users} {
 		path := filepath.Join(b.dir, name)
