@@ -14,11 +14,12 @@
 //
 // # Which binaries
 //
-// The local cluster (and [StartStandby]) use the directory named by ADVISORY_TEST_PGBIN
-// when it is set: it must hold initdb and postgres (and pg_basebackup for a standby), for
-// example the bin directory scripts/pg-version.sh unpacks for one PostgreSQL major. When it
-// is set and lacks them, Start fails rather than test another version. Unset, the binaries
-// come from PATH, else the newest /usr/lib/postgresql/N/bin.
+// When ADVISORY_TEST_PGBIN names a directory of server binaries, Start skips
+// testcontainers and the local cluster (and [StartStandby]) use that directory: it must
+// hold initdb and postgres (and pg_basebackup for a standby), for example the bin directory
+// that scripts/pg-version.sh unpacks for one PostgreSQL major. When it is set and lacks
+// them, Start fails rather than test another version. Unset, the binaries come from PATH,
+// else the newest /usr/lib/postgresql/N/bin. ADVISORY_TEST_DSN still comes first.
 //
 // # Poolers and standbys
 //
@@ -101,12 +102,14 @@ func Start(ctx context.Context) (*Server, error) {
 		return &Server{dsn: dsn, kind: "env"}, nil
 	}
 	var reasons []string
-	srv, err := startContainer(ctx)
-	if err == nil {
-		return srv, nil
+	if strings.TrimSpace(os.Getenv(EnvPGBin)) == "" { // a version run wants those binaries, not a container
+		srv, err := startContainer(ctx)
+		if err == nil {
+			return srv, nil
+		}
+		reasons = append(reasons, "testcontainers: "+err.Error())
 	}
-	reasons = append(reasons, "testcontainers: "+err.Error())
-	srv, err = startLocal(ctx, Options{})
+	srv, err := startLocal(ctx, Options{})
 	if err == nil {
 		return srv, nil
 	}
