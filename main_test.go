@@ -5,7 +5,6 @@ import (
 	"flag"
 	"fmt"
 	"os"
-	"strings"
 	"testing"
 	"time"
 
@@ -62,7 +61,7 @@ func runTests(m *testing.M) int {
 func dsn(t testing.TB, extra ...string) string {
 	t.Helper()
 	pgtest.Need(t, srv, startErr)
-	return strings.Join(append([]string{srv.DSN()}, extra...), " ")
+	return pgtest.WithPairs(srv.DSN(), extra...)
 }
 
 // newManager returns a Manager on the test server, closed when the test ends.

@@ -19,6 +19,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/pgadvisory/advisory"
+	"github.com/pgadvisory/advisory/internal/pgtest"
 )
 
 // The chaos run. Worker processes loop until a deadline: pick one of a few keys, Lock it
@@ -135,7 +136,7 @@ func runChaosWorker() int {
 	untilNanos, _ := strconv.ParseInt(os.Getenv("CHAOS_UNTIL"), 10, 64)
 	run, worker := os.Getenv("CHAOS_RUN"), os.Getenv("CHAOS_WORKER")
 	ctx := context.Background()
-	m, err := advisory.New(ctx, os.Getenv("ADVISORY_FAULT_DSN")+" pool_max_conns=3")
+	m, err := advisory.New(ctx, pgtest.WithPairs(os.Getenv("ADVISORY_FAULT_DSN"), "pool_max_conns=3"))
 	if err != nil {
 		fmt.Println("ERROR", err)
 		return 1

@@ -7,6 +7,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -74,7 +75,7 @@ func newManager(t testing.TB, extra string, opts ...advisory.Option) *advisory.M
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	m, err := advisory.New(ctx, dsn(t)+" "+extra, opts...)
+	m, err := advisory.New(ctx, pgtest.WithPairs(dsn(t), strings.Fields(extra)...), opts...)
 	require.NoError(t, err)
 	t.Cleanup(m.Close)
 	return m

@@ -18,6 +18,7 @@ import (
 
 	"github.com/pgadvisory/advisory"
 	"github.com/pgadvisory/advisory/internal/leak"
+	"github.com/pgadvisory/advisory/internal/pgtest"
 )
 
 // TestSIGKILLedHolderIsTakenOver: a holder process is killed mid-hold; a waiter already
@@ -63,7 +64,7 @@ func TestServerRestartTellsEveryHolder(t *testing.T) {
 	}
 	ctx := ctxT(t, 2*time.Minute)
 	goroutines := runtime.NumGoroutine()
-	m, err := advisory.New(ctx, dsn(t)+" pool_max_conns=8")
+	m, err := advisory.New(ctx, pgtest.WithPairs(dsn(t), "pool_max_conns=8"))
 	require.NoError(t, err)
 	var locks []*advisory.Lock
 	for i := 0; i < 5; i++ {

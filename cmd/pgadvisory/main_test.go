@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -115,7 +116,7 @@ func wait(t testing.TB, p *proc) result {
 func holdLock(t testing.TB, name string, extra string) (*advisory.Manager, *advisory.Lock) {
 	t.Helper()
 	ctx := context.Background()
-	m, err := advisory.New(ctx, dsn(t)+" "+extra)
+	m, err := advisory.New(ctx, pgtest.WithPairs(dsn(t), strings.Fields(extra)...))
 	require.NoError(t, err)
 	t.Cleanup(m.Close)
 	l, err := m.Lock(ctx, name)

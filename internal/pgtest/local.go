@@ -50,10 +50,23 @@ func startLocal(ctx context.Context, opts Options) (*Server, error) {
 	return &Server{dsn: dsn, kind: "local", port: l.port, restart: l.restart, stop: l.close}, nil
 }
 
-// findBinaries locates a directory with initdb and postgres: PATH, then the Debian layout
-// /usr/lib/postgresql/N/bin (newest N first).
+// findBinaries locates a directory with initdb and postgres: the directory named by
+// EnvPGBin if it is set (an error if it lacks them: a version run must not silently test
+// another version), else PATH, else the Debian layout /usr/lib/postgresql/N/bin (newest N
+// first).
 func findBinaries() (string, error) {
+	if dir := strings.TrimSpace(os.Getenv(EnvPGBin)); dir != "" {
+		for _, name := range []string{"initdb", "postgres"} {
+			if _, err := os.Stat(filepath.Join(dir, name)); err != nil {
+				return "", fmt.Errorf("%s=%s: %w", EnvPGBin, dir, err)
+			}
+		}
+		return dir, nil
+	}
 	if p, err := exec.LookPath("initdb"); err == nil {
+		if real, err := filepath.EvalSymlinks(p); err == nil {
+			p = real // a link in /usr/local/bin: the real directory has pg_basebackup too
+		}
 		dir := filepath.Dir(p)
 		if _, err := os.Stat(filepath.Join(dir, "postgres")); err == nil {
 			return dir, nil
@@ -82,20 +95,30 @@ func (l *local) prepare() error {
 		return err
 	}
 	l.dir = dir
-	if os.Geteuid() == 0 {
-		u, err := user.Lookup("postgres")
-		if err != nil {
-			return fmt.Errorf("running as root needs a postgres OS user: %w", err)
-		}
-		uid, _ := strconv.Atoi(u.Uid)
-		gid, _ := strconv.Atoi(u.Gid)
-		l.cred = &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}
-		if err := os.Chown(dir, uid, gid); err != nil {
-			return err
-		}
+	if l.cred, err = ownDir(dir); err != nil {
+		return err
 	}
 	l.port, err = freePort()
 	return err
+}
+
+// ownDir arranges for a server program (postgres, pgbouncer: both refuse to run as root)
+// to run as the postgres OS user when we are root: it chowns dir to that user and returns
+// the credential to run with; nil when we are not root.
+func ownDir(dir string) (*syscall.Credential, error) {
+	if os.Geteuid() != 0 {
+		return nil, nil
+	}
+	u, err := user.Lookup("postgres")
+	if err != nil {
+		return nil, fmt.Errorf("running as root needs a postgres OS user: %w", err)
+	}
+	uid, _ := strconv.Atoi(u.Uid)
+	gid, _ := strconv.Atoi(u.Gid)
+	if err := os.Chown(dir, uid, gid); err != nil {
+		return nil, err
+	}
+	return &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}, nil
 }
 
 func freePort() (int, error) {
@@ -147,7 +170,10 @@ func (l *local) start(ctx context.Context) error {
 		"-p", strconv.Itoa(l.port), "-k", l.dir,
 		"-c", "listen_addresses="+strings.Join(append([]string{"127.0.0.1"}, l.opts.ListenAddresses...), ","),
 		"-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off",
-		"-c", "max_connections=300", "-c", "shared_buffers=64MB")
+		"-c", "max_connections=300", "-c", "shared_buffers=64MB",
+		// What a streaming standby (StartStandby) needs of its primary; initdb's pg_hba.conf
+		// already admits replication from 127.0.0.1 with -A trust.
+		"-c", "wal_level=replica", "-c", "max_wal_senders=10")
 	cmd.Stdout, cmd.Stderr = logf, logf
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("postgres: %w", err)

@@ -1,14 +1,33 @@
-// Package pgtest gives tests (and the pgadvisory demo) a throwaway PostgreSQL.
+// Package pgtest gives tests (and the pgadvisory demo) a throwaway PostgreSQL, and the
+// real programs that stand in front of or beside one: PgBouncer and a hot standby.
 //
 // [Start] tries, in order:
 //
-//  1. the DSN in the environment variable ADVISORY_TEST_DSN (an existing server; nothing is started);
+//  1. the DSN in the environment variable ADVISORY_TEST_DSN (an existing server; nothing is
+//     started), in keyword/value or URL form;
 //  2. testcontainers-go's postgres module, when a Docker engine answers;
 //  3. a throwaway cluster built with the local PostgreSQL binaries (initdb + postgres), run as the
 //     postgres OS user when the caller is root, in a temporary directory on a free loopback port,
 //     with fsync off.
 //
 // A Server started by this package listens on TCP loopback so that keepalive settings apply.
+//
+// # Which binaries
+//
+// When ADVISORY_TEST_PGBIN names a directory of server binaries, Start skips
+// testcontainers and the local cluster (and [StartStandby]) use that directory: it must
+// hold initdb and postgres (and pg_basebackup for a standby), for example the bin directory
+// that scripts/pg-version.sh unpacks for one PostgreSQL major. When it is set and lacks
+// them, Start fails rather than test another version. Unset, the binaries come from PATH,
+// else the newest /usr/lib/postgresql/N/bin. ADVISORY_TEST_DSN still comes first.
+//
+// # Poolers and standbys
+//
+// [StartPgBouncer] runs Debian's pgbouncer in front of a Server in a given pool mode;
+// [StartStandby] makes a streaming hot standby of a Server with pg_basebackup. Both fail
+// with an error wrapping [ErrUnavailable] when the program is not installed; the
+// [PgBouncerForTest] and [StandbyForTest] helpers turn that into a skip, or a failure
+// under CI=true.
 package pgtest
 
 import (
@@ -21,6 +40,14 @@ import (
 
 // EnvDSN names the environment variable that points the harness at an existing server.
 const EnvDSN = "ADVISORY_TEST_DSN"
+
+// EnvPGBin names the environment variable that points the local cluster at a directory of
+// PostgreSQL server binaries (see the package doc).
+const EnvPGBin = "ADVISORY_TEST_PGBIN"
+
+// ErrUnavailable means a program the harness needs (pgbouncer, pg_basebackup) is not
+// installed here.
+var ErrUnavailable = errors.New("pgtest: not available here")
 
 // Server is a PostgreSQL server for tests. It is safe for concurrent use, except that
 // Restart and Close must not run concurrently with each other.
@@ -75,12 +102,14 @@ func Start(ctx context.Context) (*Server, error) {
 		return &Server{dsn: dsn, kind: "env"}, nil
 	}
 	var reasons []string
-	srv, err := startContainer(ctx)
-	if err == nil {
-		return srv, nil
+	if strings.TrimSpace(os.Getenv(EnvPGBin)) == "" { // a version run wants those binaries, not a container
+		srv, err := startContainer(ctx)
+		if err == nil {
+			return srv, nil
+		}
+		reasons = append(reasons, "testcontainers: "+err.Error())
 	}
-	reasons = append(reasons, "testcontainers: "+err.Error())
-	srv, err = startLocal(ctx, Options{})
+	srv, err := startLocal(ctx, Options{})
 	if err == nil {
 		return srv, nil
 	}

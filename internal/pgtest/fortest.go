@@ -1,0 +1,54 @@
+package pgtest
+
+import (
+	"context"
+	"errors"
+	"os"
+	"strings"
+	"time"
+)
+
+// T is the part of testing.TB the ForTest helpers use.
+type T interface {
+	TB
+	Cleanup(func())
+}
+
+// PgBouncerForTest starts PgBouncer in front of srv in mode for one test and stops it when
+// the test ends. Without pgbouncer installed the test is skipped with the reason, except
+// under CI=true, where that fails it (.ci/run installs pgbouncer). Any other error fails
+// the test.
+func PgBouncerForTest(t T, srv *Server, mode PoolMode) *PgBouncer {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	b, err := StartPgBouncer(ctx, srv, mode)
+	if errors.Is(err, ErrUnavailable) && !InCI() {
+		t.Skipf("no PgBouncer for this test: %v", err)
+	}
+	if err != nil {
+		t.Fatalf("PgBouncer (pool_mode=%s): %v", mode, err)
+	}
+	t.Cleanup(func() { b.Close() })
+	return b
+}
+
+// StandbyForTest starts a hot standby of primary for one test and stops it when the test
+// ends. Without the tools for it (pg_basebackup of the primary's major version) the test
+// is skipped with the reason; under CI=true that is a failure unless the binaries come from
+// EnvPGBin (a version run: the npm-packaged server binaries have no pg_basebackup). Any
+// other error fails the test.
+func StandbyForTest(t T, primary *Server) *Standby {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	s, err := StartStandby(ctx, primary)
+	if errors.Is(err, ErrUnavailable) && (!InCI() || strings.TrimSpace(os.Getenv(EnvPGBin)) != "") {
+		t.Skipf("no hot standby for this test: %v", err)
+	}
+	if err != nil {
+		t.Fatalf("hot standby: %v", err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}

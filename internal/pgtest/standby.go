@@ -1,0 +1,164 @@
+package pgtest
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Standby is a streaming hot standby of a Server, run from the local binaries like a local
+// cluster (as the postgres OS user when we are root, temp dir, free loopback port).
+type Standby struct {
+	srv        *Server
+	primaryDSN string
+}
+
+// StartStandby makes a hot standby of primary: pg_basebackup -R (WAL streamed during the
+// copy, standby.signal and primary_conninfo written) into a temp dir, then postgres on a
+// free port. The primary must allow replication connections from 127.0.0.1 for its DSN's
+// user (a local cluster of this package does: wal_level=replica, max_wal_senders=10, and
+// initdb's trust line for replication). It blocks until the standby accepts connections or
+// ctx ends. Without pg_basebackup, or with binaries of another major version than the
+// primary's, it returns an error wrapping [ErrUnavailable]. On error nothing is left.
+func StartStandby(ctx context.Context, primary *Server) (*Standby, error) {
+	bin, err := findBinaries()
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
+	}
+	if err := checkStandbyTools(ctx, bin, primary); err != nil {
+		return nil, err
+	}
+	l := &local{bin: bin}
+	if err := l.prepare(); err != nil {
+		os.RemoveAll(l.dir)
+		return nil, err
+	}
+	if err := l.basebackup(ctx, primary.DSN()); err != nil {
+		os.RemoveAll(l.dir)
+		return nil, err
+	}
+	if err := l.start(ctx); err != nil {
+		l.close()
+		return nil, err
+	}
+	dsn := fmt.Sprintf("host=127.0.0.1 port=%d user=postgres dbname=postgres sslmode=disable", l.port)
+	srv := &Server{dsn: dsn, kind: "standby", port: l.port, restart: l.restart, stop: l.close}
+	return &Standby{srv: srv, primaryDSN: primary.DSN()}, nil
+}
+
+// checkStandbyTools makes sure bin has a pg_basebackup and the primary's major version.
+func checkStandbyTools(ctx context.Context, bin string, primary *Server) error {
+	if _, err := os.Stat(filepath.Join(bin, "pg_basebackup")); err != nil {
+		return fmt.Errorf("%w: no pg_basebackup in %s", ErrUnavailable, bin)
+	}
+	out, err := exec.CommandContext(ctx, filepath.Join(bin, "postgres"), "--version").Output()
+	if err != nil {
+		return fmt.Errorf("pgtest: %s/postgres --version: %w", bin, err)
+	}
+	binMajor, _ := leadingNumber(strings.TrimPrefix(strings.TrimSpace(string(out)), "postgres (PostgreSQL) "))
+	var num int
+	if err := queryRow(ctx, primary.DSN(), "SELECT current_setting('server_version_num')::int", &num); err != nil {
+		return fmt.Errorf("pgtest: primary's version: %w", err)
+	}
+	if binMajor != num/10000 {
+		return fmt.Errorf("%w: a standby of PostgreSQL %d needs its binaries; %s has %d",
+			ErrUnavailable, num/10000, bin, binMajor)
+	}
+	return nil
+}
+
+func leadingNumber(s string) (int, error) {
+	end := strings.IndexFunc(s, func(r rune) bool { return r < '0' || r > '9' })
+	if end < 0 {
+		end = len(s)
+	}
+	return strconv.Atoi(s[:end])
+}
+
+// basebackup copies the primary into l.dir/data as a standby.
+func (l *local) basebackup(ctx context.Context, primaryDSN string) error {
+	cmd := l.command(ctx, "pg_basebackup", "-D", filepath.Join(l.dir, "data"), "-R", "-X", "stream",
+		"-c", "fast", "--no-sync", "-d", primaryDSN)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("pg_basebackup: %w: %s", err, out)
+	}
+	return nil
+}
+
+// Server returns the standby as a Server (DSN, Port, Restart, Close).
+func (s *Standby) Server() *Server { return s.srv }
+
+// DSN returns a connection string for the standby's superuser over TCP.
+func (s *Standby) DSN() string { return s.srv.DSN() }
+
+// Close stops the standby and removes its files.
+func (s *Standby) Close() error { return s.srv.Close() }
+
+// CatchUp blocks until the standby has replayed all the WAL the primary had written when
+// CatchUp was called, bounded by 30 s and ctx.
+func (s *Standby) CatchUp(ctx context.Context) error {
+	var target string
+	if err := queryRow(ctx, s.primaryDSN, "SELECT pg_current_wal_lsn()::text", &target); err != nil {
+		return fmt.Errorf("pgtest: primary's WAL position: %w", err)
+	}
+	return poll(ctx, 30*time.Second, func() (bool, error) {
+		var done bool
+		err := queryRow(ctx, s.DSN(), "SELECT pg_last_wal_replay_lsn() >= $1::pg_lsn", &done, target)
+		return done, err
+	})
+}
+
+// Promote ends recovery (pg_promote) and blocks until the standby is a primary
+// (pg_is_in_recovery() is false), bounded by 60 s and ctx.
+func (s *Standby) Promote(ctx context.Context) error {
+	var ok bool
+	if err := queryRow(ctx, s.DSN(), "SELECT pg_promote(true, 60)", &ok); err != nil {
+		return fmt.Errorf("pgtest: pg_promote: %w", err)
+	}
+	if !ok {
+		return fmt.Errorf("pgtest: pg_promote did not finish within 60s")
+	}
+	return poll(ctx, 60*time.Second, func() (bool, error) {
+		var inRecovery bool
+		err := queryRow(ctx, s.DSN(), "SELECT pg_is_in_recovery()", &inRecovery)
+		return !inRecovery, err
+	})
+}
+
+// queryRow runs one query on a fresh connection and scans its single row into dst.
+func queryRow(ctx context.Context, dsn, sql string, dst any, args ...any) error {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(ctx)
+	return conn.QueryRow(ctx, sql, args...).Scan(dst)
+}
+
+// poll calls done every 20 ms until it reports true, it fails, ctx ends or limit passes.
+func poll(ctx context.Context, limit time.Duration, done func() (bool, error)) error {
+	deadline := time.Now().Add(limit)
+	for {
+		ok, err := done()
+		if err != nil || ok {
+			return err
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("pgtest: not done after %v", limit)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}

@@ -1,0 +1,163 @@
+package advisory_test
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/pgadvisory/advisory"
+	"github.com/pgadvisory/advisory/internal/pgtest"
+)
+
+// TestPgBouncerSessionPooling: behind a real PgBouncer in session mode locks work as on a
+// direct connection (holders and waiters seen in pg_locks, ErrLocked, hand-over, Sessions),
+// a SIGKILLed holder process's lock is freed within 2 s (PgBouncer's DISCARD ALL), and
+// nothing is left or leaked afterwards. Quiet and with busy background clients.
+func TestPgBouncerSessionPooling(t *testing.T) {
+	for _, load := range poolerLoads {
+		t.Run(load.name, func(t *testing.T) {
+			t.Parallel()
+			pgtest.Need(t, srv, startErr)
+			b := pgtest.PgBouncerForTest(t, srv, pgtest.PoolSession)
+			busyClients(t, b.DSN(), load.busy)
+			t.Run("locks work", func(t *testing.T) { sessionPoolingLocksWork(t, b) })
+			t.Run("SIGKILLed holder freed within 2s", func(t *testing.T) { sessionPoolingKilledHolder(t, b) })
+			t.Run("no lock left on a server connection", func(t *testing.T) { requireNoLockLeft(t, b) })
+			t.Run("no session setting leaks", func(t *testing.T) { requireNoSettingLeaked(t, b) })
+		})
+	}
+}
+
+func sessionPoolingLocksWork(t *testing.T, b *pgtest.PgBouncer) {
+	ctx := ctxT(t)
+	name, key := t.Name(), advisory.KeyOf(t.Name())
+	var ms [2]*advisory.Manager
+	for i := range ms {
+		m, err := advisory.New(ctx, b.DSN())
+		require.NoError(t, err)
+		t.Cleanup(m.Close)
+		ms[i] = m
+	}
+	l, err := ms[0].Lock(ctx, name)
+	require.NoError(t, err)
+	requireHeldBy(t, key, l.PID())
+	_, err = ms[1].TryLock(ctx, name)
+	require.ErrorIs(t, err, advisory.ErrLocked)
+
+	got := make(chan *advisory.Lock, 1)
+	go func() {
+		l2, err := ms[1].Lock(ctx, name)
+		assert.NoError(t, err)
+		got <- l2
+	}()
+	waitForWaiters(t, key, 1)
+	require.NoError(t, l.Unlock(ctx))
+	l2 := <-got
+	require.NotNil(t, l2)
+	requireHeldBy(t, key, l2.PID())
+	require.NoError(t, l2.Unlock(ctx))
+	requireFree(t, key)
+
+	S, err := ms[0].Session(ctx)
+	require.NoError(t, err)
+	names := []string{name + "/a", name + "/b", name + "/c"}
+	require.NoError(t, S.LockAll(ctx, names))
+	for _, n := range names {
+		requireHeldBy(t, advisory.KeyOf(n), S.PID())
+	}
+	require.NoError(t, S.Close(ctx))
+	for _, n := range names {
+		requireFree(t, advisory.KeyOf(n))
+	}
+	for _, m := range ms {
+		requireNoAcquired(t, m)
+	}
+}
+
+func sessionPoolingKilledHolder(t *testing.T, b *pgtest.PgBouncer) {
+	name := t.Name()
+	key := advisory.KeyOf(name)
+	holder, pid := startPoolerHolder(t, b.DSN(), name)
+	requireHeldBy(t, key, pid)
+	start := time.Now()
+	require.NoError(t, syscall.Kill(holder.Process.Pid, syscall.SIGKILL))
+	require.Eventually(t, func() bool { return len(lockRows(t, key)) == 0 }, 2*time.Second, 5*time.Millisecond,
+		"the killed holder's lock is still held 2s later: %v", lockRows(t, key))
+	t.Logf("freed %v after SIGKILL", time.Since(start))
+}
+
+// Environment of the holder process (TestPgBouncerHolderProcess).
+const (
+	holderDSNEnv  = "ADVISORY_POOLER_HOLDER_DSN"
+	holderNameEnv = "ADVISORY_POOLER_HOLDER_NAME"
+)
+
+// startPoolerHolder runs this test binary as a holder process of name through dsn and
+// returns it with the backend pid of its lock once it holds it. The process is killed
+// when the test ends.
+func startPoolerHolder(t *testing.T, dsn, name string) (*exec.Cmd, uint32) {
+	cmd := exec.Command(os.Args[0], "-test.run=^TestPgBouncerHolderProcess$")
+	cmd.Env = append(os.Environ(), holderDSNEnv+"="+dsn, holderNameEnv+"="+name)
+	cmd.Stderr = os.Stderr
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	stdin, err := cmd.StdinPipe()
+	require.NoError(t, err)
+	out, err := cmd.StdoutPipe()
+	require.NoError(t, err)
+	require.NoError(t, cmd.Start())
+	t.Cleanup(func() { stdin.Close(); syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL); cmd.Wait() })
+	lines := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			if strings.HasPrefix(sc.Text(), "LOCKED ") || strings.HasPrefix(sc.Text(), "ERROR ") {
+				lines <- sc.Text()
+				return
+			}
+		}
+		lines <- "ERROR exited"
+	}()
+	select {
+	case line := <-lines:
+		pid, err := strconv.ParseUint(strings.TrimPrefix(line, "LOCKED "), 10, 32)
+		require.NoError(t, err, "holder process: %s", line)
+		return cmd, uint32(pid)
+	case <-time.After(30 * time.Second):
+		t.Fatal("the holder process did not take the lock within 30s")
+	}
+	return nil, 0
+}
+
+// TestPgBouncerHolderProcess is not a test: it is the holder process of
+// sessionPoolingKilledHolder (run with the environment set). It takes the lock, prints
+// "LOCKED <pid>" and holds it until it is killed or its stdin closes.
+func TestPgBouncerHolderProcess(t *testing.T) {
+	dsn := os.Getenv(holderDSNEnv)
+	if dsn == "" {
+		return
+	}
+	ctx := context.Background()
+	m, err := advisory.New(ctx, dsn)
+	if err != nil {
+		fmt.Println("ERROR", err)
+		return
+	}
+	l, err := m.Lock(ctx, os.Getenv(holderNameEnv))
+	if err != nil {
+		fmt.Println("ERROR", err)
+		return
+	}
+	fmt.Println("LOCKED", l.PID())
+	bufio.NewReader(os.Stdin).ReadString('\n')
+	os.Exit(0) // no cleanup: the process is meant to die holding the lock
+}
