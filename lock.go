@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"strconv"
+	"syscall"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
@@ -58,6 +60,35 @@ func (l *Lock) Unlock(ctx context.Context) error {
 		return err
 	}
 	return &opError{"unlock", describe(l.s.key, l.name, l.s.pair), fmt.Errorf("release not confirmed, connection closed: %w", err)}
+}
+
+// File returns a duplicate of the lock connection's socket descriptor, for a child
+// process to inherit (os/exec.Cmd.ExtraFiles), as flock(1) hands its lock descriptor to
+// its command: the server keeps a session, and so its lock, until every process holding
+// the socket has exited or the lock is released. A supervisor that is killed while its
+// child runs then cannot lose the lock to another holder before the child is gone too
+// (pair it with a parent-death signal, so that the child does not outlive it).
+//
+// The descriptor is close-on-exec until passed through ExtraFiles; the caller must close
+// the file once the child has started. The child must never read from or write to it. It
+// does not block. It returns an error wrapping [ErrNotHeld] or [ErrLockLost] if the lock
+// has ended, and an error on a platform or connection without a socket descriptor
+// (Linux with TCP or a Unix socket always has one).
+func (l *Lock) File() (*os.File, error) {
+	if err := l.Err(); err != nil {
+		return nil, err
+	}
+	// The runtime pins the descriptor while dupSocket works on it, so a concurrent close
+	// (a watcher finding the connection dead) cannot hand us a reused number.
+	fd, err := dupSocket(l.s.pg.Conn())
+	if err != nil {
+		return nil, fmt.Errorf("advisory: duplicate the lock's socket: %w", err)
+	}
+	if err := l.Err(); err != nil { // ended meanwhile: the copy would hold nothing
+		syscall.Close(fd)
+		return nil, err
+	}
+	return os.NewFile(uintptr(fd), "advisory-lock-"+l.Key().String()), nil
 }
 
 // String returns the key in decimal, as pg_advisory_lock takes it.

@@ -122,3 +122,41 @@ func TestPollerNeverDeletesAReusedDescriptor(t *testing.T) {
 	terminateBackend(t, admin, next.PID())
 	requireDoneSoon(t, next, "the lock whose socket reused the descriptor number")
 }
+
+// Lock.File: the duplicate keeps the session, and the lock, alive after the library's own
+// descriptor is closed (as a killed supervisor's is), and the lock goes when it closes.
+func TestLockFileKeepsTheSessionAlive(t *testing.T) {
+	m, admin := internalManager(t)
+	ctx := context.Background()
+	l, err := m.Lock(ctx, t.Name())
+	require.NoError(t, err)
+	f, err := l.File()
+	require.NoError(t, err)
+	heldBy := func() []uint32 {
+		rows, err := admin.Query(ctx, `SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND granted
+			AND classid = $1 AND objid = $2 AND objsubid = 1`, uint32(uint64(l.Key())>>32), uint32(l.Key()))
+		require.NoError(t, err)
+		defer rows.Close()
+		var pids []uint32
+		for rows.Next() {
+			var p uint32
+			require.NoError(t, rows.Scan(&p))
+			pids = append(pids, p)
+		}
+		return pids
+	}
+	pid := l.PID()
+	require.NoError(t, l.s.pg.Conn().Close()) // the library's descriptor goes, as if its process died
+	// The server still has a client: its backend keeps the lock. Give it time to notice
+	// a FIN, were there one: a round trip on another connection and a short sleep.
+	for range 5 {
+		_, err := admin.Exec(ctx, "SELECT pg_sleep(0.05)")
+		require.NoError(t, err)
+		require.Equal(t, []uint32{pid}, heldBy(), "held while the duplicate is open")
+	}
+	require.NoError(t, f.Close())
+	require.Eventually(t, func() bool { return len(heldBy()) == 0 }, 10*time.Second, 5*time.Millisecond,
+		"freed once the last descriptor closed")
+	_, err = (&Lock{s: &session{err: ErrNotHeld, state: stateEnded}}).File()
+	require.ErrorIs(t, err, ErrNotHeld)
+}

@@ -181,3 +181,32 @@ func socketFD(c net.Conn) int {
 	}
 	return fd
 }
+
+// dupSocket duplicates the descriptor of a connection's socket (under TLS, of the TCP
+// connection beneath) with FD_CLOEXEC set, atomically, so that no child another goroutine
+// starts meanwhile inherits it by accident. It fails if the connection is closed.
+func dupSocket(c net.Conn) (int, error) {
+	if nc, ok := c.(interface{ NetConn() net.Conn }); ok {
+		c = nc.NetConn()
+	}
+	sc, ok := c.(syscall.Conn)
+	if !ok {
+		return -1, errors.New("the connection has no socket descriptor")
+	}
+	raw, err := sc.SyscallConn()
+	if err != nil {
+		return -1, err
+	}
+	nfd := -1
+	var errno syscall.Errno
+	if err := raw.Control(func(fd uintptr) {
+		r, _, e := syscall.Syscall(syscall.SYS_FCNTL, fd, syscall.F_DUPFD_CLOEXEC, 0)
+		nfd, errno = int(r), e
+	}); err != nil {
+		return -1, err
+	}
+	if errno != 0 {
+		return -1, errno
+	}
+	return nfd, nil
+}

@@ -19,3 +19,7 @@ func (p *poller) remove(*session)    {}
 func (p *poller) stop()              {}
 
 func socketFD(net.Conn) int { return -1 }
+
+func dupSocket(net.Conn) (int, error) {
+	return -1, errors.New("not supported on this platform")
+}
