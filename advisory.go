@@ -57,9 +57,9 @@ type Manager struct {
 	closed    bool
 	closing   chan struct{} // closed when Close begins
 	closeDone chan struct{}
-	sessions  map[*session]struct{} // sessions that have not ended
-	pinned    int                   // pool connections pinned or about to be: see reserve
-	active    sync.WaitGroup        // calls in progress and sessions not ended
+	sessions  map[*pin]struct{} // sessions that have not ended
+	pinned    int               // pool connections pinned or about to be: see reserve
+	active    sync.WaitGroup    // calls in progress and sessions not ended
 }
 
 // DefaultMaxConns is the pool size New uses when the connection string sets no
@@ -144,7 +144,7 @@ func NewWithConfig(ctx context.Context, cfg *pgxpool.Config, opts ...Option) (*M
 		return nil, fmt.Errorf("advisory: start socket poller: %w", err)
 	}
 	return &Manager{pool: pool, set: set, proxy: ps, poller: p, closing: make(chan struct{}), closeDone: make(chan struct{}),
-		sessions: make(map[*session]struct{})}, nil
+		sessions: make(map[*pin]struct{})}, nil
 }
 
 func configure(cfg *pgxpool.Config, set *settings, ps *proxyState) *pgxpool.Config {
@@ -222,7 +222,7 @@ func (m *Manager) Close() {
 	}
 	m.closed = true
 	close(m.closing)
-	live := make([]*session, 0, len(m.sessions))
+	live := make([]*pin, 0, len(m.sessions))
 	for s := range m.sessions {
 		live = append(live, s)
 	}

@@ -124,12 +124,12 @@ func notSent(pg *pgconn.PgConn, err error) bool {
 }
 
 // reconcileKeys unlocks those of keys that the backend holds (see session.afterCancel).
-func (s *session) reconcileKeys(keys []int64, cancelSent bool) error {
+func (s *pin) reconcileKeys(keys []int64, cancelSent bool) error {
 	return s.afterCancel(cancelSent, reconcileKeysSQL, keys, s.token)
 }
 
 // beginOp takes a multi-lock Session's connection back from the watcher for one call.
-func (s *session) beginOp() error {
+func (s *pin) beginOp() error {
 	s.mu.Lock()
 	switch {
 	case s.state == stateEnded:
@@ -153,7 +153,7 @@ func (s *session) beginOp() error {
 
 // endOp hands the connection back to the watcher after a call that left it usable. If
 // Close has begun meanwhile, it ends the session instead.
-func (s *session) endOp() error {
+func (s *pin) endOp() error {
 	if s.hold() {
 		return nil
 	}

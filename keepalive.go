@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net"
 	"strconv"
-	"strings"
 	"syscall"
 	"time"
 )
@@ -188,25 +187,26 @@ func setUserTimeout(fd uintptr, d time.Duration) error {
 	return syscall.SetsockoptInt(int(fd), syscall.IPPROTO_TCP, tcpUserTimeout, int(d/time.Millisecond))
 }
 
-// serverSettings is the statement run on every new lock connection. It sets the server
-// end's keepalive and, on PostgreSQL 14+, client_connection_check_interval, so a backend
-// waiting in pg_advisory_lock notices a vanished client. It also clears the timeouts that
-// would end a wait or an idle lock-holding session behind the caller's back: ctx is the
-// only timeout of a Lock call, and a held lock lives as long as its connection.
-func serverSettings(s *settings, serverVersion int) string {
+// serverSettings are the session settings of every new lock connection, as (name,
+// value) pairs. They set the server end's keepalive and, on PostgreSQL 14+,
+// client_connection_check_interval, so a backend waiting in pg_advisory_lock notices a
+// vanished client. They also clear the timeouts that would end a wait or an idle
+// lock-holding session behind the caller's back: ctx is the only timeout of a Lock call,
+// and a held lock lives as long as its connection.
+func serverSettings(s *settings, serverVersion int) [][2]string {
 	k := s.serverKeepalive
-	var b strings.Builder
-	set := func(name, value string) { b.WriteString("SET " + name + " = " + value + "; ") }
-	set("tcp_keepalives_idle", strconv.Itoa(int(k.Idle/time.Second)))
-	set("tcp_keepalives_interval", strconv.Itoa(int(k.Interval/time.Second)))
-	set("tcp_keepalives_count", strconv.Itoa(k.Count))
-	set("tcp_user_timeout", strconv.Itoa(int(k.userTimeout()/time.Millisecond)))
-	set("lock_timeout", "0")
-	set("statement_timeout", "0")
-	set("idle_in_transaction_session_timeout", "0")
-	if serverVersion >= 140000 {
-		set("idle_session_timeout", "0")
-		set("client_connection_check_interval", strconv.Itoa(int(s.connCheckInterval/time.Millisecond)))
+	out := [][2]string{
+		{"tcp_keepalives_idle", strconv.Itoa(int(k.Idle / time.Second))},
+		{"tcp_keepalives_interval", strconv.Itoa(int(k.Interval / time.Second))},
+		{"tcp_keepalives_count", strconv.Itoa(k.Count)},
+		{"tcp_user_timeout", strconv.Itoa(int(k.userTimeout() / time.Millisecond))},
+		{"lock_timeout", "0"},
+		{"statement_timeout", "0"},
+		{"idle_in_transaction_session_timeout", "0"},
 	}
-	return b.String()
+	if serverVersion >= 140000 {
+		out = append(out, [2]string{"idle_session_timeout", "0"},
+			[2]string{"client_connection_check_interval", strconv.Itoa(int(s.connCheckInterval / time.Millisecond))})
+	}
+	return out
 }

@@ -15,7 +15,7 @@ import (
 // A Lock is one held advisory lock. It pins one connection until Unlock, loss, or the
 // Manager's Close. Its methods are safe for concurrent use by multiple goroutines.
 type Lock struct {
-	s    *session
+	s    *pin
 	name string
 }
 

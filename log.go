@@ -22,7 +22,7 @@ func WithLogger(logger *slog.Logger) Option {
 // waitLogAfter is how long a Lock waits before the wait is logged with its holders.
 const waitLogAfter = time.Second
 
-func (s *session) attrs(extra ...slog.Attr) []slog.Attr {
+func (s *pin) attrs(extra ...slog.Attr) []slog.Attr {
 	a := []slog.Attr{slog.Int64("key", int64(s.key)), slog.Uint64("pid", uint64(s.pid))}
 	if s.name != "" {
 		a = append(a, slog.String("name", s.name))
@@ -33,7 +33,7 @@ func (s *session) attrs(extra ...slog.Attr) []slog.Attr {
 	return append(a, extra...)
 }
 
-func (s *session) log(level slog.Level, msg string, extra ...slog.Attr) {
+func (s *pin) log(level slog.Level, msg string, extra ...slog.Attr) {
 	if l := s.m.set.logger; l != nil {
 		l.LogAttrs(context.Background(), level, msg, s.attrs(extra...)...)
 	}
@@ -41,7 +41,7 @@ func (s *session) log(level slog.Level, msg string, extra ...slog.Attr) {
 
 // logWaitLater arms the "waiting for lock" record for a Lock that is still waiting after
 // waitLogAfter; the returned func disarms it.
-func (s *session) logWaitLater(ctx context.Context) func() bool {
+func (s *pin) logWaitLater(ctx context.Context) func() bool {
 	if s.m.set.logger == nil {
 		return func() bool { return false }
 	}
@@ -68,14 +68,14 @@ func (s *session) logWaitLater(ctx context.Context) func() bool {
 }
 
 // logAcquired records a granted lock (Debug).
-func (s *session) logAcquired(start time.Time) {
+func (s *pin) logAcquired(start time.Time) {
 	if s.m.set.logger != nil {
 		s.log(slog.LevelDebug, "advisory: lock acquired", slog.Duration("waited", time.Since(start).Round(time.Microsecond)))
 	}
 }
 
 // logEnd records how a session ended: a loss (Warn) or a release (Debug).
-func (s *session) logEnd(err error, heldSince time.Time) {
+func (s *pin) logEnd(err error, heldSince time.Time) {
 	if s.m.set.logger == nil {
 		return
 	}

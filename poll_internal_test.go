@@ -157,6 +157,6 @@ func TestLockFileKeepsTheSessionAlive(t *testing.T) {
 	require.NoError(t, f.Close())
 	require.Eventually(t, func() bool { return len(heldBy()) == 0 }, 10*time.Second, 5*time.Millisecond,
 		"freed once the last descriptor closed")
-	_, err = (&Lock{s: &session{err: ErrNotHeld, state: stateEnded}}).File()
+	_, err = (&Lock{s: &pin{err: ErrNotHeld, state: stateEnded}}).File()
 	require.ErrorIs(t, err, ErrNotHeld)
 }

@@ -18,7 +18,7 @@ type poller struct {
 	wake [2]int // a pipe: writing to wake[1] stops run
 
 	mu   sync.Mutex
-	byID map[uint64]*session
+	byID map[uint64]*pin
 	next uint64 // the last ID given out
 	done chan struct{}
 }
@@ -46,7 +46,7 @@ func newPoller() (*poller, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := &poller{epfd: epfd, byID: make(map[uint64]*session), done: make(chan struct{})}
+	p := &poller{epfd: epfd, byID: make(map[uint64]*pin), done: make(chan struct{})}
 	if err := syscall.Pipe2(p.wake[:], syscall.O_CLOEXEC|syscall.O_NONBLOCK); err != nil {
 		syscall.Close(epfd)
 		return nil, err
@@ -110,7 +110,7 @@ func (p *poller) failAll() {
 // of watchPolled, socketEvent and stopWatch, remove the registration under s.mu before
 // anyone else may touch the connection. The reader goroutine, which may see the
 // connection fail and close it, starts only after that.
-func (p *poller) add(s *session) error {
+func (p *poller) add(s *pin) error {
 	if s.fd < 0 {
 		return errors.New("no socket descriptor")
 	}
@@ -133,7 +133,7 @@ func (p *poller) add(s *session) error {
 // remove stops watching s's socket (also a one-shot registration that already fired,
 // which stays in the epoll set until deleted). The caller holds s.mu, and s is still in
 // watchPolled mode: see add.
-func (p *poller) remove(s *session) {
+func (p *poller) remove(s *pin) {
 	if s.pollID == 0 {
 		return
 	}

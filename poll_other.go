@@ -14,9 +14,9 @@ type poller struct{}
 
 func newPoller() (*poller, error) { return nil, nil }
 
-func (p *poller) add(*session) error { return errors.New("no poller on this platform") }
-func (p *poller) remove(*session)    {}
-func (p *poller) stop()              {}
+func (p *poller) add(*pin) error { return errors.New("no poller on this platform") }
+func (p *poller) remove(*pin)    {}
+func (p *poller) stop()          {}
 
 func socketFD(net.Conn) int { return -1 }
 

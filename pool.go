@@ -17,7 +17,7 @@ func (m *Manager) enter() error {
 }
 
 // track registers a session so Close can reach it. It fails once Close has begun.
-func (m *Manager) track(s *session) error {
+func (m *Manager) track(s *pin) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.closed {
@@ -29,7 +29,7 @@ func (m *Manager) track(s *session) error {
 }
 
 // forget unregisters an ended session and gives back its pool reservation.
-func (m *Manager) forget(s *session) {
+func (m *Manager) forget(s *pin) {
 	m.mu.Lock()
 	_, ok := m.sessions[s]
 	delete(m.sessions, s)
@@ -65,7 +65,7 @@ func (m *Manager) unreserve() {
 
 // acquire takes a connection from the pool for a new session. With wait false it fails at
 // once with ErrPoolExhausted when this Manager pins every connection.
-func (m *Manager) acquire(ctx context.Context, t target, wait bool) (*session, error) {
+func (m *Manager) acquire(ctx context.Context, t target, wait bool) (*pin, error) {
 	if err := m.reserve(wait); err != nil {
 		return nil, err
 	}
@@ -75,7 +75,7 @@ func (m *Manager) acquire(ctx context.Context, t target, wait bool) (*session, e
 		err = m.acquireError(ctx, err)
 		return nil, err
 	}
-	s := newSession(m, pc, t)
+	s := newPin(m, pc, t)
 	if err := m.track(s); err != nil {
 		pc.Release()
 		m.unreserve()

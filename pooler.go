@@ -38,7 +38,7 @@ func isPoolerSymptom(err error) bool {
 // nothing there, see ownedBy) or hit a prepared-statement symptom. It never unlocks
 // anything on a backend that is not the connection's own: that lock would be someone
 // else's. Other errors are left to the caller.
-func (s *session) checkBackend(pid uint32, owned *bool, err error) error {
+func (s *pin) checkBackend(pid uint32, owned *bool, err error) error {
 	switch {
 	case err == nil:
 		if perr := s.checkOwned(pid, owned); perr != nil {
@@ -54,7 +54,7 @@ func (s *session) checkBackend(pid uint32, owned *bool, err error) error {
 
 // checkOwned returns nil if a statement that returned (pid, owned) ran on the
 // connection's own backend.
-func (s *session) checkOwned(pid uint32, owned *bool) error {
+func (s *pin) checkOwned(pid uint32, owned *bool) error {
 	switch {
 	case owned == nil && pid == s.pid:
 		return fmt.Errorf("%w: the connection's backend (pid %d) no longer carries its ownership token: "+
@@ -67,7 +67,7 @@ func (s *session) checkOwned(pid uint32, owned *bool) error {
 }
 
 // foreignError is the error of a clean-up statement that ran on another client's backend.
-func (s *session) foreignError() error {
+func (s *pin) foreignError() error {
 	return fmt.Errorf("%w: a statement of the connection (backend pid %d) ran on another client's backend; "+
 		"it did nothing there", ErrPooler, s.pid)
 }

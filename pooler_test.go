@@ -152,7 +152,7 @@ func TestTransactionPoolerIsDetected(t *testing.T) {
 		want  string
 	}{
 		// The set-up itself moves: New refuses before the Manager exists.
-		{"moved during set-up", func(b int) int { return min(b, 1) }, true, "setup ran on backend pid"},
+		{"moved during set-up", func(b int) int { return min(b, 1) }, true, "setup statement did not run on its backend"},
 		// Set-up on one backend, everything after on the other, which carries no token: the
 		// lock statement does nothing there.
 		{"moved after set-up", func(b int) int { return min(b/setup, 1) }, false, "it did nothing there"},

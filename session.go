@@ -4,329 +4,297 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
+	"sort"
 	"sync"
-	"sync/atomic"
-	"time"
-
-	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/jackc/pgx/v5/pgxpool"
 )
 
-// session is one connection taken from the Manager's pool and pinned while it may hold a
-// lock. Exactly one goroutine owns the connection at a time: the caller while a statement
-// runs, the watcher while the lock is held idle. A connection that may hold a lock is
-// never released to the pool; it is closed instead, and the server frees the lock.
-type session struct {
-	m      *Manager
-	pc     *pgxpool.Conn
-	pg     *pgconn.PgConn
-	cancel *cancelHandler
-	pid    uint32
-	token  string // the connection's ownership token: see ownedBy
-	key    Key
-	name   string // the lock's name, for messages; "" for a raw key
-	shared bool
-	pair   bool
-	st     statements
-	fd     int    // the socket's descriptor, for the poller
-	pollID uint64 // the poller's ID for this session's registration; 0 while not registered
-
-	done      chan struct{} // closed when the session has ended
-	watchDone chan struct{} // closed when the watcher goroutine has exited
-	stopping  atomic.Bool   // set before the watcher is told to stop
-
-	heldSince time.Time // when the lock was granted, for the logs
-	gated     bool      // counted in the Manager's gate for the key
-	multi     bool      // a multi-lock Session's connection: key and st are unused
-	retire    bool      // close the connection at release instead of keeping it
-
-	mu      sync.Mutex
-	state   sessionState
-	watch   watchMode
-	closing bool  // Close has begun: the session must not become held
-	err     error // why the session ended: wraps ErrLockLost on loss, else ErrNotHeld
-}
-
-type sessionState int
-
+// Defaults of a Session's limits; see WithSessionLimits.
 const (
-	stateAcquiring sessionState = iota // the lock statement may be running; Close may interrupt it
-	stateSettling                      // the statement returned; its caller decides
-	stateHeld                          // the watcher owns the connection
-	stateReleasing                     // an Unlock (or Close) owns the connection
-	stateEnded                         // the connection is back in the pool or closed
+	defaultSessionCap    = 10000
+	defaultSessionRetire = 1000
 )
 
-func newSession(m *Manager, pc *pgxpool.Conn, t target) *session {
-	pg := pc.Conn().PgConn()
-	pid, token := ownership(pg)
-	return &session{m: m, pc: pc, pg: pg, cancel: handlerOf(pg), pid: pid, token: token,
-		key: t.key, name: t.name, shared: t.shared, pair: t.pair, gated: t.gated,
-		st: statementsFor(t.name, t.shared, t.pair),
-		fd: socketFD(pg.Conn()), done: make(chan struct{}), watchDone: make(chan struct{})}
+// errSessionClosed is a Session's end error after its Close, and the error of calls that
+// were queued or waiting when Close began.
+var errSessionClosed = fmt.Errorf("%w: the session was closed", ErrNotHeld)
+
+// A Session is one connection pinned from the Manager's pool, on which many locks can be
+// held at once: the model for a caller who needs thousands of locks, where a connection
+// per lock would exhaust the server. All its locks share the connection's fate: if it is
+// lost, they all are (Done, Err). Locks on a Session are reentrant: locking a key it
+// holds counts up, and it takes as many Unlocks to release.
+//
+// A Session runs one call at a time: concurrent calls queue, each bounded by its own ctx
+// while it waits for its turn. A call whose ctx ends before or while it waits returns an
+// error for which errors.Is(err, ctx.Err()) holds and changes nothing: the Session and
+// its locks are as they were. It is safe for use by multiple goroutines.
+type Session struct {
+	m    *Manager
+	pin  *pin
+	turn chan struct{} // holds a token while a call runs
+
+	mu      sync.Mutex     // guards the fields below; never held across I/O
+	held    map[target]int // per key and mode: how many times this Session holds it
+	peak    int
+	closing chan struct{} // closed when Close begins
+	waiting bool          // a lock statement is running (Close interrupts it)
 }
 
-// lock runs pg_advisory_lock and makes the outcome exact: on return with nil the session
-// holds the lock, ctx was not done, and the watcher runs; on any error it does not hold
-// the lock, as verified with the server or by closing the connection.
-func (s *session) lock(ctx context.Context) error {
-	key := s.key
-	var pid uint32
-	var owned *bool
-	disarm := s.logWaitLater(ctx)
-	err := s.pc.QueryRow(waitCtx(ctx), s.st.lock, int64(key), s.token).Scan(&pid, &owned)
-	disarm()
-	s.setState(stateSettling)
-	interrupted := s.cancel.settle()
-	if perr := s.checkBackend(pid, owned, err); perr != nil {
-		return perr
+// Session pins a connection for many locks. ctx governs getting the connection. Close
+// releases everything. It fails with ErrPoolExhausted (after ctx) like Lock when the pool
+// stays full, and with ErrClosed after the Manager's Close.
+func (m *Manager) Session(ctx context.Context) (*Session, error) {
+	if err := m.enter(); err != nil {
+		return nil, err
 	}
-	if err == nil && ctx.Err() == nil && s.hold() {
-		return nil
+	defer m.active.Done()
+	s, err := m.acquire(ctx, target{}, true)
+	if err != nil {
+		return nil, lockError("session", target{name: "session"}, err)
 	}
-	// The caller will not own this lock. The grant may have won the race against the
-	// cancel (pg_advisory_lock then fails with 57014 although the session holds the lock,
-	// or succeeds after ctx ended), so ask the server and release what it says we hold.
-	if usable(s.pg, err) {
-		if rerr := s.reconcile(key, s.st, interrupted); rerr != nil {
-			s.discard()
-			if errors.Is(rerr, ErrPooler) {
-				return rerr
-			}
-		}
-	} else {
-		s.discard()
+	s.multi = true
+	if !s.hold() {
+		s.end(true, ErrClosed)
+		return nil, ErrClosed
 	}
-	switch {
-	case ctx.Err() != nil:
-		return ctx.Err()
-	case s.isClosing():
-		return ErrClosed
+	return &Session{m: m, pin: s, turn: make(chan struct{}, 1), held: make(map[target]int),
+		closing: make(chan struct{})}, nil
+}
+
+// PID returns the backend pid of the Session's connection.
+func (s *Session) PID() uint32 { return s.pin.pid }
+
+// Done is closed when the Session ends: Close, loss, or the Manager's Close.
+func (s *Session) Done() <-chan struct{} { return s.pin.done }
+
+// Err is nil while the Session is open; after Done it wraps ErrLockLost if the Session
+// was lost, or ErrNotHeld after Close (calls on a closed Session return it too).
+func (s *Session) Err() error { return s.pin.endErr() }
+
+// Held returns how many distinct keys the Session holds: 0 once it has ended. It does not
+// wait for a call in progress.
+func (s *Session) Held() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.pin.endErr() != nil {
+		return 0
+	}
+	return len(s.held)
+}
+
+// enterCall waits for the Session's turn. It fails, changing nothing, if ctx ends first
+// (an error wrapping ctx.Err()), if the Session ended (its end error) or if Close began
+// (ErrNotHeld). After nil the caller must call leaveCall.
+func (s *Session) enterCall(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	select {
+	case s.turn <- struct{}{}:
+	case <-ctx.Done():
+		return fmt.Errorf("advisory: queued behind another call on this session: %w", ctx.Err())
+	case <-s.closing:
+		return errSessionClosed
+	case <-s.pin.done:
+		return s.pin.endErr()
+	}
+	err := s.pin.endErr() // lost or closed: say so before anything else
+	if err == nil && s.isClosing() {
+		err = errSessionClosed
+	}
+	if err == nil {
+		err = ctx.Err()
+	}
+	if err != nil {
+		s.leaveCall()
 	}
 	return err
 }
 
-// tryLock runs pg_try_advisory_lock. On nil the session holds the lock and the watcher
-// runs. If another session holds it, it returns a *LockedError and the session is still
-// usable and holds nothing. On any other error the connection is closed (the server frees
-// anything it may hold).
-func (s *session) tryLock(ctx context.Context) error {
-	var got *bool
-	var pid uint32
-	err := s.pc.QueryRow(ctx, s.st.tryLock, int64(s.key), s.token).Scan(&pid, &got)
-	s.setState(stateSettling)
-	if perr := s.checkBackend(pid, got, err); perr != nil {
-		return perr
+func (s *Session) leaveCall() { <-s.turn }
+
+func (s *Session) isClosing() bool {
+	select {
+	case <-s.closing:
+		return true
+	default:
+		return false
 	}
-	switch {
-	case err != nil:
-		s.discard()
+}
+
+// Lock takes the named lock on the Session, blocking on the server until it is held or
+// ctx ends, with the cancellation guarantees of [Manager.Lock]. If the Session already
+// holds it, Lock counts up at once. ctx also bounds waiting for the Session's other calls.
+// On loss of the Session it returns an error wrapping ErrLockLost; if the Session's Close
+// begins while Lock waits, ErrNotHeld.
+func (s *Session) Lock(ctx context.Context, name string) error {
+	return s.lockNames(ctx, []string{name}, false)
+}
+
+// TryLock is Lock without waiting: *LockedError if another session holds the lock.
+func (s *Session) TryLock(ctx context.Context, name string) error {
+	return s.lockNames(ctx, []string{name}, true)
+}
+
+// LockAll takes every named lock, in one statement (so 10,000 locks cost one round trip,
+// not 10,000), in key order (so Sessions taking overlapping sets cannot deadlock),
+// blocking until all are held or ctx ends. It is all or nothing: on any error none of the
+// names is newly held.
+func (s *Session) LockAll(ctx context.Context, names []string) error {
+	return s.lockNames(ctx, names, false)
+}
+
+// TryLockAll takes every named lock if none is held elsewhere, in one statement; if any
+// is, it takes none and returns a *LockedError naming one of them.
+func (s *Session) TryLockAll(ctx context.Context, names []string) error {
+	return s.lockNames(ctx, names, true)
+}
+
+func (s *Session) lockNames(ctx context.Context, names []string, try bool) error {
+	ts := make([]target, 0, len(names))
+	for _, n := range names {
+		t, err := s.m.named(n, false)
+		if err != nil {
+			return err
+		}
+		ts = append(ts, t)
+	}
+	if err := s.enterCall(ctx); err != nil {
 		return err
-	case !*got:
-		return &LockedError{Key: s.key, Name: s.name, Pair: s.pair}
-	case !s.hold():
-		ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
-		defer cancel()
-		if err := s.unlock(ctx); err != nil {
-			s.discard()
-		}
-		return ErrClosed
 	}
-	return nil
-}
-
-// reconcile releases the key if the server says this session holds it.
-func (s *session) reconcile(key Key, st statements, cancelSent bool) error {
-	return s.afterCancel(cancelSent, st.reconcile, int64(key), s.token, uint32(uint64(key)>>32), uint32(key))
-}
-
-// afterCancel runs a clean-up statement, bounded by cleanupTimeout, on a connection whose
-// lock statement may have been sent a CancelRequest. That cancel may land on this
-// statement instead (57014): then it is run again; the cancel cannot strike twice. The
-// statement returns (owned, count): not owned means it ran on another client's backend.
-func (s *session) afterCancel(cancelSent bool, sql string, args ...any) error {
-	ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
-	defer cancel()
-	for attempt := 0; ; attempt++ {
-		var owned bool
-		err := s.pc.QueryRow(ctx, sql, args...).Scan(&owned, nil)
-		if err == nil && !owned {
-			return s.foreignError()
-		}
-		if err == nil || !cancelSent || attempt == 2 || !isQueryCanceled(err) {
+	defer s.leaveCall()
+	fresh := s.fresh(ts)
+	if n := s.count(); n+len(fresh) > s.m.set.sessionCap {
+		return fmt.Errorf("%w: %d held, %d more asked for, the cap is %d", ErrTooManyLocks, n, len(fresh), s.m.set.sessionCap)
+	}
+	if len(fresh) > 0 {
+		if err := s.op(ctx, func() error { return s.takeInterruptibly(ctx, fresh, try) }); err != nil {
 			return err
 		}
 	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, t := range ts {
+		s.held[t]++
+	}
+	s.peak = max(s.peak, len(s.held))
+	return nil
 }
 
-// errNotHeldByServer is unlock's error when pg_advisory_unlock returned false.
-var errNotHeldByServer = errors.New("the server reports the lock was not held by this session")
-
-// unlock runs pg_advisory_unlock on a session whose watcher has been stopped. It returns
-// nil only if the server confirmed the release.
-func (s *session) unlock(ctx context.Context) error {
-	var ok *bool
-	var pid uint32
-	var err error
-	if s.multi {
-		err = s.pc.QueryRow(ctx, unlockAllSQL, s.token).Scan(&pid, &ok)
-	} else {
-		err = s.pc.QueryRow(ctx, s.st.unlock, int64(s.key), s.token).Scan(&pid, &ok)
+// takeInterruptibly is take, marked as a wait that Close may interrupt.
+func (s *Session) takeInterruptibly(ctx context.Context, ts []target, try bool) error {
+	s.mu.Lock()
+	if s.isClosing() {
+		s.mu.Unlock()
+		return errSessionClosed
 	}
-	if err == nil {
-		err = s.checkOwned(pid, ok)
-	}
-	if err == nil && !*ok {
-		return errNotHeldByServer
+	s.waiting = true
+	s.mu.Unlock()
+	err := s.take(ctx, ts, try)
+	s.mu.Lock()
+	s.waiting = false
+	s.mu.Unlock()
+	var cf *connFailure
+	if err != nil && !errors.As(err, &cf) && ctx.Err() == nil && s.isClosing() {
+		return errSessionClosed // interrupted by Close; take released whatever it got
 	}
 	return err
 }
 
-// unlockFailure says what a failed unlock means. If the connection failed by itself (the
-// session was terminated, the server went away, the network failed) rather than because
-// ctx ended, the lock may have been lost before the unlock reached the server: that is a
-// loss, and the caller must hear ErrLockLost.
-func (s *session) unlockFailure(ctx context.Context, err error) (endErr error, lost bool) {
-	if errors.Is(err, errNotHeldByServer) || (ctx.Err() == nil && !usable(s.pg, err)) {
-		return &opError{s.op(), s.describe(), fmt.Errorf("%w: %s: %w", ErrLockLost, lossReason(err), err)}, true
-	}
-	return err, false
-}
-
-// op and describe name the session in messages: the lock it holds, or, for a Session's
-// connection, the connection.
-func (s *session) op() string {
-	if s.multi {
-		return "session"
-	}
-	return "lock"
-}
-
-func (s *session) describe() string {
-	if s.multi {
-		return "(backend pid " + strconv.FormatUint(uint64(s.pid), 10) + ")"
-	}
-	return describe(s.key, s.name, s.pair)
-}
-
-func (s *session) setState(st sessionState) {
-	s.mu.Lock()
-	s.state = st
-	s.mu.Unlock()
-}
-
-func (s *session) isClosing() bool {
+func (s *Session) count() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.closing
+	return len(s.held)
 }
 
-// release ends a held session: it stops the watcher, unlocks, and returns the connection
-// to the pool, or closes it if the release cannot be confirmed. endErr is what Err
-// reports afterwards. It returns nil on a confirmed release; the session's end error if
-// it had already ended (ErrNotHeld, or a loss); ErrNotHeld if another release is under
-// way; else the failed statement's error (the connection is then closed).
-func (s *session) release(ctx context.Context, endErr error) error {
+// fresh returns the distinct targets of ts the Session does not hold yet, in key order.
+func (s *Session) fresh(ts []target) []target {
 	s.mu.Lock()
-	switch s.state {
-	case stateEnded:
-		err := s.err
-		s.mu.Unlock()
-		return err
-	case stateReleasing:
-		s.mu.Unlock()
-		return ErrNotHeld
-	}
-	s.state = stateReleasing
-	s.mu.Unlock()
-	if !s.stopWatch() {
-		return s.endErr()
-	}
-	if err := s.unlock(ctx); err != nil {
-		failure, lost := s.unlockFailure(ctx, err)
-		if lost {
-			endErr = failure
+	defer s.mu.Unlock()
+	seen := make(map[target]bool, len(ts))
+	var out []target
+	for _, t := range ts {
+		if s.held[t] == 0 && !seen[t] {
+			seen[t] = true
+			out = append(out, t)
 		}
-		s.end(false, endErr)
-		return failure
 	}
-	s.end(!s.retire, endErr)
+	sort.Slice(out, func(i, j int) bool { return out[i].key < out[j].key })
+	return out
+}
+
+// Unlock releases one hold of the named lock on the Session (the lock itself when the
+// count reaches zero). It returns ErrNotHeld if the Session does not hold it. ctx only
+// bounds waiting for the Session's other calls: the unlock statement itself runs under a
+// 5 s bound of its own, since an interrupted unlock would leave it unknown whether the
+// lock is still held. If that fails the Session is lost (its connection closed: the
+// server frees all its locks) and the error wraps ErrLockLost.
+func (s *Session) Unlock(ctx context.Context, name string) error {
+	t, err := s.m.named(name, false)
+	if err != nil {
+		return err
+	}
+	if err := s.enterCall(ctx); err != nil {
+		return err
+	}
+	defer s.leaveCall()
+	s.mu.Lock()
+	n := s.held[t]
+	if n > 1 {
+		s.held[t]--
+	}
+	s.mu.Unlock()
+	switch {
+	case n == 0:
+		return fmt.Errorf("%w: %s on this session", ErrNotHeld, describe(t.key, t.name, false))
+	case n > 1:
+		return nil
+	}
+	err = s.op(ctx, func() error { return s.unlockKey(ctx, t) })
+	if err == nil || !errors.Is(err, ErrLockLost) {
+		s.mu.Lock()
+		delete(s.held, t)
+		s.mu.Unlock()
+	}
+	return err
+}
+
+func (s *Session) unlockKey(ctx context.Context, t target) error {
+	uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+	defer cancel()
+	var owned bool
+	err := s.pin.pc.QueryRow(uctx, unlockKeysSQL, []int64{int64(t.key)}, s.pin.token).Scan(&owned, nil)
+	if err == nil && !owned {
+		err = s.pin.foreignError()
+	}
+	if err != nil {
+		return &connFailure{err} // unknown whether it is still held: the connection must go
+	}
 	return nil
 }
 
-func (s *session) endErr() error {
+// Close releases every lock of the Session (pg_advisory_unlock_all) and gives its
+// connection back to the pool, or closes the connection if the Session ever held more
+// than the retire threshold (see WithSessionLimits): a backend keeps paying for every lock
+// it held until it exits. A Lock waiting on the server is interrupted (it returns
+// ErrNotHeld, holding nothing new) and calls queued behind it return ErrNotHeld; Close
+// then waits for the call in progress to finish, which is prompt. ctx governs the
+// release. If the release cannot be confirmed the connection is closed, which frees the
+// locks. Close after Close returns ErrNotHeld; after a loss, the loss.
+func (s *Session) Close(ctx context.Context) error {
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.err
-}
-
-// shutdown is Close's part for one session: interrupt a wait, or release a held lock.
-func (s *session) shutdown() {
-	s.mu.Lock()
-	s.closing = true
-	st := s.state
-	if st == stateAcquiring {
-		s.cancel.interrupt()
+	if !s.isClosing() {
+		close(s.closing)
+		if s.waiting {
+			s.pin.cancel.interrupt()
+		}
 	}
 	s.mu.Unlock()
-	if st == stateHeld {
-		ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
-		defer cancel()
-		s.release(ctx, &opError{s.op(), s.describe(), fmt.Errorf("%w: %w", ErrLockLost, ErrClosed)})
-	}
-}
-
-// lose ends a held session whose connection failed.
-func (s *session) lose(cause error) {
-	s.end(false, &opError{s.op(), s.describe(), fmt.Errorf("%w: %s: %w", ErrLockLost, lossReason(cause), cause)})
-}
-
-// end closes the session: the connection goes back to the pool if keep, else it is
-// closed. err is what Err reports from now on.
-func (s *session) end(keep bool, err error) {
+	s.turn <- struct{}{} // the call in progress, if any, ends promptly: see takeInterruptibly
+	defer s.leaveCall()
 	s.mu.Lock()
-	if s.state == stateEnded {
-		s.mu.Unlock()
-		return
-	}
-	s.state, s.err = stateEnded, err
+	s.pin.retire = s.peak > s.m.set.sessionRetire
+	s.held = map[target]int{}
 	s.mu.Unlock()
-	if !s.heldSince.IsZero() {
-		s.logEnd(err, s.heldSince)
-	}
-	if !keep {
-		s.discard()
-	}
-	s.pc.Release() // pgxpool destroys a closed connection instead of keeping it
-	s.m.forget(s)
-	if s.gated {
-		s.m.gates.sessionEnded(gateKey{s.key, s.pair})
-	}
-	close(s.done) // last: when Done closes, everything the session had is given back
-}
-
-// discard closes the connection without returning it to the pool's idle set.
-func (s *session) discard() {
-	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
-	defer cancel()
-	s.pg.Close(ctx)
-}
-
-// usable reports whether the connection is still in step with the server after err: the
-// server answered with an ordinary (non-FATAL) error, or there was no error.
-func usable(pg *pgconn.PgConn, err error) bool {
-	if pg.IsClosed() {
-		return false
-	}
-	if err == nil {
-		return true
-	}
-	var pgErr *pgconn.PgError
-	return errors.As(err, &pgErr) && pgErr.Severity != "FATAL" && pgErr.Severity != "PANIC"
-}
-
-func isQueryCanceled(err error) bool {
-	var pgErr *pgconn.PgError
-	return errors.As(err, &pgErr) && pgErr.Code == "57014"
+	return s.pin.release(ctx, errSessionClosed)
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 
@@ -23,8 +24,10 @@ const ownerSetting = "advisory.owner"
 // left a token on it.
 const lookSQL = "SELECT pg_backend_pid(), pg_is_in_recovery(), coalesce(current_setting('" + ownerSetting + "', true), '')"
 
-// probeRounds is how many times the proxy probe compares two connections' backends.
-const probeRounds = 3
+// probeRounds is how many times the proxy probe compares two connections' backends. Busy
+// clients of a transaction pooler can make one round look like session pooling; each
+// round gives them another chance to give it away.
+const probeRounds = 8
 
 // proxyState records what the Manager's connections found out about the path to the
 // server. It is shared by every connection's setup and the Manager.
@@ -68,17 +71,39 @@ func setUp(ctx context.Context, conn *pgx.Conn, set *settings, ps *proxyState) e
 		ps.noteProxy()
 	}
 	token := newToken()
-	rows, err = pg.Exec(ctx, "SELECT set_config('"+ownerSetting+"', '"+token+"', false); "+
-		serverSettings(set, version)+"SELECT pg_backend_pid()").ReadAll()
+	settings := append(serverSettings(set, version), [2]string{ownerSetting, token})
+	rows, err = pg.Exec(ctx, applySQL(settings, pid)).ReadAll()
 	if err != nil {
 		return setupError(err, reported)
 	}
-	if got, err := lastPID(rows); err != nil || got != pid {
-		return fmt.Errorf("%w: the connection's setup ran on backend pid %d, then on %d", ErrPooler, pid, got)
+	if got, err := lastNumber(rows); err != nil || got != uint32(len(settings)) {
+		return fmt.Errorf("%w: the connection's setup statement did not run on its backend (pid %d), "+
+			"or found another client's token there; it changed nothing", ErrPooler, pid)
 	}
 	pg.CustomData()[backendPIDKey] = pid
 	pg.CustomData()[tokenKey] = token
 	return nil
+}
+
+// applySQL is the statement that applies the session settings: one set_config per row,
+// only if the statement runs on the backend pid that the connection looked at, and only
+// while no ownership token is there. A statement that a pooler sends to another backend
+// changes nothing there. The token comes last: the condition is evaluated for each row in
+// turn, and must still find the slot empty for every setting before it. It returns the
+// number of settings applied. Names and values are the library's own (digits, and the
+// hex token): no quoting is needed.
+func applySQL(settings [][2]string, pid uint32) string {
+	var b strings.Builder
+	b.WriteString("SELECT count(set_config(name, value, false)) FROM (VALUES ")
+	for i, kv := range settings {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString("('" + kv[0] + "', '" + kv[1] + "')")
+	}
+	b.WriteString(") AS s(name, value) WHERE pg_backend_pid() = " + strconv.FormatUint(uint64(pid), 10) +
+		" AND coalesce(current_setting('" + ownerSetting + "', true), '') = ''")
+	return b.String()
 }
 
 // probe tells a session pooler or TCP proxy, which gives each client connection a backend
@@ -114,7 +139,7 @@ func backendOf(ctx context.Context, pg *pgconn.PgConn) (uint32, error) {
 	if err != nil {
 		return 0, err
 	}
-	return lastPID(rows)
+	return lastNumber(rows)
 }
 
 func parseLook(rows []*pgconn.Result) (pid uint32, standby bool, prev string, err error) {
@@ -129,7 +154,7 @@ func parseLook(rows []*pgconn.Result) (pid uint32, standby bool, prev string, er
 	return uint32(p), string(row[1]) == "t", string(row[2]), nil
 }
 
-func lastPID(rows []*pgconn.Result) (uint32, error) {
+func lastNumber(rows []*pgconn.Result) (uint32, error) {
 	last := rows[len(rows)-1]
 	if len(last.Rows) != 1 || len(last.Rows[0]) != 1 {
 		return 0, fmt.Errorf("advisory: set up lock session: no pg_backend_pid() result")

@@ -24,7 +24,7 @@ var aLongTimeAgo = time.Unix(1, 0)
 
 // hold hands the connection to the watcher: the Manager's poller where there is one,
 // else a reader goroutine. It refuses once Close has begun.
-func (s *session) hold() bool {
+func (s *pin) hold() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closing {
@@ -42,7 +42,7 @@ func (s *session) hold() bool {
 
 // socketEvent is called by the poller when the held session's socket became readable or
 // hung up. The reader goroutine takes over and reads what came.
-func (s *session) socketEvent() {
+func (s *pin) socketEvent() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.watch != watchPolled {
@@ -57,7 +57,7 @@ func (s *session) socketEvent() {
 // pg_terminate_backend or a shutdown, or a keepalive abort is seen the moment the kernel
 // sees it. Nothing is sent: no ping loop. A notification or notice makes the read return
 // nil; it simply reads again.
-func (s *session) readUntilLoss() {
+func (s *pin) readUntilLoss() {
 	defer close(s.watchDone)
 	for {
 		err := s.pg.WaitForNotification(context.Background())
@@ -74,7 +74,7 @@ func (s *session) readUntilLoss() {
 
 // stopWatch takes the connection back from the watcher. It reports false if the watcher
 // had already found the session lost.
-func (s *session) stopWatch() bool {
+func (s *pin) stopWatch() bool {
 	s.mu.Lock()
 	mode := s.watch
 	s.watch = watchNone

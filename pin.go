@@ -1,0 +1,334 @@
+package advisory
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// A pin is one connection taken from the Manager's pool and pinned while it may hold a
+// lock: a single Lock's, or a Session's. (The name is not "session" so that it cannot be
+// mistaken for the exported Session, which is built on one.) Exactly one goroutine owns
+// the connection at a time: the caller while a statement runs, the watcher while the lock
+// is held idle. A connection that may hold a lock is never released to the pool; it is
+// closed instead, and the server frees the lock.
+type pin struct {
+	m      *Manager
+	pc     *pgxpool.Conn
+	pg     *pgconn.PgConn
+	cancel *cancelHandler
+	pid    uint32
+	token  string // the connection's ownership token: see ownedBy
+	key    Key
+	name   string // the lock's name, for messages; "" for a raw key
+	shared bool
+	pair   bool
+	st     statements
+	fd     int    // the socket's descriptor, for the poller
+	pollID uint64 // the poller's ID for this session's registration; 0 while not registered
+
+	done      chan struct{} // closed when the session has ended
+	watchDone chan struct{} // closed when the watcher goroutine has exited
+	stopping  atomic.Bool   // set before the watcher is told to stop
+
+	heldSince time.Time // when the lock was granted, for the logs
+	gated     bool      // counted in the Manager's gate for the key
+	multi     bool      // a multi-lock Session's connection: key and st are unused
+	retire    bool      // close the connection at release instead of keeping it
+
+	mu      sync.Mutex
+	state   sessionState
+	watch   watchMode
+	closing bool  // Close has begun: the session must not become held
+	err     error // why the session ended: wraps ErrLockLost on loss, else ErrNotHeld
+}
+
+type sessionState int
+
+const (
+	stateAcquiring sessionState = iota // the lock statement may be running; Close may interrupt it
+	stateSettling                      // the statement returned; its caller decides
+	stateHeld                          // the watcher owns the connection
+	stateReleasing                     // an Unlock (or Close) owns the connection
+	stateEnded                         // the connection is back in the pool or closed
+)
+
+func newPin(m *Manager, pc *pgxpool.Conn, t target) *pin {
+	pg := pc.Conn().PgConn()
+	pid, token := ownership(pg)
+	return &pin{m: m, pc: pc, pg: pg, cancel: handlerOf(pg), pid: pid, token: token,
+		key: t.key, name: t.name, shared: t.shared, pair: t.pair, gated: t.gated,
+		st: statementsFor(t.name, t.shared, t.pair),
+		fd: socketFD(pg.Conn()), done: make(chan struct{}), watchDone: make(chan struct{})}
+}
+
+// lock runs pg_advisory_lock and makes the outcome exact: on return with nil the session
+// holds the lock, ctx was not done, and the watcher runs; on any error it does not hold
+// the lock, as verified with the server or by closing the connection.
+func (s *pin) lock(ctx context.Context) error {
+	key := s.key
+	var pid uint32
+	var owned *bool
+	disarm := s.logWaitLater(ctx)
+	err := s.pc.QueryRow(waitCtx(ctx), s.st.lock, int64(key), s.token).Scan(&pid, &owned)
+	disarm()
+	s.setState(stateSettling)
+	interrupted := s.cancel.settle()
+	if perr := s.checkBackend(pid, owned, err); perr != nil {
+		return perr
+	}
+	if err == nil && ctx.Err() == nil && s.hold() {
+		return nil
+	}
+	// The caller will not own this lock. The grant may have won the race against the
+	// cancel (pg_advisory_lock then fails with 57014 although the session holds the lock,
+	// or succeeds after ctx ended), so ask the server and release what it says we hold.
+	if usable(s.pg, err) {
+		if rerr := s.reconcile(key, s.st, interrupted); rerr != nil {
+			s.discard()
+			if errors.Is(rerr, ErrPooler) {
+				return rerr
+			}
+		}
+	} else {
+		s.discard()
+	}
+	switch {
+	case ctx.Err() != nil:
+		return ctx.Err()
+	case s.isClosing():
+		return ErrClosed
+	}
+	return err
+}
+
+// tryLock runs pg_try_advisory_lock. On nil the session holds the lock and the watcher
+// runs. If another session holds it, it returns a *LockedError and the session is still
+// usable and holds nothing. On any other error the connection is closed (the server frees
+// anything it may hold).
+func (s *pin) tryLock(ctx context.Context) error {
+	var got *bool
+	var pid uint32
+	err := s.pc.QueryRow(ctx, s.st.tryLock, int64(s.key), s.token).Scan(&pid, &got)
+	s.setState(stateSettling)
+	if perr := s.checkBackend(pid, got, err); perr != nil {
+		return perr
+	}
+	switch {
+	case err != nil:
+		s.discard()
+		return err
+	case !*got:
+		return &LockedError{Key: s.key, Name: s.name, Pair: s.pair}
+	case !s.hold():
+		ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
+		defer cancel()
+		if err := s.unlock(ctx); err != nil {
+			s.discard()
+		}
+		return ErrClosed
+	}
+	return nil
+}
+
+// reconcile releases the key if the server says this session holds it.
+func (s *pin) reconcile(key Key, st statements, cancelSent bool) error {
+	return s.afterCancel(cancelSent, st.reconcile, int64(key), s.token, uint32(uint64(key)>>32), uint32(key))
+}
+
+// afterCancel runs a clean-up statement, bounded by cleanupTimeout, on a connection whose
+// lock statement may have been sent a CancelRequest. That cancel may land on this
+// statement instead (57014): then it is run again; the cancel cannot strike twice. The
+// statement returns (owned, count): not owned means it ran on another client's backend.
+func (s *pin) afterCancel(cancelSent bool, sql string, args ...any) error {
+	ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
+	defer cancel()
+	for attempt := 0; ; attempt++ {
+		var owned bool
+		err := s.pc.QueryRow(ctx, sql, args...).Scan(&owned, nil)
+		if err == nil && !owned {
+			return s.foreignError()
+		}
+		if err == nil || !cancelSent || attempt == 2 || !isQueryCanceled(err) {
+			return err
+		}
+	}
+}
+
+// errNotHeldByServer is unlock's error when pg_advisory_unlock returned false.
+var errNotHeldByServer = errors.New("the server reports the lock was not held by this session")
+
+// unlock runs pg_advisory_unlock on a session whose watcher has been stopped. It returns
+// nil only if the server confirmed the release.
+func (s *pin) unlock(ctx context.Context) error {
+	var ok *bool
+	var pid uint32
+	var err error
+	if s.multi {
+		err = s.pc.QueryRow(ctx, unlockAllSQL, s.token).Scan(&pid, &ok)
+	} else {
+		err = s.pc.QueryRow(ctx, s.st.unlock, int64(s.key), s.token).Scan(&pid, &ok)
+	}
+	if err == nil {
+		err = s.checkOwned(pid, ok)
+	}
+	if err == nil && !*ok {
+		return errNotHeldByServer
+	}
+	return err
+}
+
+// unlockFailure says what a failed unlock means. If the connection failed by itself (the
+// session was terminated, the server went away, the network failed) rather than because
+// ctx ended, the lock may have been lost before the unlock reached the server: that is a
+// loss, and the caller must hear ErrLockLost.
+func (s *pin) unlockFailure(ctx context.Context, err error) (endErr error, lost bool) {
+	if errors.Is(err, errNotHeldByServer) || (ctx.Err() == nil && !usable(s.pg, err)) {
+		return &opError{s.op(), s.describe(), fmt.Errorf("%w: %s: %w", ErrLockLost, lossReason(err), err)}, true
+	}
+	return err, false
+}
+
+// op and describe name the session in messages: the lock it holds, or, for a Session's
+// connection, the connection.
+func (s *pin) op() string {
+	if s.multi {
+		return "session"
+	}
+	return "lock"
+}
+
+func (s *pin) describe() string {
+	if s.multi {
+		return "(backend pid " + strconv.FormatUint(uint64(s.pid), 10) + ")"
+	}
+	return describe(s.key, s.name, s.pair)
+}
+
+func (s *pin) setState(st sessionState) {
+	s.mu.Lock()
+	s.state = st
+	s.mu.Unlock()
+}
+
+func (s *pin) isClosing() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.closing
+}
+
+// release ends a held session: it stops the watcher, unlocks, and returns the connection
+// to the pool, or closes it if the release cannot be confirmed. endErr is what Err
+// reports afterwards. It returns nil on a confirmed release; the session's end error if
+// it had already ended (ErrNotHeld, or a loss); ErrNotHeld if another release is under
+// way; else the failed statement's error (the connection is then closed).
+func (s *pin) release(ctx context.Context, endErr error) error {
+	s.mu.Lock()
+	switch s.state {
+	case stateEnded:
+		err := s.err
+		s.mu.Unlock()
+		return err
+	case stateReleasing:
+		s.mu.Unlock()
+		return ErrNotHeld
+	}
+	s.state = stateReleasing
+	s.mu.Unlock()
+	if !s.stopWatch() {
+		return s.endErr()
+	}
+	if err := s.unlock(ctx); err != nil {
+		failure, lost := s.unlockFailure(ctx, err)
+		if lost {
+			endErr = failure
+		}
+		s.end(false, endErr)
+		return failure
+	}
+	s.end(!s.retire, endErr)
+	return nil
+}
+
+func (s *pin) endErr() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.err
+}
+
+// shutdown is Close's part for one session: interrupt a wait, or release a held lock.
+func (s *pin) shutdown() {
+	s.mu.Lock()
+	s.closing = true
+	st := s.state
+	if st == stateAcquiring {
+		s.cancel.interrupt()
+	}
+	s.mu.Unlock()
+	if st == stateHeld {
+		ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
+		defer cancel()
+		s.release(ctx, &opError{s.op(), s.describe(), fmt.Errorf("%w: %w", ErrLockLost, ErrClosed)})
+	}
+}
+
+// lose ends a held session whose connection failed.
+func (s *pin) lose(cause error) {
+	s.end(false, &opError{s.op(), s.describe(), fmt.Errorf("%w: %s: %w", ErrLockLost, lossReason(cause), cause)})
+}
+
+// end closes the session: the connection goes back to the pool if keep, else it is
+// closed. err is what Err reports from now on.
+func (s *pin) end(keep bool, err error) {
+	s.mu.Lock()
+	if s.state == stateEnded {
+		s.mu.Unlock()
+		return
+	}
+	s.state, s.err = stateEnded, err
+	s.mu.Unlock()
+	if !s.heldSince.IsZero() {
+		s.logEnd(err, s.heldSince)
+	}
+	if !keep {
+		s.discard()
+	}
+	s.pc.Release() // pgxpool destroys a closed connection instead of keeping it
+	s.m.forget(s)
+	if s.gated {
+		s.m.gates.sessionEnded(gateKey{s.key, s.pair})
+	}
+	close(s.done) // last: when Done closes, everything the session had is given back
+}
+
+// discard closes the connection without returning it to the pool's idle set.
+func (s *pin) discard() {
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	s.pg.Close(ctx)
+}
+
+// usable reports whether the connection is still in step with the server after err: the
+// server answered with an ordinary (non-FATAL) error, or there was no error.
+func usable(pg *pgconn.PgConn, err error) bool {
+	if pg.IsClosed() {
+		return false
+	}
+	if err == nil {
+		return true
+	}
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Severity != "FATAL" && pgErr.Severity != "PANIC"
+}
+
+func isQueryCanceled(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "57014"
+}
