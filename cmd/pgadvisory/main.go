@@ -12,7 +12,8 @@
 // Exit codes: run passes on CMD's exit code (128+N if CMD died of signal N); other codes
 // are 64 (usage), 69 (cannot connect), 70 (internal error), 75 (lock not acquired:
 // --no-wait found it held, or --wait elapsed), 76 (lock lost while CMD ran; CMD was
-// stopped), 126 (CMD not executable), 127 (CMD not found).
+// stopped), 126 (CMD not executable), 127 (CMD not found), and 128+N when pgadvisory
+// itself got signal N while connecting or waiting (130 for SIGINT, 143 for SIGTERM).
 package main
 
 import (
@@ -32,6 +33,7 @@ const (
 	exitLost        = 76 // the lock was lost while CMD ran
 	exitCannotExec  = 126
 	exitNotFound    = 127
+	exitSignalBase  = 128 // 128+N: killed by (CMD) or interrupted by (pgadvisory) signal N
 )
 
 const usage = `pgadvisory: PostgreSQL advisory locks from the shell
@@ -51,7 +53,8 @@ Run 'pgadvisory COMMAND -h' for a command's flags.
 
 Exit codes: run passes on CMD's exit code; 64 usage, 69 cannot connect, 70 internal error,
 75 not acquired, 76 lock lost while CMD ran (CMD was stopped), 126/127 CMD not
-executable/not found.
+executable/not found, 130/143 (128+N) interrupted by SIGINT/SIGTERM while connecting or
+waiting (CMD was not started).
 `
 
 func main() {

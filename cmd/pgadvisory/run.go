@@ -7,8 +7,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/signal"
-	"syscall"
 	"time"
 
 	"github.com/pgadvisory/advisory"
@@ -27,6 +25,7 @@ type runner struct {
 	argv   []string
 	stderr io.Writer
 	sigs   chan os.Signal
+	phase  string // what run is doing, for the message if a signal interrupts it
 }
 
 func runCommand(args []string, stderr io.Writer) int {
@@ -34,9 +33,9 @@ func runCommand(args []string, stderr io.Writer) int {
 	if err != nil {
 		return exitCode(err, stderr)
 	}
-	r.sigs = make(chan os.Signal, 8)
-	signal.Notify(r.sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
-	defer signal.Stop(r.sigs)
+	sigs, stop := notifySignals()
+	defer stop()
+	r.sigs = sigs
 	return r.run()
 }
 
@@ -81,35 +80,55 @@ func parseRun(args []string, stderr io.Writer) (*runner, error) {
 	return r, nil
 }
 
+// run connects, takes the lock and runs CMD under it. Until the lock is held, the first
+// signal ends everything at once: the wait is cancelled on the server, CMD never starts,
+// and run exits 128+N.
 func (r *runner) run() int {
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
+	ctx, in := watchInterrupts(r.sigs)
+	r.phase = "connecting"
 	m, err := r.conn.connect(ctx, r.holder)
 	if err != nil {
+		if sig := in.end(); sig != nil {
+			return r.interrupted(sig)
+		}
 		return exitCode(err, r.stderr)
 	}
 	defer m.Close()
+	r.phase = fmt.Sprintf("waiting for lock %q", r.key)
 	l, err := r.acquire(ctx, m)
+	if sig := in.end(); sig != nil {
+		if l != nil {
+			r.release(l) // the grant raced the signal: CMD must not run
+		}
+		return r.interrupted(sig)
+	}
 	if err != nil {
 		return exitCode(err, r.stderr)
 	}
 	return r.supervise(l)
 }
 
+func (r *runner) interrupted(sig os.Signal) int {
+	r.say("interrupted by %s while %s; the command was not started", signalName(sig), r.phase)
+	return signalExitCode(sig)
+}
+
 func (r *runner) say(format string, args ...any) {
 	fmt.Fprintf(r.stderr, "pgadvisory: "+format+"\n", args...)
 }
 
-// acquire takes the lock as the flags say, reporting who holds it while it waits.
+// acquire takes the lock as the flags say, reporting who holds it while it waits. ctx
+// ends the wait (a signal).
 func (r *runner) acquire(ctx context.Context, m *advisory.Manager) (*advisory.Lock, error) {
 	if r.noWait {
 		l, err := r.try(ctx, m)
 		if errors.Is(err, advisory.ErrLocked) {
-			return nil, fail(exitNotAcquired, "lock %q is %s; not waiting (--no-wait)", r.key, r.holders(ctx, m))
+			desc, _ := r.holders(ctx, m)
+			return nil, fail(exitNotAcquired, "lock %q is %s; not waiting (--no-wait)", r.key, desc)
 		}
 		return l, r.lockFailure(err)
 	}
-	wctx, stop := ctx, context.CancelFunc(func() {})
+	wctx, stop := context.WithCancel(ctx)
 	if r.wait > 0 {
 		wctx, stop = context.WithTimeout(ctx, r.wait)
 	}
@@ -119,7 +138,7 @@ func (r *runner) acquire(ctx context.Context, m *advisory.Manager) (*advisory.Lo
 		l, err := r.lockCall(wctx, m)
 		done <- lockResult{l, err}
 	}()
-	return r.awaitLock(ctx, m, done, stop)
+	return r.awaitLock(ctx, m, done)
 }
 
 func (r *runner) try(ctx context.Context, m *advisory.Manager) (*advisory.Lock, error) {
@@ -141,52 +160,50 @@ type lockResult struct {
 	err error
 }
 
-// awaitLock waits for the Lock call in done, reporting the holders every so often, and
-// gives up on a signal.
-func (r *runner) awaitLock(ctx context.Context, m *advisory.Manager, done <-chan lockResult,
-	stop context.CancelFunc) (*advisory.Lock, error) {
+// reportEvery is how often run repeats who holds the lock while the holders stay the same.
+const reportEvery = 10 * time.Second
+
+// awaitLock waits for the Lock call in done, reporting the holders when they change and
+// every reportEvery while they do not. It always waits for the call to return.
+func (r *runner) awaitLock(ctx context.Context, m *advisory.Manager, done <-chan lockResult) (*advisory.Lock, error) {
 	start := time.Now()
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
-	var last string
+	var lastWho string // the holders' identity last reported
 	var lastAt time.Time
 	for {
 		select {
 		case res := <-done:
 			if errors.Is(res.err, context.DeadlineExceeded) {
-				return nil, fail(exitNotAcquired, "gave up on lock %q after %v (--wait): it is %s",
-					r.key, r.wait, r.holders(ctx, m))
+				desc, _ := r.holders(ctx, m)
+				return nil, fail(exitNotAcquired, "gave up on lock %q after %v (--wait): it is %s", r.key, r.wait, desc)
 			}
 			if res.err == nil && !r.quiet && !lastAt.IsZero() {
 				r.say("acquired lock %q after waiting %s", r.key, age(time.Since(start)))
 			}
 			return res.l, r.lockFailure(res.err)
-		case sig := <-r.sigs:
-			stop()
-			<-done
-			return nil, &exitError{128 + int(sig.(syscall.Signal)), fmt.Errorf("%v while waiting for lock %q; not running the command", sig, r.key)}
 		case <-tick.C:
 			if r.quiet {
 				continue
 			}
-			// Report when the holders change, and every 10 s while they do not.
-			now := r.holders(ctx, m)
-			if now != last || time.Since(lastAt) >= 10*time.Second {
-				r.say("waiting for lock %q for %s: it is %s", r.key, age(time.Since(start)), now)
-				last, lastAt = now, time.Now()
+			desc, who := r.holders(ctx, m)
+			if ctx.Err() == nil && (who != lastWho || time.Since(lastAt) >= reportEvery) {
+				r.say("waiting for lock %q for %s: it is %s", r.key, age(time.Since(start)), desc)
+				lastWho, lastAt = who, time.Now()
 			}
 		}
 	}
 }
 
-func (r *runner) holders(ctx context.Context, m *advisory.Manager) string {
+// holders describes who holds the lock, and returns their identity (see holderIdentity).
+func (r *runner) holders(ctx context.Context, m *advisory.Manager) (desc, who string) {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	hs, err := m.Holders(ctx, r.key)
 	if err != nil {
-		return "held by an unknown session (" + err.Error() + ")"
+		return "held by an unknown session (" + err.Error() + ")", "unknown"
 	}
-	return describeHolders(hs, time.Now())
+	return describeHolders(hs, time.Now()), holderIdentity(hs)
 }
 
 func (r *runner) lockFailure(err error) error {
