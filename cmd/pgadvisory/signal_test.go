@@ -137,3 +137,35 @@ func signalIgnored(t *testing.T, pid int, sig syscall.Signal) bool {
 	t.Fatalf("no SigIgn in /proc/%d/status", pid)
 	return false
 }
+
+// TestRunCommandDiesWithPgadvisory: when pgadvisory is SIGKILLed, its connection closes and
+// the server frees the lock; the command must not go on running without it.
+func TestRunCommandDiesWithPgadvisory(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	ready, pidFile := filepath.Join(dir, "ready"), filepath.Join(dir, "pid")
+	p := start(t, "run", "--key", t.Name(), "--", "sh", "-c", `echo $$ > "$2"; touch "$1"; while :; do sleep 0.05; done`,
+		"sh", ready, pidFile)
+	require.Eventually(t, func() bool { _, err := os.Stat(ready); return err == nil }, 20*time.Second, 10*time.Millisecond)
+	b, err := os.ReadFile(pidFile)
+	require.NoError(t, err)
+	cmdPID, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	require.NoError(t, err)
+	t.Cleanup(func() { syscall.Kill(cmdPID, syscall.SIGKILL) })
+
+	require.NoError(t, p.cmd.Process.Kill())
+	assert.Equal(t, 128+9, wait(t, p).code)
+	assert.Eventually(t, func() bool { return processGone(cmdPID) }, 10*time.Second, 10*time.Millisecond,
+		"the command was killed with pgadvisory")
+}
+
+// processGone reports whether pid has exited (a zombie counts: it runs no more).
+func processGone(pid int) bool {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return true
+	}
+	// pid (comm) state ...: comm may contain spaces and parentheses; the state follows the last ')'.
+	s := string(b)
+	return strings.HasPrefix(strings.TrimSpace(s[strings.LastIndexByte(s, ')')+1:]), "Z")
+}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"os/exec"
+	"runtime"
 	"syscall"
 	"time"
 	"unsafe"
@@ -19,7 +20,12 @@ func (r *runner) supervise(l *advisory.Lock) int {
 	// CMD gets a process group of its own, so a loss stops everything it started. On a
 	// terminal that group becomes the foreground one, so CMD can still read the terminal
 	// and Ctrl-C reaches it directly.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	// If pgadvisory dies (SIGKILL, OOM), its connection closes and the server frees the
+	// lock: the kernel then kills CMD too (PR_SET_PDEATHSIG). That signal is tied to the
+	// thread that forks, so this goroutine keeps its thread until CMD has exited.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
 	if isTerminal(os.Stdin) {
 		cmd.SysProcAttr.Foreground, cmd.SysProcAttr.Ctty = true, 0
 	}
