@@ -13,30 +13,37 @@ import (
 	"github.com/pgadvisory/advisory"
 )
 
-// connFlags are the connection flags of every command that connects.
+// connFlags are the connection flags of every command that connects. The zero value
+// means "no --dsn".
 type connFlags struct {
 	dsn string
 }
 
+// register defines --dsn on fs, defaulting to a --dsn given before the command.
 func (c *connFlags) register(fs *flag.FlagSet) {
-	fs.StringVar(&c.dsn, "dsn", "", "PostgreSQL connection string (default $DATABASE_URL, else libpq's PG* variables)")
+	fs.StringVar(&c.dsn, "dsn", c.dsn, "PostgreSQL connection string")
 }
 
 // connString returns --dsn, else $DATABASE_URL, else "": pgx then reads PGHOST, PGPORT,
 // PGUSER, PGPASSWORD, PGDATABASE, PGSSLMODE and the other libpq variables.
-func (c *connFlags) connString() string {
+func (c *connFlags) connString() (dsn, source string) {
 	if c.dsn != "" {
-		return c.dsn
+		return c.dsn, "--dsn"
 	}
-	return os.Getenv("DATABASE_URL")
+	if dsn := os.Getenv("DATABASE_URL"); dsn != "" {
+		return dsn, "$DATABASE_URL"
+	}
+	return "", "the PG* environment variables"
 }
 
 // connect returns a Manager with a small pool whose sessions show appName in
-// pg_stat_activity. Errors never contain the password (pgx redacts it).
+// pg_stat_activity. ctx governs the connect, which also gives up after 30 s. Errors never
+// contain the password (pgx redacts it).
 func (c *connFlags) connect(ctx context.Context, appName string) (*advisory.Manager, error) {
-	cfg, err := pgxpool.ParseConfig(c.connString())
+	dsn, source := c.connString()
+	cfg, err := pgxpool.ParseConfig(dsn)
 	if err != nil {
-		return nil, fail(exitUsage, "invalid connection settings: %v", err)
+		return nil, fail(exitUsage, "invalid connection settings (from %s): %v", source, err)
 	}
 	if appName != "" {
 		cfg.ConnConfig.RuntimeParams["application_name"] = appName

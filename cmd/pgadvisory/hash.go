@@ -9,24 +9,22 @@ import (
 )
 
 // hashCommand prints the key of a lock name and the psql statements for the same lock.
-func hashCommand(args []string, stdout, stderr io.Writer) error {
+func hashCommand(args []string, stdout io.Writer) error {
 	fs := flag.NewFlagSet("pgadvisory hash", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() { fmt.Fprintln(stderr, "Usage: pgadvisory hash NAME") }
-	if err := fs.Parse(args); err != nil {
-		return &exitError{exitUsage, fmt.Errorf("")}
+	if err := parseFlags(fs, args, hashHelp, stdout); err != nil {
+		return err
 	}
 	if fs.NArg() != 1 {
-		fs.Usage()
-		return &exitError{exitUsage, fmt.Errorf("")}
+		return usageError(fs.Name(), "takes exactly one NAME, got %d arguments "+
+			"(quote a name that contains spaces: pgadvisory hash 'my lock')", fs.NArg())
 	}
 	name := fs.Arg(0)
 	if err := advisory.ValidateName(name); err != nil {
-		return fail(exitUsage, "hash: %v", err)
+		return usageError(fs.Name(), "%v", err)
 	}
 	key := advisory.KeyOf(name)
-	lit := sqlLiteral(name)
 	fmt.Fprintf(stdout, "%d\n\n", key)
+	lit := sqlLiteral(name)
 	fmt.Fprintf(stdout, "-- the lock pgadvisory and advisory.Lock take for %s:\n", lit)
 	fmt.Fprintf(stdout, "SELECT pg_advisory_lock(%d);\n", key)
 	fmt.Fprintf(stdout, "SELECT pg_advisory_lock(hashtextextended(%s, 0));  -- the same key\n", lit)

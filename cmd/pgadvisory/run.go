@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"time"
 
 	"github.com/pgadvisory/advisory"
@@ -28,8 +29,8 @@ type runner struct {
 	phase  string // what run is doing, for the message if a signal interrupts it
 }
 
-func runCommand(args []string, stderr io.Writer) int {
-	r, err := parseRun(args, stderr)
+func runCommand(args []string, global connFlags, stdout, stderr io.Writer) int {
+	r, err := parseRun(args, global, stdout, stderr)
 	if err != nil {
 		return exitCode(err, stderr)
 	}
@@ -39,45 +40,52 @@ func runCommand(args []string, stderr io.Writer) int {
 	return r.run()
 }
 
-func parseRun(args []string, stderr io.Writer) (*runner, error) {
-	r := &runner{stderr: stderr}
+func parseRun(args []string, global connFlags, stdout, stderr io.Writer) (*runner, error) {
+	r := &runner{stderr: stderr, conn: global}
 	fs := flag.NewFlagSet("pgadvisory run", flag.ContinueOnError)
-	fs.SetOutput(stderr)
 	fs.StringVar(&r.key, "key", "", "lock name (required)")
 	fs.DurationVar(&r.wait, "wait", 0, "give up (exit 75) after waiting this long; 0 waits as long as it takes")
 	fs.BoolVar(&r.noWait, "no-wait", false, "exit 75 at once if the lock is held")
-	fs.BoolVar(&r.shared, "shared", false, "shared mode: shared holders run together; an exclusive one runs alone")
+	fs.BoolVar(&r.shared, "shared", false, "shared mode")
 	fs.BoolVar(&r.quiet, "quiet", false, "do not report who holds the lock while waiting")
-	fs.DurationVar(&r.grace, "grace", 10*time.Second, "if the lock is lost: time between SIGTERM and SIGKILL to CMD's process group")
-	fs.StringVar(&r.holder, "holder-name", "", `application_name other sessions see (default "pgadvisory HOST/PID")`)
+	fs.DurationVar(&r.grace, "grace", 10*time.Second, "time between SIGTERM and SIGKILL if the lock is lost")
+	fs.StringVar(&r.holder, "holder-name", "", "application_name other sessions see")
 	r.conn.register(fs)
-	fs.Usage = func() {
-		fmt.Fprintln(stderr, "Usage: pgadvisory run --key K [--wait DURATION | --no-wait] [--shared] [flags] -- CMD [ARGS...]")
-		fs.PrintDefaults()
-	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil, &exitError{exitOK, errors.New("")}
-		}
-		return nil, &exitError{exitUsage, errors.New("")} // flag already printed why
+	if err := parseFlags(fs, args, runHelp, stdout); err != nil {
+		return nil, err
 	}
 	r.argv = fs.Args()
-	switch {
-	case r.key == "":
-		return nil, fail(exitUsage, "run: --key is required")
-	case advisory.ValidateName(r.key) != nil:
-		return nil, fail(exitUsage, "run: --key: %v", advisory.ValidateName(r.key))
-	case len(r.argv) == 0:
-		return nil, fail(exitUsage, "run: no command given after --")
-	case r.wait < 0 || r.grace < 0:
-		return nil, fail(exitUsage, "run: --wait and --grace cannot be negative")
-	case r.noWait && r.wait > 0:
-		return nil, fail(exitUsage, "run: --wait and --no-wait exclude each other")
+	if err := r.check(fs); err != nil {
+		return nil, err
 	}
 	if r.holder == "" {
 		r.holder = defaultHolderName()
 	}
+	// A command that cannot start is reported before anyone waits for the lock for it.
+	if _, err := exec.LookPath(r.argv[0]); err != nil {
+		return nil, startFailure(r.argv[0], err)
+	}
 	return r, nil
+}
+
+func (r *runner) check(fs *flag.FlagSet) error {
+	keyGiven := false
+	fs.Visit(func(f *flag.Flag) { keyGiven = keyGiven || f.Name == "key" })
+	switch {
+	case !keyGiven:
+		return usageError(fs.Name(), "--key is required")
+	case r.key == "":
+		return usageError(fs.Name(), "--key is empty (an unset shell variable?)")
+	case advisory.ValidateName(r.key) != nil:
+		return usageError(fs.Name(), "--key: %v", advisory.ValidateName(r.key))
+	case len(r.argv) == 0:
+		return usageError(fs.Name(), "no command given after --")
+	case r.wait < 0 || r.grace < 0:
+		return usageError(fs.Name(), "--wait and --grace cannot be negative")
+	case r.noWait && r.wait > 0:
+		return usageError(fs.Name(), "--wait and --no-wait exclude each other")
+	}
+	return nil
 }
 
 // run connects, takes the lock and runs CMD under it. Until the lock is held, the first

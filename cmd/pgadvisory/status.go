@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -29,26 +28,20 @@ type statusRow struct {
 	Since           time.Time `json:"since"` // holding: when granted (approx.); waiting: when the wait began
 }
 
-func statusCommand(args []string, stdout, stderr io.Writer) error {
+func statusCommand(args []string, global connFlags, stdout io.Writer) error {
 	fs := flag.NewFlagSet("pgadvisory status", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	var conn connFlags
+	conn := global
 	key := fs.String("key", "", "only this lock name")
 	asJSON := fs.Bool("json", false, "print a JSON array (stable field names) instead of a table")
 	conn.register(fs)
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil
-		}
-		return &exitError{exitUsage, errors.New("")}
+	if err := parseFlags(fs, args, statusHelp, stdout); err != nil {
+		return err
 	}
 	if fs.NArg() > 0 {
-		return fail(exitUsage, "status: unexpected argument %q", fs.Arg(0))
+		return usageError(fs.Name(), "unexpected argument %q (the connection string goes in --dsn)", fs.Arg(0))
 	}
-	if *key != "" {
-		if err := advisory.ValidateName(*key); err != nil {
-			return fail(exitUsage, "status: --key: %v", err)
-		}
+	if err := checkStatusKey(fs, *key); err != nil {
+		return err
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -76,6 +69,20 @@ func statusCommand(args []string, stdout, stderr io.Writer) error {
 		return enc.Encode(rows)
 	}
 	printTable(stdout, rows, time.Now())
+	return nil
+}
+
+// checkStatusKey refuses an invalid --key, and an empty one: `--key "$NAME"` with NAME
+// unset would otherwise list every lock as if nothing had been asked.
+func checkStatusKey(fs *flag.FlagSet, key string) error {
+	given := false
+	fs.Visit(func(f *flag.Flag) { given = given || f.Name == "key" })
+	if !given {
+		return nil
+	}
+	if err := advisory.ValidateName(key); err != nil {
+		return usageError(fs.Name(), "--key: %v", err)
+	}
 	return nil
 }
 
@@ -114,7 +121,8 @@ func printTable(w io.Writer, rows []statusRow, now time.Time) {
 		if !r.Since.IsZero() {
 			since = age(now.Sub(r.Since))
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n", key, name, r.Mode, r.State, r.PID, r.ApplicationName, client, since)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n", key, name, r.Mode, r.State, r.PID,
+			r.ApplicationName, client, since)
 	}
 	tw.Flush()
 }
