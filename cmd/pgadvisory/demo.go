@@ -51,7 +51,7 @@ func demoCommand(args []string, stdout io.Writer) error {
 		return err
 	}
 	if fs.NArg() > 0 {
-		return usageError(fs.Name(), "unexpected argument %q", fs.Arg(0))
+		return usageError(fs.Name(), `unexpected argument "%s"`, fs.Arg(0))
 	}
 	self, err := os.Executable()
 	if err != nil {
@@ -85,7 +85,7 @@ func demoCommand(args []string, stdout io.Writer) error {
 func (d *demo) say(who, text string) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	fmt.Fprintf(d.out, "[%+7.3fs] %-9s %s\n", time.Since(d.start).Seconds(), who, text)
+	fmt.Fprintf(d.out, "[%+7.3fs] %-9s %s\n", time.Since(d.start).Seconds(), who, display(text))
 }
 
 // script is the scenario. It returns when every worker has exited.

@@ -8,7 +8,8 @@
 //
 // The connection comes from --dsn (before or after the command), else DATABASE_URL, else
 // the libpq PG* environment variables (PGHOST, PGPORT, PGUSER, PGPASSWORD, PGDATABASE,
-// PGSSLMODE, ...).
+// PGSSLMODE, ...). Passwords are never printed, and every string that comes from the
+// server or the command line is escaped in human-readable output.
 //
 // Exit codes (the table is in `pgadvisory run --help`): run passes on CMD's exit code
 // (128+N if CMD died of signal N); other codes are 64 (usage), 69 (server unavailable),
@@ -68,7 +69,7 @@ func realMain(args []string, stdout, stderr io.Writer) int {
 	case "help":
 		err = helpCommand(rest, stdout)
 	default:
-		err = usageError("pgadvisory", "unknown command %q", cmd)
+		err = usageError("pgadvisory", `unknown command "%s"`, cmd)
 	}
 	return exitCode(err, stderr)
 }
@@ -153,7 +154,8 @@ func fail(code int, format string, args ...any) error {
 	return &exitError{code: code, err: fmt.Errorf(format, args...)}
 }
 
-// exitCode prints err (if any) and returns its exit code.
+// exitCode prints err (if any) and returns its exit code. The message goes through
+// display: passwords masked, untrusted text escaped.
 func exitCode(err error, stderr io.Writer) int {
 	if err == nil || errors.Is(err, helpShown) {
 		return exitOK
@@ -163,7 +165,7 @@ func exitCode(err error, stderr io.Writer) int {
 	if errors.As(err, &ee) {
 		code = ee.code
 	}
-	fmt.Fprintln(stderr, "pgadvisory:", err)
+	fmt.Fprintln(stderr, "pgadvisory: "+display(err.Error()))
 	if ee != nil && ee.hint != "" {
 		fmt.Fprintln(stderr, ee.hint)
 	}

@@ -37,7 +37,7 @@ func describeHolders(hs []advisory.Holder, now time.Time) string {
 func describeHolder(h advisory.Holder, now time.Time) string {
 	var who []string
 	if h.ApplicationName != "" {
-		who = append(who, fmt.Sprintf("%q", h.ApplicationName))
+		who = append(who, `"`+h.ApplicationName+`"`) // escaped with the whole message
 	}
 	if h.ClientAddr != "" {
 		who = append(who, h.ClientAddr)

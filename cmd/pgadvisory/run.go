@@ -102,7 +102,7 @@ func (r *runner) run() int {
 		return exitCode(err, r.stderr)
 	}
 	defer m.Close()
-	r.phase = fmt.Sprintf("waiting for lock %q", r.key)
+	r.phase = fmt.Sprintf(`waiting for lock "%s"`, r.key)
 	l, err := r.acquire(ctx, m)
 	if sig := in.end(); sig != nil {
 		if l != nil {
@@ -121,8 +121,9 @@ func (r *runner) interrupted(sig os.Signal) int {
 	return signalExitCode(sig)
 }
 
+// say prints a message of run on stderr, masked and escaped (see display).
 func (r *runner) say(format string, args ...any) {
-	fmt.Fprintf(r.stderr, "pgadvisory: "+format+"\n", args...)
+	fmt.Fprintln(r.stderr, "pgadvisory: "+display(fmt.Sprintf(format, args...)))
 }
 
 // acquire takes the lock as the flags say, reporting who holds it while it waits. ctx
@@ -132,7 +133,7 @@ func (r *runner) acquire(ctx context.Context, m *advisory.Manager) (*advisory.Lo
 		l, err := r.try(ctx, m)
 		if errors.Is(err, advisory.ErrLocked) {
 			desc, _ := r.holders(ctx, m)
-			return nil, fail(exitNotAcquired, "lock %q is %s; not waiting (--no-wait)", r.key, desc)
+			return nil, fail(exitNotAcquired, `lock "%s" is %s; not waiting (--no-wait)`, r.key, desc)
 		}
 		return l, r.lockFailure(err)
 	}
@@ -184,10 +185,10 @@ func (r *runner) awaitLock(ctx context.Context, m *advisory.Manager, done <-chan
 		case res := <-done:
 			if errors.Is(res.err, context.DeadlineExceeded) {
 				desc, _ := r.holders(ctx, m)
-				return nil, fail(exitNotAcquired, "gave up on lock %q after %v (--wait): it is %s", r.key, r.wait, desc)
+				return nil, fail(exitNotAcquired, `gave up on lock "%s" after %v (--wait): it is %s`, r.key, r.wait, desc)
 			}
 			if res.err == nil && !r.quiet && !lastAt.IsZero() {
-				r.say("acquired lock %q after waiting %s", r.key, age(time.Since(start)))
+				r.say(`acquired lock "%s" after waiting %s`, r.key, age(time.Since(start)))
 			}
 			return res.l, r.lockFailure(res.err)
 		case <-tick.C:
@@ -196,7 +197,7 @@ func (r *runner) awaitLock(ctx context.Context, m *advisory.Manager, done <-chan
 			}
 			desc, who := r.holders(ctx, m)
 			if ctx.Err() == nil && (who != lastWho || time.Since(lastAt) >= reportEvery) {
-				r.say("waiting for lock %q for %s: it is %s", r.key, age(time.Since(start)), desc)
+				r.say(`waiting for lock "%s" for %s: it is %s`, r.key, age(time.Since(start)), desc)
 				lastWho, lastAt = who, time.Now()
 			}
 		}

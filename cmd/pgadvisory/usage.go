@@ -27,6 +27,7 @@ const exitCodesHelp = `Exit codes:
 
 const connectionHelp = `Connection: --dsn, else $DATABASE_URL, else libpq's PG* variables (PGHOST, PGPORT,
 PGUSER, PGPASSWORD, PGDATABASE, PGSSLMODE, ...). --dsn may also come before the command.
+Passwords are never printed.
 `
 
 const mainHelp = `pgadvisory: PostgreSQL advisory locks from the shell
@@ -78,11 +79,11 @@ const statusHelp = `Usage: pgadvisory status [--key NAME] [--json] [--dsn DSN]
 
 Lists the sessions holding or waiting for advisory locks in the database: key, name (for
 locks taken by this tool or library), mode, state, pid, application_name, client and for
-how long.
+how long. Names and other text from the server are printed escaped (\n, \x1b, \u202e, ...).
 
 Flags:
   --key NAME   only the lock with this name
-  --json       print a JSON array with stable field names
+  --json       print a JSON array with stable field names, values exactly as on the server
   --dsn DSN    connection string (default $DATABASE_URL, else the PG* variables)
 
 ` + connectionHelp + `
@@ -92,8 +93,10 @@ Exit codes: 0 success, 64 usage error, 69 server unavailable.
 const hashHelp = `Usage: pgadvisory hash NAME
 
 Prints the 64-bit key of lock name NAME (PostgreSQL's hashtextextended(NAME, 0)) and the
-psql lines that take, try and release the same lock, for operators. Needs no database.
-For a name that starts with '-', write: pgadvisory hash -- NAME
+psql lines that take, try and release the same lock, for operators. The SQL literal is
+correct whatever standard_conforming_strings says; names with control characters are
+written in the E'...' form with escapes. Needs no database. For a name that starts with
+'-', write: pgadvisory hash -- NAME
 
 Exit codes: 0 success, 64 usage error (no name, several names, or an invalid name).
 `

@@ -26,7 +26,7 @@ func TestHelpGoesToStdoutAndExitsZero(t *testing.T) {
 		{[]string{"help", "run"}, []string{"--key NAME"}},
 		{[]string{"status", "--help"}, []string{"--json", "--key NAME", "--dsn"}},
 		{[]string{"status", "-h"}, []string{"--json"}},
-		{[]string{"hash", "--help"}, []string{"Usage: pgadvisory hash NAME", "psql"}},
+		{[]string{"hash", "--help"}, []string{"Usage: pgadvisory hash NAME", "standard_conforming_strings"}},
 		{[]string{"hash", "-h"}, []string{"Usage: pgadvisory hash NAME"}},
 		{[]string{"demo", "--help"}, []string{"Usage: pgadvisory demo", "pg_terminate_backend", "SIGKILL"}},
 		{[]string{"demo", "-h"}, []string{"Usage: pgadvisory demo"}},
