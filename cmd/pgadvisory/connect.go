@@ -2,41 +2,52 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
+	"net/url"
 	"os"
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgadvisory/advisory"
 )
 
-// connFlags are the connection flags of every command that connects.
+// connFlags are the connection flags of every command that connects. The zero value
+// means "no --dsn".
 type connFlags struct {
 	dsn string
 }
 
+// register defines --dsn on fs, defaulting to a --dsn given before the command.
 func (c *connFlags) register(fs *flag.FlagSet) {
-	fs.StringVar(&c.dsn, "dsn", "", "PostgreSQL connection string (default $DATABASE_URL, else libpq's PG* variables)")
+	fs.StringVar(&c.dsn, "dsn", c.dsn, "PostgreSQL connection string")
 }
 
 // connString returns --dsn, else $DATABASE_URL, else "": pgx then reads PGHOST, PGPORT,
 // PGUSER, PGPASSWORD, PGDATABASE, PGSSLMODE and the other libpq variables.
-func (c *connFlags) connString() string {
+func (c *connFlags) connString() (dsn, source string) {
 	if c.dsn != "" {
-		return c.dsn
+		return c.dsn, "--dsn"
 	}
-	return os.Getenv("DATABASE_URL")
+	if dsn := os.Getenv("DATABASE_URL"); dsn != "" {
+		return dsn, "$DATABASE_URL"
+	}
+	return "", "the PG* environment variables"
 }
 
 // connect returns a Manager with a small pool whose sessions show appName in
-// pg_stat_activity. Errors never contain the password (pgx redacts it).
+// pg_stat_activity. ctx governs the connect, which also gives up after 30 s. Errors never
+// contain the password: they are ours, not pgx's (see parseProblem), and are redacted
+// again when printed.
 func (c *connFlags) connect(ctx context.Context, appName string) (*advisory.Manager, error) {
-	cfg, err := pgxpool.ParseConfig(c.connString())
+	dsn, source := c.connString()
+	cfg, err := pgxpool.ParseConfig(dsn)
 	if err != nil {
-		return nil, fail(exitUsage, "invalid connection settings: %v", err)
+		return nil, fail(exitUsage, "invalid connection settings (from %s): %s", source, parseProblem(err))
 	}
 	if appName != "" {
 		cfg.ConnConfig.RuntimeParams["application_name"] = appName
@@ -49,6 +60,37 @@ func (c *connFlags) connect(ctx context.Context, appName string) (*advisory.Mana
 		return nil, fail(exitUnavailable, "cannot connect to %s: %v", target(cfg), err)
 	}
 	return m, nil
+}
+
+// parseProblem describes why a connection string did not parse without quoting it: pgx's
+// message contains the string with the password masked only on a best-effort basis, and a
+// *url.Error contains it raw.
+func parseProblem(err error) string {
+	var pe *pgconn.ParseConfigError
+	if !errors.As(err, &pe) {
+		return "it could not be parsed"
+	}
+	msg := err.Error()
+	inner := pe.Unwrap()
+	if inner != nil {
+		msg = strings.TrimSuffix(msg, " ("+inner.Error()+")")
+	}
+	// pgx writes "cannot parse `CONNSTRING`: PROBLEM"; CONNSTRING may contain anything,
+	// PROBLEM is one of pgx's fixed phrases.
+	if i := strings.LastIndex(msg, "`: "); i >= 0 {
+		msg = msg[i+3:]
+	} else {
+		msg = "it could not be parsed"
+	}
+	var ue *url.Error
+	switch {
+	case errors.As(inner, &ue):
+		msg += " (not a valid URL; write postgres://USER:PASSWORD@HOST:PORT/DATABASE?PARAM=VALUE, " +
+			"with special characters in the password %-encoded)"
+	case inner != nil:
+		msg += ": " + redact(inner.Error())
+	}
+	return msg
 }
 
 // target describes where a config points, without the password.

@@ -45,14 +45,13 @@ type demoWorker struct {
 	exit chan struct{}
 }
 
-func demoCommand(args []string, stdout, stderr io.Writer) error {
+func demoCommand(args []string, stdout io.Writer) error {
 	fs := flag.NewFlagSet("pgadvisory demo", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil
-		}
-		return &exitError{exitUsage, errors.New("")}
+	if err := parseFlags(fs, args, demoHelp, stdout); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return usageError(fs.Name(), `unexpected argument "%s"`, fs.Arg(0))
 	}
 	self, err := os.Executable()
 	if err != nil {
@@ -76,7 +75,7 @@ func demoCommand(args []string, stdout, stderr io.Writer) error {
 	defer d.killAll()
 	if err := d.script(ctx); err != nil {
 		if ctx.Err() != nil {
-			return &exitError{130, errors.New("demo interrupted; workers stopped, server removed")}
+			return &exitError{code: exitSignalBase + int(syscall.SIGINT), err: errors.New("demo interrupted; workers stopped, server removed")}
 		}
 		return fail(exitSoftware, "demo: %v", err)
 	}
@@ -86,7 +85,7 @@ func demoCommand(args []string, stdout, stderr io.Writer) error {
 func (d *demo) say(who, text string) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	fmt.Fprintf(d.out, "[%+7.3fs] %-9s %s\n", time.Since(d.start).Seconds(), who, text)
+	fmt.Fprintf(d.out, "[%+7.3fs] %-9s %s\n", time.Since(d.start).Seconds(), who, display(text))
 }
 
 // script is the scenario. It returns when every worker has exited.
@@ -223,7 +222,7 @@ func demoMigrate(_ []string, stdout io.Writer) error {
 	for i := 1; i <= 6; i++ {
 		time.Sleep(400 * time.Millisecond)
 		if os.Getppid() != parent {
-			return &exitError{1, errors.New("")}
+			return &exitError{code: 1, err: errors.New("the lock holder died: stopping")}
 		}
 		fmt.Fprintf(stdout, "applied migration %d/6\n", i)
 	}

@@ -4,45 +4,76 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"strings"
+	"unicode/utf8"
 
 	"github.com/pgadvisory/advisory"
 )
 
 // hashCommand prints the key of a lock name and the psql statements for the same lock.
-func hashCommand(args []string, stdout, stderr io.Writer) error {
+func hashCommand(args []string, stdout io.Writer) error {
 	fs := flag.NewFlagSet("pgadvisory hash", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() { fmt.Fprintln(stderr, "Usage: pgadvisory hash NAME") }
-	if err := fs.Parse(args); err != nil {
-		return &exitError{exitUsage, fmt.Errorf("")}
+	if err := parseFlags(fs, args, hashHelp, stdout); err != nil {
+		return err
 	}
 	if fs.NArg() != 1 {
-		fs.Usage()
-		return &exitError{exitUsage, fmt.Errorf("")}
+		return usageError(fs.Name(), "takes exactly one NAME, got %d arguments "+
+			"(quote a name that contains spaces: pgadvisory hash 'my lock')", fs.NArg())
 	}
 	name := fs.Arg(0)
 	if err := advisory.ValidateName(name); err != nil {
-		return fail(exitUsage, "hash: %v", err)
+		return usageError(fs.Name(), "%v", err)
 	}
 	key := advisory.KeyOf(name)
-	lit := sqlLiteral(name)
 	fmt.Fprintf(stdout, "%d\n\n", key)
-	fmt.Fprintf(stdout, "-- the lock pgadvisory and advisory.Lock take for %s:\n", lit)
+	fmt.Fprintf(stdout, "-- the lock pgadvisory and advisory.Lock take for the name \"%s\":\n", escape(name))
 	fmt.Fprintf(stdout, "SELECT pg_advisory_lock(%d);\n", key)
-	fmt.Fprintf(stdout, "SELECT pg_advisory_lock(hashtextextended(%s, 0));  -- the same key\n", lit)
+	fmt.Fprintf(stdout, "SELECT pg_advisory_lock(hashtextextended(%s, 0));  -- the same key\n", sqlLiteral(name))
 	fmt.Fprintf(stdout, "SELECT pg_try_advisory_lock(%d);\n", key)
 	fmt.Fprintf(stdout, "SELECT pg_advisory_unlock(%d);\n", key)
 	return nil
 }
 
-// sqlLiteral quotes s as a standard SQL string literal.
+// sqlLiteral quotes s as a SQL string literal that means s whatever
+// standard_conforming_strings says, and that prints safely on one line. A string of
+// printable characters without a backslash is written 'like this' (quotes doubled); any
+// other in the escape string form E'like\x1bthis', where a backslash is always an escape.
+// s must be valid UTF-8 (the \u escapes need a UTF8 database, as hashing the name as
+// KeyOf does).
 func sqlLiteral(s string) string {
-	out := []byte{'\''}
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\'' {
-			out = append(out, '\'')
-		}
-		out = append(out, s[i])
+	plain := utf8.ValidString(s)
+	for _, r := range s {
+		plain = plain && r != '\\' && printable(r)
 	}
-	return string(append(out, '\''))
+	if plain {
+		return "'" + strings.ReplaceAll(s, "'", "''") + "'"
+	}
+	var b strings.Builder
+	b.WriteString("E'")
+	for _, r := range s {
+		switch {
+		case r == '\'':
+			b.WriteString("''")
+		case r == '\\':
+			b.WriteString(`\\`)
+		case printable(r):
+			b.WriteRune(r)
+		default:
+			b.WriteString(sqlEscape(r))
+		}
+	}
+	b.WriteString("'")
+	return b.String()
+}
+
+// sqlEscape writes a non-printable rune as an escape of PostgreSQL's E'...' strings: \xHH
+// (at most two hex digits, so a digit after it is not taken in), \uXXXX or \UXXXXXXXX.
+func sqlEscape(r rune) string {
+	switch {
+	case r < 0x80:
+		return fmt.Sprintf(`\x%02x`, r)
+	case r <= 0xffff:
+		return fmt.Sprintf(`\u%04x`, r)
+	}
+	return fmt.Sprintf(`\U%08x`, r)
 }

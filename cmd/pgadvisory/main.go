@@ -6,13 +6,17 @@
 //	pgadvisory hash K
 //	pgadvisory demo
 //
-// The connection comes from --dsn, else DATABASE_URL, else the libpq PG* environment
-// variables (PGHOST, PGPORT, PGUSER, PGPASSWORD, PGDATABASE, PGSSLMODE, ...).
+// The connection comes from --dsn (before or after the command), else DATABASE_URL, else
+// the libpq PG* environment variables (PGHOST, PGPORT, PGUSER, PGPASSWORD, PGDATABASE,
+// PGSSLMODE, ...). Passwords are never printed, and every string that comes from the
+// server or the command line is escaped in human-readable output.
 //
-// Exit codes: run passes on CMD's exit code (128+N if CMD died of signal N); other codes
-// are 64 (usage), 69 (cannot connect), 70 (internal error), 75 (lock not acquired:
-// --no-wait found it held, or --wait elapsed), 76 (lock lost while CMD ran; CMD was
-// stopped), 126 (CMD not executable), 127 (CMD not found).
+// Exit codes (the table is in `pgadvisory run --help`): run passes on CMD's exit code
+// (128+N if CMD died of signal N); other codes are 64 (usage), 69 (server unavailable),
+// 70 (internal error), 75 (lock not acquired: --no-wait found it held, or --wait
+// elapsed), 76 (lock lost while CMD ran; CMD was stopped), 126 (CMD not executable),
+// 127 (CMD not found), and 128+N when pgadvisory itself got signal N while connecting or
+// waiting (130 for SIGINT, 143 for SIGTERM).
 package main
 
 import (
@@ -20,97 +24,150 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime/debug"
+	"strings"
 )
 
-// Exit codes; see the package doc.
+// Exit codes; see exitCodesHelp.
 const (
 	exitOK          = 0
 	exitUsage       = 64 // EX_USAGE
-	exitUnavailable = 69 // EX_UNAVAILABLE: cannot connect
+	exitUnavailable = 69 // EX_UNAVAILABLE: cannot connect, server error
 	exitSoftware    = 70 // EX_SOFTWARE: internal error
 	exitNotAcquired = 75 // EX_TEMPFAIL: try again later
 	exitLost        = 76 // the lock was lost while CMD ran
 	exitCannotExec  = 126
 	exitNotFound    = 127
+	exitSignalBase  = 128 // 128+N: killed by (CMD) or interrupted by (pgadvisory) signal N
 )
-
-const usage = `pgadvisory: PostgreSQL advisory locks from the shell
-
-Usage:
-  pgadvisory run --key K [--wait DURATION | --no-wait] [--shared] [flags] -- CMD [ARGS...]
-      Hold the lock K while CMD runs (like flock(1), across machines).
-  pgadvisory status [--key K] [--json]
-      List the sessions holding or waiting for advisory locks.
-  pgadvisory hash K
-      Print the key of lock name K and the psql statements that take the same lock.
-  pgadvisory demo
-      Start a throwaway PostgreSQL and show workers contending for a lock.
-
-Connection: --dsn, else DATABASE_URL, else libpq's PG* variables.
-Run 'pgadvisory COMMAND -h' for a command's flags.
-
-Exit codes: run passes on CMD's exit code; 64 usage, 69 cannot connect, 70 internal error,
-75 not acquired, 76 lock lost while CMD ran (CMD was stopped), 126/127 CMD not
-executable/not found.
-`
 
 func main() {
 	os.Exit(realMain(os.Args[1:], os.Stdout, os.Stderr))
 }
 
 func realMain(args []string, stdout, stderr io.Writer) int {
+	var global connFlags
+	args, err := global.parseGlobal(args, stdout)
+	if err != nil {
+		return exitCode(err, stderr)
+	}
 	if len(args) == 0 {
-		fmt.Fprint(stderr, usage)
-		return exitUsage
+		return exitCode(usageError("pgadvisory", "no command given"), stderr)
 	}
 	cmd, rest := args[0], args[1:]
-	var err error
 	switch cmd {
 	case "run":
-		return runCommand(rest, stderr)
+		return runCommand(rest, global, stdout, stderr)
 	case "status":
-		err = statusCommand(rest, stdout, stderr)
+		err = statusCommand(rest, global, stdout)
 	case "hash":
-		err = hashCommand(rest, stdout, stderr)
+		err = hashCommand(rest, stdout)
 	case "demo":
-		err = demoCommand(rest, stdout, stderr)
+		err = demoCommand(rest, stdout)
 	case "demo-migrate":
 		err = demoMigrate(rest, stdout)
-	case "-h", "-help", "--help", "help":
-		fmt.Fprint(stdout, usage)
-		return exitOK
+	case "help":
+		err = helpCommand(rest, stdout)
 	default:
-		fmt.Fprintf(stderr, "pgadvisory: unknown command %q\n\n%s", cmd, usage)
-		return exitUsage
+		err = usageError("pgadvisory", `unknown command "%s"`, cmd)
 	}
 	return exitCode(err, stderr)
 }
 
-// exitError carries an exit code and a message.
+// parseGlobal reads the flags before the command: --dsn, --help, --version. It returns the
+// command and its arguments.
+func (c *connFlags) parseGlobal(args []string, stdout io.Writer) ([]string, error) {
+	for len(args) > 0 {
+		switch name, _ := flagName(args[0]); name {
+		case "":
+			if args[0] == "--" {
+				args = args[1:]
+			}
+			return args, nil
+		case "h", "help":
+			fmt.Fprint(stdout, mainHelp)
+			return nil, helpShown
+		case "version":
+			fmt.Fprintln(stdout, "pgadvisory", version())
+			return nil, helpShown
+		case "dsn":
+			n, err := c.parseDSNFlag(args)
+			if err != nil {
+				return nil, err
+			}
+			args = args[n:]
+		default:
+			return nil, usageError("pgadvisory", "unknown flag %s before the command "+
+				"(only --dsn, --help and --version go there)", args[0])
+		}
+	}
+	return args, nil
+}
+
+// parseDSNFlag reads "--dsn=X" or "--dsn X" at args[0] and returns how many arguments it took.
+func (c *connFlags) parseDSNFlag(args []string) (int, error) {
+	if _, v, ok := strings.Cut(args[0], "="); ok {
+		c.dsn = v
+		return 1, nil
+	}
+	if len(args) < 2 || args[1] == "--" {
+		return 0, usageError("pgadvisory", "--dsn needs a value")
+	}
+	c.dsn = args[1]
+	return 2, nil
+}
+
+func helpCommand(args []string, stdout io.Writer) error {
+	if len(args) == 0 {
+		fmt.Fprint(stdout, mainHelp)
+		return nil
+	}
+	help, ok := map[string]string{"run": runHelp, "status": statusHelp, "hash": hashHelp, "demo": demoHelp}[args[0]]
+	if !ok || len(args) > 1 {
+		return usageError("pgadvisory", "help takes one of run, status, hash, demo; got %s", strings.Join(args, " "))
+	}
+	fmt.Fprint(stdout, help)
+	return nil
+}
+
+// version is the module version pgadvisory was built from: a tag for
+// `go install ...@v1.2.3`, a pseudo-version or "(devel)" for a build from a checkout.
+func version() string {
+	bi, ok := debug.ReadBuildInfo()
+	if !ok || bi.Main.Version == "" {
+		return "(devel)"
+	}
+	return bi.Main.Version
+}
+
+// exitError carries an exit code, a message and an optional hint, all printed on stderr.
 type exitError struct {
 	code int
 	err  error
+	hint string // trusted text printed as it is, on its own line (e.g. where the help is)
 }
 
 func (e *exitError) Error() string { return e.err.Error() }
 func (e *exitError) Unwrap() error { return e.err }
 
 func fail(code int, format string, args ...any) error {
-	return &exitError{code, fmt.Errorf(format, args...)}
+	return &exitError{code: code, err: fmt.Errorf(format, args...)}
 }
 
-// exitCode prints err (if any) and returns its exit code.
+// exitCode prints err (if any) and returns its exit code. The message goes through
+// display: passwords masked, untrusted text escaped.
 func exitCode(err error, stderr io.Writer) int {
-	if err == nil {
+	if err == nil || errors.Is(err, helpShown) {
 		return exitOK
 	}
+	code := exitSoftware
 	var ee *exitError
 	if errors.As(err, &ee) {
-		if ee.err.Error() != "" {
-			fmt.Fprintln(stderr, "pgadvisory:", ee.err)
-		}
-		return ee.code
+		code = ee.code
 	}
-	fmt.Fprintln(stderr, "pgadvisory:", err)
-	return exitSoftware
+	fmt.Fprintln(stderr, "pgadvisory: "+display(err.Error()))
+	if ee != nil && ee.hint != "" {
+		fmt.Fprintln(stderr, ee.hint)
+	}
+	return code
 }

@@ -3,15 +3,19 @@ package main_test
 import (
 	"bytes"
 	"context"
+	"flag"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
+	"unicode/utf8"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/pgadvisory/advisory"
@@ -30,6 +34,10 @@ func TestMain(m *testing.M) {
 }
 
 func runTests(m *testing.M) int {
+	flag.Parse()
+	if f := flag.Lookup("test.fuzz"); f != nil && f.Value.String() != "" {
+		return m.Run() // fuzzing (and its worker processes) needs neither the binary nor a server
+	}
 	dir, err := os.MkdirTemp("", "pgadvisory-cli")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -74,8 +82,50 @@ func cli(t testing.TB, args ...string) result {
 
 type proc struct {
 	cmd            *exec.Cmd
-	stdout, stderr *bytes.Buffer
+	stdout, stderr *output
 	started        time.Time
+}
+
+// output collects what a process writes, and can be read while the process runs.
+type output struct {
+	mu      sync.Mutex
+	buf     bytes.Buffer
+	written chan struct{} // closed and replaced at every write
+}
+
+func newOutput() *output { return &output{written: make(chan struct{})} }
+
+func (o *output) Write(p []byte) (int, error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	close(o.written)
+	o.written = make(chan struct{})
+	return o.buf.Write(p)
+}
+
+func (o *output) String() string {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.buf.String()
+}
+
+// waitFor waits until the output contains want, and returns the output.
+func (o *output) waitFor(t testing.TB, want string, timeout time.Duration) string {
+	t.Helper()
+	deadline := time.After(timeout)
+	for {
+		o.mu.Lock()
+		s, written := o.buf.String(), o.written
+		o.mu.Unlock()
+		if strings.Contains(s, want) {
+			return s
+		}
+		select {
+		case <-written:
+		case <-deadline:
+			t.Fatalf("output never contained %q; it is:\n%s", want, s)
+		}
+	}
 }
 
 func start(t testing.TB, args ...string) *proc {
@@ -86,13 +136,26 @@ func start(t testing.TB, args ...string) *proc {
 // startEnv starts pgadvisory with env added to (and overriding) the test's environment.
 func startEnv(t testing.TB, env []string, args ...string) *proc {
 	t.Helper()
-	p := &proc{cmd: exec.Command(bin, args...), stdout: &bytes.Buffer{}, stderr: &bytes.Buffer{}}
+	return startArgv(t, env, append([]string{bin}, args...)...)
+}
+
+// startArgv starts the program argv[0] (pgadvisory, or a shell that runs it) with env
+// added to the test's environment.
+func startArgv(t testing.TB, env []string, argv ...string) *proc {
+	t.Helper()
+	p := &proc{cmd: exec.Command(argv[0], argv[1:]...), stdout: newOutput(), stderr: newOutput()}
 	p.cmd.Env = append(os.Environ(), env...)
 	p.cmd.Stdout, p.cmd.Stderr = p.stdout, p.stderr
 	p.started = time.Now()
 	require.NoError(t, p.cmd.Start())
 	t.Cleanup(func() { p.cmd.Process.Kill() })
 	return p
+}
+
+// noDB runs pgadvisory without a database (DATABASE_URL empty) and waits for it.
+func noDB(t testing.TB, args ...string) result {
+	t.Helper()
+	return wait(t, startEnv(t, []string{"DATABASE_URL="}, args...))
 }
 
 func wait(t testing.TB, p *proc) result {
@@ -140,4 +203,58 @@ func waitHeldByApp(t testing.TB, m *advisory.Manager, name, app string) advisory
 		return false
 	}, 20*time.Second, 5*time.Millisecond, "%q never held by %q", name, app)
 	return found
+}
+
+// waitForWaiter waits until a session with application_name app waits for name.
+func waitForWaiter(t testing.TB, m *advisory.Manager, name, app string) {
+	t.Helper()
+	require.Eventually(t, func() bool {
+		hs, err := m.Holders(context.Background(), name)
+		require.NoError(t, err)
+		for _, h := range hs {
+			if !h.Granted && h.ApplicationName == app {
+				return true
+			}
+		}
+		return false
+	}, 20*time.Second, 5*time.Millisecond, "%q never waited for by %q", name, app)
+}
+
+// requireNoWaiters asserts that nobody waits for name on the server (pg_locks has no
+// granted = false row for its key).
+func requireNoWaiters(t testing.TB, m *advisory.Manager, name string) {
+	t.Helper()
+	hs, err := m.Holders(context.Background(), name)
+	require.NoError(t, err)
+	for _, h := range hs {
+		require.True(t, h.Granted, "a waiter was left on the server: %+v", h)
+	}
+}
+
+// requireHeldBy asserts that the session with pid holds name, and nobody else does.
+func requireHeldBy(t testing.TB, m *advisory.Manager, name string, pid uint32) {
+	t.Helper()
+	hs, err := m.Holders(context.Background(), name)
+	require.NoError(t, err)
+	var holders []uint32
+	for _, h := range hs {
+		if h.Granted {
+			holders = append(holders, h.PID)
+		}
+	}
+	require.Equal(t, []uint32{pid}, holders)
+}
+
+// assertTerminalSafe asserts that s, printed for people, can do nothing to a terminal:
+// valid UTF-8, no control character but the newline, no DEL, C1 or bidi control.
+func assertTerminalSafe(t testing.TB, s string) {
+	t.Helper()
+	assert.True(t, utf8.ValidString(s), "invalid UTF-8 in %q", s)
+	for _, r := range s {
+		bad := (r < 0x20 && r != '\n') || (r >= 0x7f && r <= 0x9f) ||
+			(r >= 0x202a && r <= 0x202e) || (r >= 0x2066 && r <= 0x2069)
+		if !assert.False(t, bad, "character %U in %q", r, s) {
+			return
+		}
+	}
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"sort"
 	"strings"
 	"time"
 
@@ -36,7 +37,7 @@ func describeHolders(hs []advisory.Holder, now time.Time) string {
 func describeHolder(h advisory.Holder, now time.Time) string {
 	var who []string
 	if h.ApplicationName != "" {
-		who = append(who, fmt.Sprintf("%q", h.ApplicationName))
+		who = append(who, `"`+h.ApplicationName+`"`) // escaped with the whole message
 	}
 	if h.ClientAddr != "" {
 		who = append(who, h.ClientAddr)
@@ -51,6 +52,19 @@ func describeHolder(h advisory.Holder, now time.Time) string {
 		s += " for " + age(now.Sub(h.Since))
 	}
 	return s
+}
+
+// holderIdentity identifies the sessions that hold a lock by pid, application_name and
+// client, and not by how long they have held it: run reports again when it changes.
+func holderIdentity(hs []advisory.Holder) string {
+	var ids []string
+	for _, h := range hs {
+		if h.Granted {
+			ids = append(ids, fmt.Sprintf("%d\x00%s\x00%s", h.PID, h.ApplicationName, h.ClientAddr))
+		}
+	}
+	sort.Strings(ids)
+	return strings.Join(ids, "\x00\x00")
 }
 
 // age rounds a duration for people: 850ms, 12s, 3m05s, 2h10m.

@@ -7,8 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/signal"
-	"syscall"
+	"os/exec"
 	"time"
 
 	"github.com/pgadvisory/advisory"
@@ -27,89 +26,118 @@ type runner struct {
 	argv   []string
 	stderr io.Writer
 	sigs   chan os.Signal
+	phase  string // what run is doing, for the message if a signal interrupts it
 }
 
-func runCommand(args []string, stderr io.Writer) int {
-	r, err := parseRun(args, stderr)
+func runCommand(args []string, global connFlags, stdout, stderr io.Writer) int {
+	r, err := parseRun(args, global, stdout, stderr)
 	if err != nil {
 		return exitCode(err, stderr)
 	}
-	r.sigs = make(chan os.Signal, 8)
-	signal.Notify(r.sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
-	defer signal.Stop(r.sigs)
+	sigs, stop := notifySignals()
+	defer stop()
+	r.sigs = sigs
 	return r.run()
 }
 
-func parseRun(args []string, stderr io.Writer) (*runner, error) {
-	r := &runner{stderr: stderr}
+func parseRun(args []string, global connFlags, stdout, stderr io.Writer) (*runner, error) {
+	r := &runner{stderr: stderr, conn: global}
 	fs := flag.NewFlagSet("pgadvisory run", flag.ContinueOnError)
-	fs.SetOutput(stderr)
 	fs.StringVar(&r.key, "key", "", "lock name (required)")
 	fs.DurationVar(&r.wait, "wait", 0, "give up (exit 75) after waiting this long; 0 waits as long as it takes")
 	fs.BoolVar(&r.noWait, "no-wait", false, "exit 75 at once if the lock is held")
-	fs.BoolVar(&r.shared, "shared", false, "shared mode: shared holders run together; an exclusive one runs alone")
+	fs.BoolVar(&r.shared, "shared", false, "shared mode")
 	fs.BoolVar(&r.quiet, "quiet", false, "do not report who holds the lock while waiting")
-	fs.DurationVar(&r.grace, "grace", 10*time.Second, "if the lock is lost: time between SIGTERM and SIGKILL to CMD's process group")
-	fs.StringVar(&r.holder, "holder-name", "", `application_name other sessions see (default "pgadvisory HOST/PID")`)
+	fs.DurationVar(&r.grace, "grace", 10*time.Second, "time between SIGTERM and SIGKILL if the lock is lost")
+	fs.StringVar(&r.holder, "holder-name", "", "application_name other sessions see")
 	r.conn.register(fs)
-	fs.Usage = func() {
-		fmt.Fprintln(stderr, "Usage: pgadvisory run --key K [--wait DURATION | --no-wait] [--shared] [flags] -- CMD [ARGS...]")
-		fs.PrintDefaults()
-	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil, &exitError{exitOK, errors.New("")}
-		}
-		return nil, &exitError{exitUsage, errors.New("")} // flag already printed why
+	if err := parseFlags(fs, args, runHelp, stdout); err != nil {
+		return nil, err
 	}
 	r.argv = fs.Args()
-	switch {
-	case r.key == "":
-		return nil, fail(exitUsage, "run: --key is required")
-	case advisory.ValidateName(r.key) != nil:
-		return nil, fail(exitUsage, "run: --key: %v", advisory.ValidateName(r.key))
-	case len(r.argv) == 0:
-		return nil, fail(exitUsage, "run: no command given after --")
-	case r.wait < 0 || r.grace < 0:
-		return nil, fail(exitUsage, "run: --wait and --grace cannot be negative")
-	case r.noWait && r.wait > 0:
-		return nil, fail(exitUsage, "run: --wait and --no-wait exclude each other")
+	if err := r.check(fs); err != nil {
+		return nil, err
 	}
 	if r.holder == "" {
 		r.holder = defaultHolderName()
 	}
+	// A command that cannot start is reported before anyone waits for the lock for it.
+	if _, err := exec.LookPath(r.argv[0]); err != nil {
+		return nil, startFailure(r.argv[0], err)
+	}
 	return r, nil
 }
 
+func (r *runner) check(fs *flag.FlagSet) error {
+	keyGiven := false
+	fs.Visit(func(f *flag.Flag) { keyGiven = keyGiven || f.Name == "key" })
+	switch {
+	case !keyGiven:
+		return usageError(fs.Name(), "--key is required")
+	case r.key == "":
+		return usageError(fs.Name(), "--key is empty (an unset shell variable?)")
+	case advisory.ValidateName(r.key) != nil:
+		return usageError(fs.Name(), "--key: %v", advisory.ValidateName(r.key))
+	case len(r.argv) == 0:
+		return usageError(fs.Name(), "no command given after --")
+	case r.wait < 0 || r.grace < 0:
+		return usageError(fs.Name(), "--wait and --grace cannot be negative")
+	case r.noWait && r.wait > 0:
+		return usageError(fs.Name(), "--wait and --no-wait exclude each other")
+	}
+	return nil
+}
+
+// run connects, takes the lock and runs CMD under it. Until the lock is held, the first
+// signal ends everything at once: the wait is cancelled on the server, CMD never starts,
+// and run exits 128+N.
 func (r *runner) run() int {
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
+	ctx, in := watchInterrupts(r.sigs)
+	r.phase = "connecting"
 	m, err := r.conn.connect(ctx, r.holder)
 	if err != nil {
+		if sig := in.end(); sig != nil {
+			return r.interrupted(sig)
+		}
 		return exitCode(err, r.stderr)
 	}
 	defer m.Close()
+	r.phase = fmt.Sprintf(`waiting for lock "%s"`, r.key)
 	l, err := r.acquire(ctx, m)
+	if sig := in.end(); sig != nil {
+		if l != nil {
+			r.release(l) // the grant raced the signal: CMD must not run
+		}
+		return r.interrupted(sig)
+	}
 	if err != nil {
 		return exitCode(err, r.stderr)
 	}
 	return r.supervise(l)
 }
 
-func (r *runner) say(format string, args ...any) {
-	fmt.Fprintf(r.stderr, "pgadvisory: "+format+"\n", args...)
+func (r *runner) interrupted(sig os.Signal) int {
+	r.say("interrupted by %s while %s; the command was not started", signalName(sig), r.phase)
+	return signalExitCode(sig)
 }
 
-// acquire takes the lock as the flags say, reporting who holds it while it waits.
+// say prints a message of run on stderr, masked and escaped (see display).
+func (r *runner) say(format string, args ...any) {
+	fmt.Fprintln(r.stderr, "pgadvisory: "+display(fmt.Sprintf(format, args...)))
+}
+
+// acquire takes the lock as the flags say, reporting who holds it while it waits. ctx
+// ends the wait (a signal).
 func (r *runner) acquire(ctx context.Context, m *advisory.Manager) (*advisory.Lock, error) {
 	if r.noWait {
 		l, err := r.try(ctx, m)
 		if errors.Is(err, advisory.ErrLocked) {
-			return nil, fail(exitNotAcquired, "lock %q is %s; not waiting (--no-wait)", r.key, r.holders(ctx, m))
+			desc, _ := r.holders(ctx, m)
+			return nil, fail(exitNotAcquired, `lock "%s" is %s; not waiting (--no-wait)`, r.key, desc)
 		}
 		return l, r.lockFailure(err)
 	}
-	wctx, stop := ctx, context.CancelFunc(func() {})
+	wctx, stop := context.WithCancel(ctx)
 	if r.wait > 0 {
 		wctx, stop = context.WithTimeout(ctx, r.wait)
 	}
@@ -119,7 +147,7 @@ func (r *runner) acquire(ctx context.Context, m *advisory.Manager) (*advisory.Lo
 		l, err := r.lockCall(wctx, m)
 		done <- lockResult{l, err}
 	}()
-	return r.awaitLock(ctx, m, done, stop)
+	return r.awaitLock(ctx, m, done)
 }
 
 func (r *runner) try(ctx context.Context, m *advisory.Manager) (*advisory.Lock, error) {
@@ -141,52 +169,50 @@ type lockResult struct {
 	err error
 }
 
-// awaitLock waits for the Lock call in done, reporting the holders every so often, and
-// gives up on a signal.
-func (r *runner) awaitLock(ctx context.Context, m *advisory.Manager, done <-chan lockResult,
-	stop context.CancelFunc) (*advisory.Lock, error) {
+// reportEvery is how often run repeats who holds the lock while the holders stay the same.
+const reportEvery = 10 * time.Second
+
+// awaitLock waits for the Lock call in done, reporting the holders when they change and
+// every reportEvery while they do not. It always waits for the call to return.
+func (r *runner) awaitLock(ctx context.Context, m *advisory.Manager, done <-chan lockResult) (*advisory.Lock, error) {
 	start := time.Now()
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
-	var last string
+	var lastWho string // the holders' identity last reported
 	var lastAt time.Time
 	for {
 		select {
 		case res := <-done:
 			if errors.Is(res.err, context.DeadlineExceeded) {
-				return nil, fail(exitNotAcquired, "gave up on lock %q after %v (--wait): it is %s",
-					r.key, r.wait, r.holders(ctx, m))
+				desc, _ := r.holders(ctx, m)
+				return nil, fail(exitNotAcquired, `gave up on lock "%s" after %v (--wait): it is %s`, r.key, r.wait, desc)
 			}
 			if res.err == nil && !r.quiet && !lastAt.IsZero() {
-				r.say("acquired lock %q after waiting %s", r.key, age(time.Since(start)))
+				r.say(`acquired lock "%s" after waiting %s`, r.key, age(time.Since(start)))
 			}
 			return res.l, r.lockFailure(res.err)
-		case sig := <-r.sigs:
-			stop()
-			<-done
-			return nil, &exitError{128 + int(sig.(syscall.Signal)), fmt.Errorf("%v while waiting for lock %q; not running the command", sig, r.key)}
 		case <-tick.C:
 			if r.quiet {
 				continue
 			}
-			// Report when the holders change, and every 10 s while they do not.
-			now := r.holders(ctx, m)
-			if now != last || time.Since(lastAt) >= 10*time.Second {
-				r.say("waiting for lock %q for %s: it is %s", r.key, age(time.Since(start)), now)
-				last, lastAt = now, time.Now()
+			desc, who := r.holders(ctx, m)
+			if ctx.Err() == nil && (who != lastWho || time.Since(lastAt) >= reportEvery) {
+				r.say(`waiting for lock "%s" for %s: it is %s`, r.key, age(time.Since(start)), desc)
+				lastWho, lastAt = who, time.Now()
 			}
 		}
 	}
 }
 
-func (r *runner) holders(ctx context.Context, m *advisory.Manager) string {
+// holders describes who holds the lock, and returns their identity (see holderIdentity).
+func (r *runner) holders(ctx context.Context, m *advisory.Manager) (desc, who string) {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	hs, err := m.Holders(ctx, r.key)
 	if err != nil {
-		return "held by an unknown session (" + err.Error() + ")"
+		return "held by an unknown session (" + err.Error() + ")", "unknown"
 	}
-	return describeHolders(hs, time.Now())
+	return describeHolders(hs, time.Now()), holderIdentity(hs)
 }
 
 func (r *runner) lockFailure(err error) error {

@@ -188,3 +188,37 @@ func TestRunUnreachableServer(t *testing.T) {
 	assert.Contains(t, r.stderr, "cannot connect")
 	assert.NotContains(t, r.stderr+r.stdout, "s3cret", "the password is never printed")
 }
+
+// TestRunReportsTheHolderOnceWhileItStaysTheSame: the holder's age changes every second,
+// its identity does not: a 3.5 s wait reports once (at ~1 s), not every second.
+func TestRunReportsTheHolderOnceWhileItStaysTheSame(t *testing.T) {
+	t.Parallel()
+	holdLock(t, t.Name(), "application_name=steady-holder")
+	r := cli(t, "run", "--wait", "3500ms", "--key", t.Name(), "--", "true")
+	require.Equal(t, 75, r.code, r.stderr)
+	assert.Equal(t, 1, strings.Count(r.stderr, "waiting for lock"), r.stderr)
+	assert.Contains(t, r.stderr, `"steady-holder"`)
+}
+
+// TestRunReportsAChangeOfHolder: a new application_name of the holding session is reported
+// at the next check (every second), well before the 10 s repeat.
+func TestRunReportsAChangeOfHolder(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, dsn(t)+" application_name=holder-a")
+	require.NoError(t, err)
+	t.Cleanup(func() { conn.Close(ctx) })
+	_, err = conn.Exec(ctx, "SELECT pg_advisory_lock(hashtextextended($1, 0))", t.Name())
+	require.NoError(t, err)
+
+	p := start(t, "run", "--wait", "1m", "--key", t.Name(), "--", "true")
+	p.stderr.waitFor(t, `"holder-a"`, 20*time.Second)
+	_, err = conn.Exec(ctx, "SET application_name = 'holder-b'")
+	require.NoError(t, err)
+	changed := time.Now()
+	p.stderr.waitFor(t, `"holder-b"`, 20*time.Second)
+	assert.Less(t, time.Since(changed), 8*time.Second, "reported on change, not at the 10 s repeat")
+
+	require.NoError(t, p.cmd.Process.Signal(syscall.SIGINT))
+	assert.Equal(t, 130, wait(t, p).code)
+}

@@ -1,15 +1,16 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"strconv"
 	"text/tabwriter"
 	"time"
+	"unicode/utf16"
 
 	"github.com/pgadvisory/advisory"
 )
@@ -29,26 +30,20 @@ type statusRow struct {
 	Since           time.Time `json:"since"` // holding: when granted (approx.); waiting: when the wait began
 }
 
-func statusCommand(args []string, stdout, stderr io.Writer) error {
+func statusCommand(args []string, global connFlags, stdout io.Writer) error {
 	fs := flag.NewFlagSet("pgadvisory status", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	var conn connFlags
+	conn := global
 	key := fs.String("key", "", "only this lock name")
 	asJSON := fs.Bool("json", false, "print a JSON array (stable field names) instead of a table")
 	conn.register(fs)
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil
-		}
-		return &exitError{exitUsage, errors.New("")}
+	if err := parseFlags(fs, args, statusHelp, stdout); err != nil {
+		return err
 	}
 	if fs.NArg() > 0 {
-		return fail(exitUsage, "status: unexpected argument %q", fs.Arg(0))
+		return usageError(fs.Name(), `unexpected argument "%s" (the connection string goes in --dsn)`, fs.Arg(0))
 	}
-	if *key != "" {
-		if err := advisory.ValidateName(*key); err != nil {
-			return fail(exitUsage, "status: --key: %v", err)
-		}
+	if err := checkStatusKey(fs, *key); err != nil {
+		return err
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -71,12 +66,57 @@ func statusCommand(args []string, stdout, stderr io.Writer) error {
 		rows[i] = toRow(h)
 	}
 	if *asJSON {
-		enc := json.NewEncoder(stdout)
-		enc.SetIndent("", "  ")
-		return enc.Encode(rows)
+		return printJSON(stdout, rows)
 	}
 	printTable(stdout, rows, time.Now())
 	return nil
+}
+
+// checkStatusKey refuses an invalid --key, and an empty one: `--key "$NAME"` with NAME
+// unset would otherwise list every lock as if nothing had been asked.
+func checkStatusKey(fs *flag.FlagSet, key string) error {
+	given := false
+	fs.Visit(func(f *flag.Flag) { given = given || f.Name == "key" })
+	if !given {
+		return nil
+	}
+	if err := advisory.ValidateName(key); err != nil {
+		return usageError(fs.Name(), "--key: %v", err)
+	}
+	return nil
+}
+
+// printJSON writes rows as indented JSON. The values are exact (they decode to what the
+// server said), and the text is still safe on a terminal: characters that escape would
+// escape are written as \u escapes, which JSON decoders read back as the same characters.
+func printJSON(w io.Writer, rows []statusRow) error {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetIndent("", "  ")
+	if err := enc.Encode(rows); err != nil {
+		return fail(exitSoftware, "status: %v", err)
+	}
+	_, err := w.Write(terminalSafeJSON(buf.Bytes()))
+	return err
+}
+
+// terminalSafeJSON rewrites the non-printable characters of encoding/json's output (which
+// can only occur inside strings: JSON's own syntax is printable ASCII plus the newlines of
+// indentation) as \u escapes: DEL, C1 controls, bidi overrides, and so on.
+func terminalSafeJSON(b []byte) []byte {
+	var out bytes.Buffer
+	for _, r := range string(b) {
+		switch {
+		case r == '\n' || printable(r):
+			out.WriteRune(r)
+		case r > 0xffff:
+			r1, r2 := utf16.EncodeRune(r)
+			fmt.Fprintf(&out, `\u%04x\u%04x`, r1, r2)
+		default:
+			fmt.Fprintf(&out, `\u%04x`, r)
+		}
+	}
+	return out.Bytes()
 }
 
 func toRow(h advisory.Holder) statusRow {
@@ -114,7 +154,8 @@ func printTable(w io.Writer, rows []statusRow, now time.Time) {
 		if !r.Since.IsZero() {
 			since = age(now.Sub(r.Since))
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n", key, name, r.Mode, r.State, r.PID, r.ApplicationName, client, since)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n", key, display(name), r.Mode, r.State, r.PID,
+			display(r.ApplicationName), display(client), since)
 	}
 	tw.Flush()
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"os/exec"
+	"runtime"
 	"syscall"
 	"time"
 	"unsafe"
@@ -19,7 +20,12 @@ func (r *runner) supervise(l *advisory.Lock) int {
 	// CMD gets a process group of its own, so a loss stops everything it started. On a
 	// terminal that group becomes the foreground one, so CMD can still read the terminal
 	// and Ctrl-C reaches it directly.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	// If pgadvisory dies (SIGKILL, OOM), its connection closes and the server frees the
+	// lock: the kernel then kills CMD too (PR_SET_PDEATHSIG). That signal is tied to the
+	// thread that forks, so this goroutine keeps its thread until CMD has exited.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
 	if isTerminal(os.Stdin) {
 		cmd.SysProcAttr.Foreground, cmd.SysProcAttr.Ctty = true, 0
 	}
@@ -37,7 +43,7 @@ func (r *runner) supervise(l *advisory.Lock) int {
 		case sig := <-r.sigs:
 			syscall.Kill(-pgid, sig.(syscall.Signal))
 		case <-l.Done():
-			r.say("lock %q lost while the command ran: %v; stopping the command (SIGTERM, SIGKILL after %v)",
+			r.say(`lock "%s" lost while the command ran: %v; stopping the command (SIGTERM, SIGKILL after %v)`,
 				r.key, l.Err(), r.grace)
 			syscall.Kill(-pgid, syscall.SIGTERM)
 			select {
@@ -57,12 +63,12 @@ func (r *runner) supervise(l *advisory.Lock) int {
 func (r *runner) finish(l *advisory.Lock, ps *os.ProcessState) int {
 	err := r.release(l)
 	if errors.Is(err, advisory.ErrLockLost) {
-		r.say("the command ended, but lock %q was lost before it could be released: %v; "+
+		r.say(`the command ended, but lock "%s" was lost before it could be released: %v; `+
 			"the command may have run without the lock at the end", r.key, err)
 		return exitLost
 	}
 	if err != nil {
-		r.say("releasing lock %q: %v (the server frees it as the session ends)", r.key, err)
+		r.say(`releasing lock "%s": %v (the server frees it as the session ends)`, r.key, err)
 	}
 	return exitStatus(ps)
 }
@@ -84,11 +90,11 @@ func exitStatus(ps *os.ProcessState) int {
 func startFailure(name string, err error) error {
 	switch {
 	case errors.Is(err, exec.ErrNotFound), errors.Is(err, os.ErrNotExist):
-		return fail(exitNotFound, "command not found: %s", name)
+		return fail(exitNotFound, `command not found: "%s"`, name)
 	case errors.Is(err, os.ErrPermission):
-		return fail(exitCannotExec, "cannot execute %s: %v", name, err)
+		return fail(exitCannotExec, `cannot execute "%s": %v`, name, err)
 	}
-	return fail(exitSoftware, "start %s: %v", name, err)
+	return fail(exitSoftware, `start "%s": %v`, name, err)
 }
 
 func isTerminal(f *os.File) bool {

@@ -1,0 +1,236 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+)
+
+// exitCodesHelp is the one table of exit codes; README.md and docs/migrations.md repeat it.
+const exitCodesHelp = `Exit codes:
+  0        success (run: CMD exited 0)
+  N        run: CMD's own exit code N
+  64       usage error (bad flag, argument or lock name)
+  69       server unavailable: cannot connect, a server error, a transaction-pooling proxy
+  70       internal error
+  75       lock not acquired: --no-wait found it held, or --wait elapsed
+  76       lock lost while CMD ran; CMD was stopped (SIGTERM, SIGKILL after --grace)
+  126      CMD cannot be executed
+  127      CMD not found
+  128+N    CMD was killed by signal N (e.g. 137 for SIGKILL)
+  130, 143 pgadvisory itself got SIGINT or SIGTERM (128+N for signal N, e.g. 129 for
+           SIGHUP) while connecting or waiting for the lock; CMD was not started
+`
+
+const connectionHelp = `Connection: --dsn, else $DATABASE_URL, else libpq's PG* variables (PGHOST, PGPORT,
+PGUSER, PGPASSWORD, PGDATABASE, PGSSLMODE, ...). --dsn may also come before the command.
+Passwords are never printed.
+`
+
+const mainHelp = `pgadvisory: PostgreSQL advisory locks from the shell
+
+Usage:
+  pgadvisory [--dsn DSN] COMMAND [flags] [args]
+  pgadvisory --help | --version
+
+Commands:
+  run      hold a lock while a command runs (like flock(1), across machines)
+  status   list the sessions holding or waiting for advisory locks
+  hash     print the key of a lock name and the psql lines that take the same lock
+  demo     start a throwaway PostgreSQL and show workers contending for a lock
+  help     print the help of a command: pgadvisory help run
+
+` + connectionHelp + `
+` + exitCodesHelp
+
+const runHelp = `Usage: pgadvisory run --key NAME [--wait DURATION | --no-wait] [flags] -- CMD [ARGS...]
+
+Takes the advisory lock NAME, runs CMD while holding it, releases it when CMD exits and
+exits with CMD's exit code. While it waits it reports who holds the lock (pid,
+application_name, client, for how long) when the holder changes and every 10 s.
+SIGINT, SIGTERM, SIGHUP and SIGQUIT are forwarded to CMD's process group; while
+pgadvisory is still connecting or waiting they end the wait at once, and CMD never starts.
+A signal that was ignored when pgadvisory started (nohup) stays ignored, for CMD too.
+If the lock is lost while CMD runs, CMD's process group gets SIGTERM, then SIGKILL after
+--grace, and pgadvisory exits 76. If pgadvisory itself dies (SIGKILL, OOM kill), the
+kernel kills CMD (PR_SET_PDEATHSIG; not the processes CMD started in the background).
+
+Flags:
+  --key NAME           lock name (required; any UTF-8 text without NUL, up to 4096 bytes;
+                       write --key=NAME for a name that starts with '-')
+  --wait DURATION      give up (exit 75) after waiting this long, e.g. 30s, 10m;
+                       0 (the default) waits as long as it takes
+  --no-wait            exit 75 at once if the lock is held
+  --shared             shared mode: shared holders run together; an exclusive one runs alone
+  --quiet              do not report who holds the lock while waiting
+  --grace DURATION     if the lock is lost: time between SIGTERM and SIGKILL to CMD
+                       (default 10s)
+  --holder-name NAME   application_name other sessions see
+                       (default "pgadvisory HOST/PID"; HOST is the pod name in Kubernetes)
+  --dsn DSN            connection string (default $DATABASE_URL, else the PG* variables)
+
+` + connectionHelp + `
+` + exitCodesHelp
+
+const statusHelp = `Usage: pgadvisory status [--key NAME] [--json] [--dsn DSN]
+
+Lists the sessions holding or waiting for advisory locks in the database: key, name (for
+locks taken by this tool or library), mode, state, pid, application_name, client and for
+how long. Names and other text from the server are printed escaped (\n, \x1b, \u202e, ...).
+
+Flags:
+  --key NAME   only the lock with this name
+  --json       print a JSON array with stable field names, values exactly as on the server
+  --dsn DSN    connection string (default $DATABASE_URL, else the PG* variables)
+
+` + connectionHelp + `
+Exit codes: 0 success, 64 usage error, 69 server unavailable.
+`
+
+const hashHelp = `Usage: pgadvisory hash NAME
+
+Prints the 64-bit key of lock name NAME (PostgreSQL's hashtextextended(NAME, 0)) and the
+psql lines that take, try and release the same lock, for operators. The SQL literal is
+correct whatever standard_conforming_strings says; names with control characters are
+written in the E'...' form with escapes. Needs no database. For a name that starts with
+'-', write: pgadvisory hash -- NAME
+
+Exit codes: 0 success, 64 usage error (no name, several names, or an invalid name).
+`
+
+const demoHelp = `Usage: pgadvisory demo
+
+Starts a throwaway PostgreSQL (Docker via testcontainers if a Docker engine answers, else
+the local PostgreSQL server binaries, e.g. apt-get install postgresql) and three worker
+processes, each running
+
+    pgadvisory run --key migrations -- <a six-step migration>
+
+It SIGKILLs the first holder mid-migration (the next worker takes over within
+milliseconds), terminates the second holder's session with pg_terminate_backend (it is
+told at once, stops its migration and exits 76), and prints a timeline. Takes about 10 s.
+Ctrl-C stops the workers and removes the server.
+
+Exit codes: 0 success, 69 no server could be started, 70 internal error, 130 interrupted.
+`
+
+// helpShown is returned by parseFlags after it printed the help.
+var helpShown = errors.New("help shown")
+
+// parseFlags parses args with fs, whose flags must all have been defined. -h, -help and
+// --help print help to stdout and return helpShown. Any other problem returns a usage
+// error that says what is wrong; nothing is printed.
+func parseFlags(fs *flag.FlagSet, args []string, help string, stdout io.Writer) error {
+	fs.SetOutput(io.Discard)
+	fs.Usage = func() {}
+	var bad badValue
+	fs.VisitAll(func(f *flag.Flag) { f.Value = &recordingValue{f.Value, f.Name, &bad} })
+	if err := missingValue(fs, args); err != nil {
+		return err
+	}
+	err := fs.Parse(args)
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, flag.ErrHelp):
+		fmt.Fprint(stdout, help)
+		return helpShown
+	case bad.err != nil:
+		return usageError(fs.Name(), "--%s %s: %v", bad.flag, bad.value, bad.err)
+	}
+	return usageError(fs.Name(), "%v", err)
+}
+
+// usageError is an exit-64 error of command cmd ("pgadvisory run"), with a pointer to its help.
+func usageError(cmd, format string, args ...any) error {
+	err := fmt.Errorf(format, args...)
+	if sub, ok := strings.CutPrefix(cmd, "pgadvisory "); ok {
+		err = fmt.Errorf("%s: %w", sub, err)
+	}
+	return &exitError{code: exitUsage, err: err, hint: fmt.Sprintf("Run '%s --help' for usage.", cmd)}
+}
+
+// missingValue catches a value flag followed by another flag or by "--" instead of its
+// value: `--key $EMPTY -- cmd` would otherwise lock the name "--" and run cmd.
+func missingValue(fs *flag.FlagSet, args []string) error {
+	for i := 0; i < len(args); i++ {
+		name, hasValue := flagName(args[i])
+		if name == "" {
+			return nil // the first non-flag argument, or "--": flags end here
+		}
+		f := fs.Lookup(name)
+		if hasValue || f == nil || isBoolFlag(f) || i+1 == len(args) {
+			continue
+		}
+		next := args[i+1]
+		if nextName, _ := flagName(next); next == "--" || (nextName != "" && fs.Lookup(nextName) != nil) {
+			return usageError(fs.Name(), "--%s needs a value, not the flag %s (an empty shell variable?); "+
+				"write --%s=VALUE for a value that starts with '-'", name, next, name)
+		}
+		i++
+	}
+	return nil
+}
+
+// flagName returns the name of a flag argument ("--key" or "-key=v" → "key") and whether
+// the value is in the same argument; "" if arg is not a flag.
+func flagName(arg string) (name string, hasValue bool) {
+	if len(arg) < 2 || arg[0] != '-' || arg == "--" {
+		return "", false
+	}
+	name = strings.TrimPrefix(strings.TrimPrefix(arg, "-"), "-")
+	name, _, hasValue = strings.Cut(name, "=")
+	return name, hasValue
+}
+
+func isBoolFlag(f *flag.Flag) bool {
+	b, ok := f.Value.(interface{ IsBoolFlag() bool })
+	return ok && b.IsBoolFlag()
+}
+
+// badValue is the first flag value that did not parse.
+type badValue struct {
+	flag, value string
+	err         error
+}
+
+// recordingValue wraps a flag's Value to keep the raw text of a bad value, so that the
+// message about it is ours: the flag package's quotes it with %q, which would hide the
+// escaping and the password masking that display does, and says only "parse error" for
+// a duration without a unit.
+type recordingValue struct {
+	flag.Value
+	name string
+	bad  *badValue
+}
+
+func (v *recordingValue) Set(s string) error {
+	err := v.Value.Set(s)
+	if err != nil && v.bad.err == nil {
+		*v.bad = badValue{v.name, s, valueProblem(v.Value, s)}
+	}
+	return err
+}
+
+func (v *recordingValue) IsBoolFlag() bool { return isBoolFlag(&flag.Flag{Value: v.Value}) }
+
+// valueProblem says what is wrong with s as a value of v.
+func valueProblem(v flag.Value, s string) error {
+	g, ok := v.(flag.Getter)
+	if !ok {
+		return errors.New("invalid value")
+	}
+	switch g.Get().(type) {
+	case time.Duration:
+		if strings.Trim(s, "0123456789.") == "" {
+			return errors.New("missing unit: use a unit: 10s, 5m")
+		}
+		return errors.New("not a duration: use a number and a unit: 10s, 5m, 1h30m")
+	case bool:
+		return errors.New("not a boolean: use true or false")
+	}
+	return errors.New("invalid value")
+}

@@ -1,0 +1,114 @@
+package main_test
+
+import (
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// TestHelpGoesToStdoutAndExitsZero: --help and -h print the full help of the top level and
+// of every command on stdout, and exit 0.
+func TestHelpGoesToStdoutAndExitsZero(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		args []string
+		want []string // in the help
+	}{
+		{[]string{"--help"}, []string{"Commands:", "run ", "status ", "hash ", "demo ", "--dsn", "Exit codes:"}},
+		{[]string{"-h"}, []string{"Commands:"}},
+		{[]string{"help"}, []string{"Commands:"}},
+		{[]string{"run", "--help"}, []string{"--key NAME", "--wait DURATION", "--no-wait", "--grace", "--holder-name", "--dsn", "Exit codes:"}},
+		{[]string{"run", "-h"}, []string{"--key NAME"}},
+		{[]string{"run", "--key", "k", "--help"}, []string{"--key NAME"}},
+		{[]string{"help", "run"}, []string{"--key NAME"}},
+		{[]string{"status", "--help"}, []string{"--json", "--key NAME", "--dsn"}},
+		{[]string{"status", "-h"}, []string{"--json"}},
+		{[]string{"hash", "--help"}, []string{"Usage: pgadvisory hash NAME", "standard_conforming_strings"}},
+		{[]string{"hash", "-h"}, []string{"Usage: pgadvisory hash NAME"}},
+		{[]string{"demo", "--help"}, []string{"Usage: pgadvisory demo", "pg_terminate_backend", "SIGKILL"}},
+		{[]string{"demo", "-h"}, []string{"Usage: pgadvisory demo"}},
+	} {
+		r := noDB(t, tc.args...)
+		assert.Equal(t, 0, r.code, "%v: %s", tc.args, r.stderr)
+		assert.Empty(t, r.stderr, "%v", tc.args)
+		assert.Contains(t, r.stdout, "Usage", "%v", tc.args)
+		for _, want := range tc.want {
+			assert.Contains(t, r.stdout, want, "%v", tc.args)
+		}
+	}
+}
+
+// TestRunHelpHasTheExitCodeTable: one table, every code.
+func TestRunHelpHasTheExitCodeTable(t *testing.T) {
+	t.Parallel()
+	r := noDB(t, "run", "--help")
+	require.Equal(t, 0, r.code)
+	table := r.stdout[strings.Index(r.stdout, "Exit codes:"):]
+	for _, code := range []string{"0 ", "64 ", "69 ", "70 ", "75 ", "76 ", "126 ", "127 ", "128+N ", "130, 143 "} {
+		assert.Regexp(t, `(?m)^  `+regexp.QuoteMeta(code), table, "exit code %s", code)
+	}
+}
+
+func TestVersion(t *testing.T) {
+	t.Parallel()
+	r := noDB(t, "--version")
+	require.Equal(t, 0, r.code, r.stderr)
+	assert.Regexp(t, `^pgadvisory (\(devel\)|v\S+)\n$`, r.stdout)
+}
+
+// TestUsageErrorsSayWhy: every usage error exits 64, says what is wrong and where the help
+// is, and prints nothing on stdout.
+func TestUsageErrorsSayWhy(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"run", "--wait", "10", "--key", "k", "--", "true"}, "--wait 10: missing unit: use a unit: 10s, 5m"},
+		{[]string{"run", "--grace", "soon", "--key", "k", "--", "true"}, "--grace soon: not a duration"},
+		{[]string{"run", "--no-wait=maybe", "--key", "k", "--", "true"}, "--no-wait maybe: not a boolean"},
+		{[]string{"hash", "x", "y"}, "hash: takes exactly one NAME, got 2 arguments"},
+		{[]string{"hash"}, "hash: takes exactly one NAME, got 0 arguments"},
+		{[]string{"hash", ""}, "hash: advisory: invalid key: empty name"},
+		// `--key $UNSET -- cmd`: the shell drops the empty word and "--" would be the name.
+		{[]string{"run", "--key", "--", "true"}, "run: --key needs a value, not the flag --"},
+		{[]string{"run", "--key", "--wait", "1s", "--", "true"}, "run: --key needs a value, not the flag --wait"},
+		{[]string{"run", "--key", "", "--", "true"}, "run: --key is empty"},
+		{[]string{"run", "--", "true"}, "run: --key is required"},
+		{[]string{"run", "--key", "k"}, "run: no command given"},
+		{[]string{"status", "--key", ""}, "status: --key: advisory: invalid key: empty name"},
+		{[]string{"status", "--key", "bad\xff"}, "status: --key: advisory: invalid key: name is not valid UTF-8"},
+		{[]string{"status", "extra"}, `status: unexpected argument "extra"`},
+		{[]string{"demo", "extra"}, `demo: unexpected argument "extra"`},
+		{[]string{"--bogus", "status"}, "unknown flag --bogus before the command"},
+		{[]string{"--dsn"}, "--dsn needs a value"},
+		{[]string{"nosuchcommand"}, `unknown command "nosuchcommand"`},
+		{[]string{}, "no command given"},
+		{[]string{"help", "nosuch"}, "help takes one of run, status, hash, demo"},
+	} {
+		r := noDB(t, tc.args...)
+		assert.Equal(t, 64, r.code, "%q: %s", tc.args, r.stderr)
+		assert.Contains(t, r.stderr, tc.want, "%q", tc.args)
+		assert.Contains(t, r.stderr, "--help' for usage.", "%q", tc.args)
+		assert.Empty(t, r.stdout, "%q", tc.args)
+	}
+}
+
+// TestConnectionFlagBeforeTheCommand: the help lists --dsn as a global flag, so it works
+// there too (and after the command, where it wins).
+func TestConnectionFlagBeforeTheCommand(t *testing.T) {
+	t.Parallel()
+	d := dsn(t)
+	env := []string{"DATABASE_URL="}
+	r := wait(t, startEnv(t, env, "--dsn", d, "status", "--json"))
+	assert.Equal(t, 0, r.code, r.stderr)
+	r = wait(t, startEnv(t, env, "--dsn="+d, "run", "--key", t.Name(), "--", "true"))
+	assert.Equal(t, 0, r.code, r.stderr)
+	r = wait(t, startEnv(t, env, "--dsn", "postgres://nobody@127.0.0.1:1/x?connect_timeout=2", "status", "--dsn", d))
+	assert.Equal(t, 0, r.code, "the command's own --dsn wins: %s", r.stderr)
+	r = wait(t, startEnv(t, env, "--dsn", d, "hash", "k"))
+	assert.Equal(t, 0, r.code, "commands that do not connect accept it too: %s", r.stderr)
+}
