@@ -27,6 +27,8 @@ package advisory
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -79,6 +81,11 @@ const DefaultMaxConns = 16
 // and idle_session_timeout set to 0: ctx is the only timeout of a Lock call, and a held lock
 // lives exactly as long as its connection. connect_timeout defaults to 10s.
 //
+// Sessions are named, so that holders can be told apart in pg_stat_activity, [Manager.Holders]
+// and pgadvisory status: application_name defaults to "PROGRAM HOST/PID" (the program's
+// base name, the host name and the process ID, cut to PostgreSQL's 63 bytes) unless the
+// connection string or PGAPPNAME sets one.
+//
 // A connection string that cannot be parsed returns an error wrapping [ErrInvalidOption]
 // whose text never contains the password, whatever the string's form: it does not wrap
 // pgx's parse error, whose text may.
@@ -118,11 +125,17 @@ func NewWithConfig(ctx context.Context, cfg *pgxpool.Config, opts ...Option) (*M
 	}
 	set := defaultSettings()
 	for _, opt := range opts {
-		if err := opt(&set); err != nil {
+		if opt.apply == nil {
+			continue
+		}
+		if err := opt.apply(&set); err != nil {
 			return nil, err
 		}
 	}
 	cfg = cfg.Copy()
+	if cfg.ConnConfig.RuntimeParams["application_name"] == "" {
+		cfg.ConnConfig.RuntimeParams["application_name"] = defaultApplicationName()
+	}
 	if err := takeLibpqKeepalive(cfg.ConnConfig.RuntimeParams, &set); err != nil {
 		return nil, err
 	}
@@ -145,6 +158,25 @@ func NewWithConfig(ctx context.Context, cfg *pgxpool.Config, opts ...Option) (*M
 	}
 	return &Manager{pool: pool, set: set, proxy: ps, poller: p, closing: make(chan struct{}), closeDone: make(chan struct{}),
 		sessions: make(map[*pin]struct{})}, nil
+}
+
+// defaultApplicationName is "PROGRAM HOST/PID", shortened at the program's name to fit
+// PostgreSQL's 63-byte limit, so that the part that tells holders apart survives.
+func defaultApplicationName() string {
+	host, err := os.Hostname()
+	if err != nil {
+		host = "?"
+	}
+	tail := " " + host + "/" + strconv.Itoa(os.Getpid())
+	prog := filepath.Base(os.Args[0])
+	if room := 63 - len(tail); len(prog) > room {
+		prog = strings.ToValidUTF8(prog[:max(room, 0)], "")
+	}
+	name := prog + tail
+	if len(name) > 63 {
+		name = name[len(name)-63:]
+	}
+	return name
 }
 
 func configure(cfg *pgxpool.Config, set *settings, ps *proxyState) *pgxpool.Config {

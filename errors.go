@@ -10,7 +10,8 @@ import (
 // cause stays reachable with [errors.As] and errors.Is.
 var (
 	// ErrLocked means TryLock found the lock held by another session. The error is a
-	// *[LockedError] when the holder could be identified.
+	// *[LockedError] naming the lock; [Manager.Holders] says who holds it (pid,
+	// application_name, client address, since when).
 	ErrLocked = errors.New("advisory: lock is held by another session")
 
 	// ErrLockLost means a held lock ended without Unlock: its connection was terminated,

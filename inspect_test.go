@@ -2,6 +2,9 @@ package advisory_test
 
 import (
 	"context"
+	"os"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -191,4 +194,31 @@ func TestHoldersLongNames(t *testing.T) {
 	assert.True(t, hs[0].NameTruncated)
 	assert.True(t, strings.HasPrefix(long, hs[0].Name))
 	require.NoError(t, s.Close(ctx))
+}
+
+// Holders carry names: a Manager whose connection string sets no application_name calls
+// its sessions "PROGRAM HOST/PID"; one that sets it keeps its own.
+func TestHoldersHaveApplicationNames(t *testing.T) {
+	t.Parallel()
+	ctx := ctxT(t)
+	host, err := os.Hostname()
+	require.NoError(t, err)
+	want := filepath.Base(os.Args[0]) + " " + host + "/" + strconv.Itoa(os.Getpid())
+	if len(want) > 63 {
+		want = want[len(want)-63:]
+	}
+	for _, tc := range []struct {
+		extra []string
+		want  string
+	}{{nil, want}, {[]string{"application_name=billing-worker"}, "billing-worker"}} {
+		m := newManager(t, tc.extra)
+		name := t.Name() + "/" + tc.want
+		l, err := m.Lock(ctx, name)
+		require.NoError(t, err)
+		hs, err := m.Holders(ctx, name)
+		require.NoError(t, err)
+		require.Len(t, hs, 1)
+		assert.Equal(t, tc.want, hs[0].ApplicationName)
+		require.NoError(t, l.Unlock(ctx))
+	}
 }

@@ -16,7 +16,7 @@ func WithLogger(logger *slog.Logger) Option {
 	if logger == nil {
 		panic("advisory: WithLogger(nil)")
 	}
-	return func(s *settings) error { s.logger = logger; return nil }
+	return option(func(s *settings) error { s.logger = logger; return nil })
 }
 
 // waitLogAfter is how long a Lock waits before the wait is logged with its holders.

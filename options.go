@@ -8,9 +8,14 @@ import (
 	"unicode/utf8"
 )
 
-// An Option configures a Manager. Options are applied in order by New and NewWithConfig;
-// an invalid value makes them return an error wrapping [ErrInvalidOption].
-type Option func(*settings) error
+// An Option configures a Manager; the With functions make them. Options are applied in
+// order by New and NewWithConfig; an invalid value makes them return an error wrapping
+// [ErrInvalidOption]. The zero Option changes nothing.
+type Option struct {
+	apply func(*settings) error
+}
+
+func option(f func(*settings) error) Option { return Option{apply: f} }
 
 type settings struct {
 	clientKeepalive    TCPKeepalive
@@ -50,7 +55,7 @@ func (s *settings) validate() error {
 // keepalives_idle, keepalives_interval, keepalives_count and tcp_user_timeout in the
 // connection string set the same thing (New refuses both at once).
 func WithClientKeepalive(k TCPKeepalive) Option {
-	return func(s *settings) error { s.clientKeepalive, s.clientKeepaliveSet = k, true; return nil }
+	return option(func(s *settings) error { s.clientKeepalive, s.clientKeepaliveSet = k, true; return nil })
 }
 
 // WithServerKeepalive sets tcp_keepalives_idle, tcp_keepalives_interval,
@@ -59,20 +64,20 @@ func WithClientKeepalive(k TCPKeepalive) Option {
 // Interval 5s, Count 4, UserTimeout 30s: freed between 20 s and 30 s after a partition.
 // Over a Unix socket these settings do nothing (a local socket cannot be partitioned).
 func WithServerKeepalive(k TCPKeepalive) Option {
-	return func(s *settings) error { s.serverKeepalive = k; return nil }
+	return option(func(s *settings) error { s.serverKeepalive = k; return nil })
 }
 
 // WithMinMargin sets how much earlier, at worst, the holder must be told of a partition
 // than the server can free its lock (see [Bounds]). New refuses keepalive settings that
 // give less. The default is 5s; it must be at least 1s.
 func WithMinMargin(d time.Duration) Option {
-	return func(s *settings) error {
+	return option(func(s *settings) error {
 		if d < time.Second {
 			return fmt.Errorf("%w: minimum margin %v is below 1s", ErrInvalidOption, d)
 		}
 		s.minMargin = d
 		return nil
-	}
+	})
 }
 
 // WithConnectionCheckInterval sets client_connection_check_interval (PostgreSQL 14+) on
@@ -80,14 +85,14 @@ func WithMinMargin(d time.Duration) Option {
 // client is still there, so a waiter whose process died is not granted the lock. The
 // default is 1s; it must be whole milliseconds from 100ms to 1h. Older servers ignore it.
 func WithConnectionCheckInterval(d time.Duration) Option {
-	return func(s *settings) error {
+	return option(func(s *settings) error {
 		if d < 100*time.Millisecond || d > time.Hour || d%time.Millisecond != 0 {
 			return fmt.Errorf("%w: connection check interval %v; want whole milliseconds from 100ms to 1h",
 				ErrInvalidOption, d)
 		}
 		s.connCheckInterval = d
 		return nil
-	}
+	})
 }
 
 // WithCancelGrace sets how long a cancelled Lock waits for the server to confirm that it
@@ -95,13 +100,13 @@ func WithConnectionCheckInterval(d time.Duration) Option {
 // On a healthy server the confirmation takes about a millisecond. The default is 1s; it
 // must be from 10ms to 1m.
 func WithCancelGrace(d time.Duration) Option {
-	return func(s *settings) error {
+	return option(func(s *settings) error {
 		if d < 10*time.Millisecond || d > time.Minute {
 			return fmt.Errorf("%w: cancel grace %v; want 10ms to 1m", ErrInvalidOption, d)
 		}
 		s.cancelGrace = d
 		return nil
-	}
+	})
 }
 
 // WithNamespace puts every lock name the Manager is given into a namespace, so that two
@@ -111,14 +116,14 @@ func WithCancelGrace(d time.Duration) Option {
 // without ':' or NUL, so that distinct namespaces never produce the same text. The
 // default is none. Raw keys (LockKey) and transaction locks (XactLock) are not affected.
 func WithNamespace(ns string) Option {
-	return func(s *settings) error {
+	return option(func(s *settings) error {
 		if ns == "" || strings.ContainsAny(ns, ":\x00") || !utf8.ValidString(ns) || len(ns) > MaxNameLen/2 {
 			return fmt.Errorf("%w: namespace %q: want non-empty valid UTF-8 of at most %d bytes without ':' or NUL",
 				ErrInvalidOption, ns, MaxNameLen/2)
 		}
 		s.namespace = ns
 		return nil
-	}
+	})
 }
 
 // WithSessionLimits sets the limits of a [Session]: capacity, the most distinct locks it
@@ -130,11 +135,11 @@ func WithNamespace(ns string) Option {
 // table holds about max_locks_per_transaction × (max_connections + max_prepared_transactions)
 // locks, and past it every session fails (ErrLockTableFull).
 func WithSessionLimits(capacity, retireAfter int) Option {
-	return func(s *settings) error {
+	return option(func(s *settings) error {
 		if capacity < 1 || retireAfter < 1 || retireAfter > capacity {
 			return fmt.Errorf("%w: session limits %d, %d: want 1 <= retireAfter <= capacity", ErrInvalidOption, capacity, retireAfter)
 		}
 		s.sessionCap, s.sessionRetire = capacity, retireAfter
 		return nil
-	}
+	})
 }
