@@ -1,27 +1,3 @@
-// Package advisory turns PostgreSQL session-level advisory locks into a distributed lock
-// for Go services: only one holder at a time across every process that shares a database.
-//
-// # The lease is the session
-//
-// Each held lock pins its own connection from the Manager's pool. There is no lock table
-// and no TTL: when the holder's process dies, its host vanishes or the network is cut,
-// the connection ends and PostgreSQL frees the lock. TCP keepalive is configured on both
-// ends so that, after a silent partition, the holder is told (its Lock's Done channel
-// closes) before the server can free the lock (see [Bounds] and docs/keepalive.md).
-//
-// # Loss
-//
-// A holder must be ready for its lock to be lost. While a lock is held a watcher blocks
-// reading its idle connection, so a terminated session, a server shutdown or a reset is
-// seen within milliseconds, and a silent partition within the client keepalive bound
-// (10 s by default). [Lock.Done] then closes and [Lock.Err] wraps [ErrLockLost].
-// [Manager.Do] cancels its function's context when that happens.
-//
-// # Keys
-//
-// A lock name is hashed to the int64 key PostgreSQL's hashtextextended(name, 0) gives, so
-// psql can take the same lock: SELECT pg_advisory_lock(hashtextextended('migrations', 0)).
-// See [KeyOf] and docs/keys.md.
 package advisory
 
 import (
