@@ -25,7 +25,7 @@
 //     only while this process leads: a leader-only loop, campaigning again after a loss.
 //   - [Session] pins one connection for many locks (thousands, taken in one statement
 //     with [Session.LockAll]); they share that connection's fate.
-//   - [Manager.XactLock] takes a transaction-scoped lock inside a caller's pgx.Tx, freed
+//   - [XactLock] takes a transaction-scoped lock inside a caller's pgx.Tx, freed
 //     at commit or rollback.
 //   - [Manager.Holders] says who holds or waits for a lock: backend pid,
 //     application_name (sessions are named "PROGRAM HOST/PID" unless the connection
