@@ -42,6 +42,9 @@ type chaosSummary struct {
 }
 
 func TestChaos(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: a slow fault test (tens of seconds); CI runs it")
+	}
 	dsn(t)
 	seed := uint64(time.Now().UnixNano())
 	if v, err := strconv.ParseUint(os.Getenv("CHAOS_SEED"), 10, 64); err == nil {

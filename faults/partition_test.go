@@ -105,6 +105,9 @@ func (l *partitionLab) close() {
 // and measures, for each, (a) when its Done closed and (b) when another session could
 // take its lock. a < b in every run is the library's core safety property.
 func TestPartitionHolderIsToldBeforeTheServerFreesTheLock(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: a slow fault test (tens of seconds); CI runs it")
+	}
 	if netLab == nil {
 		if pgtest.InCI() {
 			t.Fatalf("the partition test must run in CI: %v", labErr)
