@@ -48,7 +48,7 @@ func busyClients(t *testing.T, dsn string, n int) {
 		wg.Wait()
 		t.Logf("%d background clients ran %d statements", n, stmts.Load())
 	})
-	require.Eventually(t, func() bool { return stmts.Load() >= int64(5*n) }, 10*time.Second, time.Millisecond,
+	require.True(t, within(10*time.Second, time.Millisecond, func() bool { return stmts.Load() >= int64(5*n) }),
 		"background clients are not running")
 }
 
@@ -58,15 +58,29 @@ func busyClients(t *testing.T, dsn string, n int) {
 func requireNoLockLeft(t *testing.T, b *pgtest.PgBouncer) {
 	ctx := ctxT(t)
 	var left []string
-	ok := assert.Eventually(t, func() bool {
+	if !within(2*time.Second, 20*time.Millisecond, func() bool {
 		pids, err := b.ServerPIDs(ctx)
 		require.NoError(t, err)
 		left = advisoryLocksOf(t, pids)
 		return len(left) == 0
-	}, 2*time.Second, 20*time.Millisecond)
-	if !ok {
-		t.Errorf("advisory locks left on PgBouncer's server connections: %s", strings.Join(left, "; "))
+	}) {
+		t.Errorf("advisory locks left on PgBouncer's server connections 2s after the clients closed: %s",
+			strings.Join(left, "; "))
 	}
+}
+
+// within calls cond every tick until it returns true (within reports true) or limit has
+// passed (false). Unlike assert.Eventually it calls cond on the test's own goroutine, so
+// cond may use require, and no call outlives the test.
+func within(limit, tick time.Duration, cond func() bool) bool {
+	deadline := time.Now().Add(limit)
+	for !cond() {
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(tick)
+	}
+	return true
 }
 
 func advisoryLocksOf(t testing.TB, pids []uint32) []string {

@@ -175,7 +175,7 @@ func (b *PgBouncer) run(bin string, cred *syscall.Credential) error {
 	b.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Credential: cred}
 	b.cmd.Dir = b.dir
 	b.cmd.Stdout, b.cmd.Stderr = out, out
-	if err := b.cmd.Start(); err != nil {
+	if err := startTied(b.cmd, syscall.SIGTERM); err != nil { // SIGTERM: immediate shutdown
 		b.cmd = nil
 		return fmt.Errorf("pgtest: pgbouncer: %w", err)
 	}
