@@ -22,7 +22,8 @@ import (
 // TestPgBouncerSessionPooling: behind a real PgBouncer in session mode locks work as on a
 // direct connection (holders and waiters seen in pg_locks, ErrLocked, hand-over, Sessions),
 // a SIGKILLed holder process's lock is freed within 2 s (PgBouncer's DISCARD ALL), and
-// nothing is left or leaked afterwards. Quiet and with busy background clients.
+// nothing is left or leaked afterwards. Quiet and with busy background clients (in
+// parallel with each other, not with the package's other tests).
 func TestPgBouncerSessionPooling(t *testing.T) {
 	for _, load := range poolerLoads {
 		t.Run(load.name, func(t *testing.T) {

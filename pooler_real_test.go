@@ -41,6 +41,8 @@ var poolerLoads = []struct {
 
 // TestPgBouncerTransactionPooling runs the issue-9 checks in transaction and statement
 // mode, quiet and busy. Each step is a subtest so the report says which guarantee broke.
+// The four scenarios run in parallel with each other, not with the package's other tests
+// (their background load would stretch those tests' timings on two cores).
 func TestPgBouncerTransactionPooling(t *testing.T) {
 	knownIssue(t, 9)
 	for _, mode := range []pgtest.PoolMode{pgtest.PoolTransaction, pgtest.PoolStatement} {
