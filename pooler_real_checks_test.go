@@ -108,24 +108,29 @@ func settingsToCheck(t testing.TB) []string {
 }
 
 // requireNoSettingLeaked: after the library's clients ran, plain clients through PgBouncer
-// see the server's defaults on every server connection PgBouncer could hand to a new
-// client (all of them in transaction and statement mode; in session mode those not
+// see the server's defaults (but for those overridden, which PgBouncer's connect_query
+// sets) on every server connection PgBouncer could hand to a new client (all of them in transaction and statement mode; in session mode those not
 // linked to a client). Settings are per backend and cannot be read from another session,
 // so plain clients sample the server connections, one client per connection to check,
 // each statement holding its connection for 50 ms, until every one has answered, within 5 s.
-func requireNoSettingLeaked(t *testing.T, b *pgtest.PgBouncer) {
+func requireNoSettingLeaked(t *testing.T, b *pgtest.PgBouncer, overridden map[string]string) {
 	ctx := ctxT(t)
 	names := settingsToCheck(t)
 	settings := "ARRAY[current_setting('" + strings.Join(names, "'), current_setting('") + "')]"
 	var want []string // the defaults, on a direct connection
 	require.NoError(t, admin.QueryRow(ctx, "SELECT "+settings).Scan(&want))
+	for i, name := range names {
+		if v, ok := overridden[name]; ok {
+			want[i] = v
+		}
+	}
 	query := "SELECT pg_backend_pid(), " + settings + " FROM pg_sleep(0.05)"
 	pids := reusableServerPIDs(t, b)
 	require.NotEmpty(t, pids, "no server connection to check")
 	seen := sampleServerConns(t, b.DSN(), query, pids)
 	for pid, got := range seen {
 		for i, name := range names {
-			assert.Equal(t, want[i], got[i], "%s on PgBouncer's server connection pid %d (server default %s)", name, pid, want[i])
+			assert.Equal(t, want[i], got[i], "%s on PgBouncer's server connection pid %d (default there: %s)", name, pid, want[i])
 		}
 	}
 	for _, pid := range pids {

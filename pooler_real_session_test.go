@@ -34,7 +34,7 @@ func TestPgBouncerSessionPooling(t *testing.T) {
 			t.Run("locks work", func(t *testing.T) { sessionPoolingLocksWork(t, b) })
 			t.Run("SIGKILLed holder freed within 2s", func(t *testing.T) { sessionPoolingKilledHolder(t, b) })
 			t.Run("no lock left on a server connection", func(t *testing.T) { requireNoLockLeft(t, b) })
-			t.Run("no session setting leaks", func(t *testing.T) { requireNoSettingLeaked(t, b) })
+			t.Run("no session setting leaks", func(t *testing.T) { requireNoSettingLeaked(t, b, nil) })
 		})
 	}
 }

@@ -140,3 +140,16 @@ func ctxT(t testing.TB) context.Context {
 	t.Cleanup(cancel)
 	return ctx
 }
+
+// TestPgBouncerConnectQuery: WithConnectQuery's SQL (quotes included) runs on each new
+// server connection, so clients see its settings.
+func TestPgBouncerConnectQuery(t *testing.T) {
+	t.Parallel()
+	b := pgtest.PgBouncerForTest(t, server(t), pgtest.PoolTransaction,
+		pgtest.WithConnectQuery("SET lock_timeout = '17s'; SET statement_timeout = '19s'"))
+	var lockTimeout, statementTimeout string
+	require.NoError(t, connect(t, b.DSN()).QueryRow(ctxT(t),
+		"SELECT current_setting('lock_timeout'), current_setting('statement_timeout')").Scan(&lockTimeout, &statementTimeout))
+	assert.Equal(t, "17s", lockTimeout)
+	assert.Equal(t, "19s", statementTimeout)
+}
