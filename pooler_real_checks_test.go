@@ -48,7 +48,7 @@ func busyClients(t *testing.T, dsn string, n int) {
 		wg.Wait()
 		t.Logf("%d background clients ran %d statements", n, stmts.Load())
 	})
-	require.Eventually(t, func() bool { return stmts.Load() >= int64(5*n) }, 10*time.Second, time.Millisecond,
+	require.True(t, within(10*time.Second, time.Millisecond, func() bool { return stmts.Load() >= int64(5*n) }),
 		"background clients are not running")
 }
 
@@ -58,15 +58,29 @@ func busyClients(t *testing.T, dsn string, n int) {
 func requireNoLockLeft(t *testing.T, b *pgtest.PgBouncer) {
 	ctx := ctxT(t)
 	var left []string
-	ok := assert.Eventually(t, func() bool {
+	if !within(2*time.Second, 20*time.Millisecond, func() bool {
 		pids, err := b.ServerPIDs(ctx)
 		require.NoError(t, err)
 		left = advisoryLocksOf(t, pids)
 		return len(left) == 0
-	}, 2*time.Second, 20*time.Millisecond)
-	if !ok {
-		t.Errorf("advisory locks left on PgBouncer's server connections: %s", strings.Join(left, "; "))
+	}) {
+		t.Errorf("advisory locks left on PgBouncer's server connections 2s after the clients closed: %s",
+			strings.Join(left, "; "))
 	}
+}
+
+// within calls cond every tick until it returns true (within reports true) or limit has
+// passed (false). Unlike assert.Eventually it calls cond on the test's own goroutine, so
+// cond may use require, and no call outlives the test.
+func within(limit, tick time.Duration, cond func() bool) bool {
+	deadline := time.Now().Add(limit)
+	for !cond() {
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(tick)
+	}
+	return true
 }
 
 func advisoryLocksOf(t testing.TB, pids []uint32) []string {
@@ -94,24 +108,29 @@ func settingsToCheck(t testing.TB) []string {
 }
 
 // requireNoSettingLeaked: after the library's clients ran, plain clients through PgBouncer
-// see the server's defaults on every server connection PgBouncer could hand to a new
-// client (all of them in transaction and statement mode; in session mode those not
+// see the server's defaults (but for those overridden, which PgBouncer's connect_query
+// sets) on every server connection PgBouncer could hand to a new client (all of them in transaction and statement mode; in session mode those not
 // linked to a client). Settings are per backend and cannot be read from another session,
 // so plain clients sample the server connections, one client per connection to check,
 // each statement holding its connection for 50 ms, until every one has answered, within 5 s.
-func requireNoSettingLeaked(t *testing.T, b *pgtest.PgBouncer) {
+func requireNoSettingLeaked(t *testing.T, b *pgtest.PgBouncer, overridden map[string]string) {
 	ctx := ctxT(t)
 	names := settingsToCheck(t)
 	settings := "ARRAY[current_setting('" + strings.Join(names, "'), current_setting('") + "')]"
 	var want []string // the defaults, on a direct connection
 	require.NoError(t, admin.QueryRow(ctx, "SELECT "+settings).Scan(&want))
+	for i, name := range names {
+		if v, ok := overridden[name]; ok {
+			want[i] = v
+		}
+	}
 	query := "SELECT pg_backend_pid(), " + settings + " FROM pg_sleep(0.05)"
 	pids := reusableServerPIDs(t, b)
 	require.NotEmpty(t, pids, "no server connection to check")
 	seen := sampleServerConns(t, b.DSN(), query, pids)
 	for pid, got := range seen {
 		for i, name := range names {
-			assert.Equal(t, want[i], got[i], "%s on PgBouncer's server connection pid %d (server default %s)", name, pid, want[i])
+			assert.Equal(t, want[i], got[i], "%s on PgBouncer's server connection pid %d (default there: %s)", name, pid, want[i])
 		}
 	}
 	for _, pid := range pids {

@@ -18,11 +18,11 @@ type T interface {
 // the test ends. Without pgbouncer installed the test is skipped with the reason, except
 // under CI=true, where that fails it (.ci/run installs pgbouncer). Any other error fails
 // the test.
-func PgBouncerForTest(t T, srv *Server, mode PoolMode) *PgBouncer {
+func PgBouncerForTest(t T, srv *Server, mode PoolMode, opts ...PgBouncerOption) *PgBouncer {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	b, err := StartPgBouncer(ctx, srv, mode)
+	b, err := StartPgBouncer(ctx, srv, mode, opts...)
 	if errors.Is(err, ErrUnavailable) && !InCI() {
 		t.Skipf("no PgBouncer for this test: %v", err)
 	}

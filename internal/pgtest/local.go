@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"os/user"
 	"path/filepath"
+	"runtime"
 	"sort"
 	"strconv"
 	"strings"
@@ -137,6 +138,18 @@ func (l *local) command(ctx context.Context, name string, args ...string) *exec.
 	return cmd
 }
 
+// startTied starts a server process that gets sig if this process dies without stopping
+// it (a test binary that panics or is killed runs no cleanup), so no server outlives its
+// test run. The parent-death signal fires when the thread that forked the child exits:
+// fork from a thread locked for the call, which goes back to the runtime's pool (and
+// lives as long as the process) when unlocked.
+func startTied(cmd *exec.Cmd, sig syscall.Signal) error {
+	cmd.SysProcAttr.Pdeathsig = sig
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	return cmd.Start()
+}
+
 func (l *local) initdb(ctx context.Context) error {
 	cmd := l.command(ctx, "initdb", "--no-sync", "-A", "trust", "-E", "UTF8", "--locale=C",
 		"-U", "postgres", "-D", filepath.Join(l.dir, "data"))
@@ -175,7 +188,7 @@ func (l *local) start(ctx context.Context) error {
 		// already admits replication from 127.0.0.1 with -A trust.
 		"-c", "wal_level=replica", "-c", "max_wal_senders=10")
 	cmd.Stdout, cmd.Stderr = logf, logf
-	if err := cmd.Start(); err != nil {
+	if err := startTied(cmd, syscall.SIGQUIT); err != nil { // SIGQUIT: immediate shutdown
 		return fmt.Errorf("postgres: %w", err)
 	}
 	l.cmd, l.exit = cmd, make(chan struct{})

@@ -37,6 +37,21 @@ const PgBouncerPoolSize = 3
 // ones at once.
 const PgBouncerSessionPoolSize = 20
 
+// PgBouncerOption changes one setting of a PgBouncer started by [StartPgBouncer].
+type PgBouncerOption func(*pgbouncerSettings)
+
+type pgbouncerSettings struct {
+	connectQuery string
+}
+
+// WithConnectQuery sets the database's connect_query: SQL PgBouncer runs on every new
+// server connection before any client uses it, for example SETs that give its sessions
+// settings other than the server's defaults (so that a client's SET of the default value
+// is seen if it leaks). Session mode's DISCARD ALL resets such SETs. The default is none.
+func WithConnectQuery(sql string) PgBouncerOption {
+	return func(s *pgbouncerSettings) { s.connectQuery = sql }
+}
+
 // PgBouncer is a running pgbouncer in front of a Server. Clients connect to DSN(); it
 // logs into the server with the server DSN's user and password. Close stops it.
 type PgBouncer struct {
@@ -68,7 +83,11 @@ type PgBouncer struct {
 //
 // It returns an error wrapping [ErrUnavailable] when pgbouncer is not installed. On error
 // nothing is left running.
-func StartPgBouncer(ctx context.Context, srv *Server, mode PoolMode) (*PgBouncer, error) {
+func StartPgBouncer(ctx context.Context, srv *Server, mode PoolMode, opts ...PgBouncerOption) (*PgBouncer, error) {
+	var set pgbouncerSettings
+	for _, opt := range opts {
+		opt(&set)
+	}
 	bin, err := pgbouncerBinary()
 	if err != nil {
 		return nil, err
@@ -80,7 +99,7 @@ func StartPgBouncer(ctx context.Context, srv *Server, mode PoolMode) (*PgBouncer
 	var lastErr error
 	for try := 0; try < 3; try++ { // the free port may be taken before pgbouncer binds it
 		b := &PgBouncer{mode: mode, user: up.User, db: up.Database}
-		if lastErr = b.start(ctx, bin, up); lastErr == nil {
+		if lastErr = b.start(ctx, bin, up, set); lastErr == nil {
 			return b, nil
 		}
 		if !strings.Contains(lastErr.Error(), "Address already in use") {
@@ -101,7 +120,7 @@ func pgbouncerBinary() (string, error) {
 }
 
 // start writes the configuration, runs pgbouncer and waits until it serves a query.
-func (b *PgBouncer) start(ctx context.Context, bin string, up *pgconn.Config) error {
+func (b *PgBouncer) start(ctx context.Context, bin string, up *pgconn.Config, set pgbouncerSettings) error {
 	dir, err := os.MkdirTemp("/tmp", "pgb")
 	if err != nil {
 		return err
@@ -112,7 +131,7 @@ func (b *PgBouncer) start(ctx context.Context, bin string, up *pgconn.Config) er
 		b.port, err = freePort()
 	}
 	if err == nil {
-		err = b.writeConfig(up, cred)
+		err = b.writeConfig(up, set, cred)
 	}
 	if err == nil {
 		err = b.run(bin, cred)
@@ -126,13 +145,17 @@ func (b *PgBouncer) start(ctx context.Context, bin string, up *pgconn.Config) er
 	return err
 }
 
-func (b *PgBouncer) writeConfig(up *pgconn.Config, cred *syscall.Credential) error {
+func (b *PgBouncer) writeConfig(up *pgconn.Config, set pgbouncerSettings, cred *syscall.Credential) error {
 	poolSize := PgBouncerPoolSize
 	if b.mode == PoolSession {
 		poolSize = PgBouncerSessionPoolSize
 	}
+	db := fmt.Sprintf("host=%s port=%d dbname=%s", up.Host, up.Port, b.db)
+	if set.connectQuery != "" {
+		db += " connect_query='" + strings.ReplaceAll(set.connectQuery, "'", "''") + "'"
+	}
 	ini := fmt.Sprintf(`[databases]
-%s = host=%s port=%d dbname=%s
+%s = %s
 
 [pgbouncer]
 listen_addr = 127.0.0.1
@@ -148,7 +171,7 @@ max_client_conn = 200
 ignore_startup_parameters = extra_float_digits
 server_login_retry = 1
 logfile = %s
-`, b.db, up.Host, up.Port, b.db, b.port, filepath.Join(b.dir, "userlist.txt"), b.user, b.mode,
+`, b.db, db, b.port, filepath.Join(b.dir, "userlist.txt"), b.user, b.mode,
 		poolSize, filepath.Join(b.dir, "pgbouncer.log"))
 	users := fmt.Sprintf("%q %q\n", b.user, up.Password)
 	for name, content := range map[string]string{"pgbouncer.ini": ini, "userlist.txt": users} {
@@ -175,7 +198,7 @@ func (b *PgBouncer) run(bin string, cred *syscall.Credential) error {
 	b.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Credential: cred}
 	b.cmd.Dir = b.dir
 	b.cmd.Stdout, b.cmd.Stderr = out, out
-	if err := b.cmd.Start(); err != nil {
+	if err := startTied(b.cmd, syscall.SIGTERM); err != nil { // SIGTERM: immediate shutdown
 		b.cmd = nil
 		return fmt.Errorf("pgtest: pgbouncer: %w", err)
 	}

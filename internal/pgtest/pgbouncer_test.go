@@ -69,16 +69,17 @@ func TestPgBouncerKilledClientsLock(t *testing.T) {
 			start := time.Now()
 			require.NoError(t, syscall.Kill(holder.Process.Pid, syscall.SIGKILL))
 			if mode == pgtest.PoolSession {
-				require.Eventually(t, func() bool { return len(holders(t, direct, key)) == 0 },
-					2*time.Second, 10*time.Millisecond, "lock still held 2s after its client was killed")
+				require.True(t, within(2*time.Second, 10*time.Millisecond, func() bool { return len(holders(t, direct, key)) == 0 }),
+					"lock still held 2s after its client was killed")
 				t.Logf("session mode: lock freed %v after SIGKILL", time.Since(start))
 				return
 			}
-			require.Eventually(t, func() bool {
+			require.True(t, within(10*time.Second, 10*time.Millisecond, func() bool {
 				clients, err := b.Show(ctx, "CLIENTS")
 				require.NoError(t, err)
+				// The console is a client too.
 				return !slices.ContainsFunc(clients, func(c map[string]string) bool { return c["database"] != "pgbouncer" })
-			}, 10*time.Second, 10*time.Millisecond, "PgBouncer did not drop the killed client") // the console is a client too
+			}), "PgBouncer did not drop the killed client")
 			pids, err := b.ServerPIDs(ctx)
 			require.NoError(t, err)
 			held := holders(t, direct, key)
@@ -121,8 +122,34 @@ func keyOf(name string) int64 {
 	return int64(h.Sum64())
 }
 
+// within calls cond on the test's goroutine every tick until it returns true (within
+// reports true) or limit has passed (false).
+func within(limit, tick time.Duration, cond func() bool) bool {
+	deadline := time.Now().Add(limit)
+	for !cond() {
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(tick)
+	}
+	return true
+}
+
 func ctxT(t testing.TB) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	t.Cleanup(cancel)
 	return ctx
+}
+
+// TestPgBouncerConnectQuery: WithConnectQuery's SQL (quotes included) runs on each new
+// server connection, so clients see its settings.
+func TestPgBouncerConnectQuery(t *testing.T) {
+	t.Parallel()
+	b := pgtest.PgBouncerForTest(t, server(t), pgtest.PoolTransaction,
+		pgtest.WithConnectQuery("SET lock_timeout = '17s'; SET statement_timeout = '19s'"))
+	var lockTimeout, statementTimeout string
+	require.NoError(t, connect(t, b.DSN()).QueryRow(ctxT(t),
+		"SELECT current_setting('lock_timeout'), current_setting('statement_timeout')").Scan(&lockTimeout, &statementTimeout))
+	assert.Equal(t, "17s", lockTimeout)
+	assert.Equal(t, "19s", statementTimeout)
 }
