@@ -93,7 +93,7 @@ func TestUnlockWithEndedContextStillFreesTheLock(t *testing.T) {
 	require.ErrorIs(t, err, context.Canceled)
 	<-l.Done()
 	// The connection was closed instead: the server frees the lock as the session ends.
-	require.Eventually(t, func() bool { return len(lockRows(t, l.Key())) == 0 }, 5*time.Second, time.Millisecond)
+	eventually(t, 5*time.Second, func() bool { return len(lockRows(t, l.Key())) == 0 }, "the lock is freed")
 	requireNoAcquired(t, m)
 }
 
@@ -227,8 +227,8 @@ func TestTryLockRightAfterALoss(t *testing.T) {
 				break
 			}
 			stillHeld++
-			require.Eventually(t, func() bool { return !holds(t, dead, advisory.KeyOf(t.Name())) }, 10*time.Second,
-				time.Millisecond, "attempt %d: ErrLocked, but the terminated backend %d keeps the lock", i, dead)
+			eventually(t, 10*time.Second, func() bool { return !holds(t, dead, advisory.KeyOf(t.Name())) },
+				"attempt %d: ErrLocked, but the terminated backend %d keeps the lock", i, dead)
 		}
 		require.NoError(t, err, "attempt %d", i)
 		require.NoError(t, l.Unlock(ctx))

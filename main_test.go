@@ -122,7 +122,7 @@ func requireFree(t testing.TB, key advisory.Key) {
 // waitForWaiters blocks until n backends wait (granted = false) for key.
 func waitForWaiters(t testing.TB, key advisory.Key, n int) {
 	t.Helper()
-	require.Eventually(t, func() bool {
+	eventually(t, 10*time.Second, func() bool {
 		waiting := 0
 		for _, r := range lockRows(t, key) {
 			if !r.Granted {
@@ -130,7 +130,7 @@ func waitForWaiters(t testing.TB, key advisory.Key, n int) {
 			}
 		}
 		return waiting == n
-	}, 10*time.Second, time.Millisecond, "waiting for %d waiters on key %d", n, key)
+	}, "waiting for %d waiters on key %d", n, key)
 }
 
 // terminate runs pg_terminate_backend(pid).
@@ -153,4 +153,28 @@ func ctxT(t testing.TB) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	t.Cleanup(cancel)
 	return ctx
+}
+
+// within calls cond every tick until it returns true (within reports true) or limit has
+// passed (false). Unlike assert.Eventually it calls cond on the test's own goroutine, so
+// cond may use require, and no call outlives the test.
+func within(limit, tick time.Duration, cond func() bool) bool {
+	deadline := time.Now().Add(limit)
+	for !cond() {
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(tick)
+	}
+	return true
+}
+
+// eventually fails the test unless cond returns true within limit. Like within, it calls
+// cond on the test's goroutine, so cond may use require (require.Eventually runs cond on
+// another goroutine, where a failing require panics the test binary).
+func eventually(t testing.TB, limit time.Duration, cond func() bool, format string, args ...any) {
+	t.Helper()
+	if !within(limit, time.Millisecond, cond) {
+		t.Fatalf("not within %v: "+format, append([]any{limit}, args...)...)
+	}
 }

@@ -69,20 +69,6 @@ func requireNoLockLeft(t *testing.T, b *pgtest.PgBouncer) {
 	}
 }
 
-// within calls cond every tick until it returns true (within reports true) or limit has
-// passed (false). Unlike assert.Eventually it calls cond on the test's own goroutine, so
-// cond may use require, and no call outlives the test.
-func within(limit, tick time.Duration, cond func() bool) bool {
-	deadline := time.Now().Add(limit)
-	for !cond() {
-		if time.Now().After(deadline) {
-			return false
-		}
-		time.Sleep(tick)
-	}
-	return true
-}
-
 func advisoryLocksOf(t testing.TB, pids []uint32) []string {
 	rows, err := admin.Query(context.Background(), `SELECT format('pid %s %s key %s', pid,
 		CASE WHEN granted THEN 'holds' ELSE 'waits for' END, (classid::bigint << 32) | objid::bigint)

@@ -3,14 +3,13 @@ package advisory_test
 // Issue 9 against the real thing: Debian's PgBouncer (internal/pgtest.StartPgBouncer) in
 // front of the test server. In transaction and statement mode every call must fail with
 // ErrPooler and nothing may go wrong on the server; in session mode locks must work.
-// These tests reproduce the defects of issue 9 and are EXPECTED TO FAIL until it is fixed
-// (see knownIssue).
+// These tests reproduced the defects of issue 9 (two holders, stranded locks, leaked
+// settings, bare SQLSTATEs) on the code before the fix.
 
 import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"sort"
 	"strings"
 	"testing"
@@ -24,16 +23,6 @@ import (
 	"github.com/pgadvisory/advisory/internal/pgtest"
 )
 
-// knownIssue marks a test that reproduces an open defect: it runs, and fails until the
-// fix lands. ADVISORY_SKIP_KNOWN_ISSUES=1 skips such tests instead (to land the harness
-// before the fix); nothing sets it by default.
-func knownIssue(t *testing.T, issue int) {
-	t.Helper()
-	if os.Getenv("ADVISORY_SKIP_KNOWN_ISSUES") == "1" {
-		t.Skipf("reproduces issue %d, expected to fail until it is fixed (ADVISORY_SKIP_KNOWN_ISSUES=1)", issue)
-	}
-}
-
 // poolerLoads are the two conditions every pooler test runs in: the library's clients
 // alone, and with a few other clients keeping PgBouncer's server connections busy.
 var poolerLoads = []struct {
@@ -46,7 +35,6 @@ var poolerLoads = []struct {
 // The four scenarios run in parallel with each other, not with the package's other tests
 // (their background load would stretch those tests' timings on two cores).
 func TestPgBouncerTransactionPooling(t *testing.T) {
-	knownIssue(t, 9)
 	for _, mode := range []pgtest.PoolMode{pgtest.PoolTransaction, pgtest.PoolStatement} {
 		for _, load := range poolerLoads {
 			t.Run(string(mode)+"/"+load.name, func(t *testing.T) {

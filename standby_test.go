@@ -15,13 +15,12 @@ import (
 // TestHotStandbyIsRefused reproduces issue 9's standby defect against a real streaming
 // standby (pgtest.StartStandby): advisory locks on a hot standby are local to it, so a
 // Manager there would "hold" a key that a Manager on the primary holds too. New on a
-// standby must fail. EXPECTED TO FAIL until issue 9 is fixed.
+// standby must fail with ErrStandby.
 //
 // Like the other tests that start servers or background load (standbys, PgBouncers), it
 // does not run in parallel with the package's other tests: on two cores its load would
 // stretch their timings.
 func TestHotStandbyIsRefused(t *testing.T) {
-	knownIssue(t, 9)
 	pgtest.Need(t, srv, startErr)
 	sb := pgtest.StandbyForTest(t, srv)
 	ctx := ctxT(t)
@@ -42,8 +41,7 @@ func TestHotStandbyIsRefused(t *testing.T) {
 			t.Logf("TryLock on the standby: %v", err)
 		}
 	}
-	// TODO(issue 9): assert.ErrorIs(t, err, advisory.ErrStandby) once ErrStandby exists.
-	assert.Error(t, err, "New on a hot standby must fail")
+	require.ErrorIs(t, err, advisory.ErrStandby, "New on a hot standby")
 	requireHeldBy(t, key, lp.PID())
 }
 

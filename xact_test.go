@@ -59,10 +59,10 @@ func TestTryTransactionLockAndSharedMode(t *testing.T) {
 	// pgx's default ctx handling closed tx's connection: the transaction, and anything it
 	// might have been granted, end with the session. Rollback may say so.
 	tx.Rollback(ctx)
-	require.Eventually(t, func() bool {
+	eventually(t, 5*time.Second, func() bool {
 		rows := lockRows(t, l.Key())
 		return len(rows) == 1 && rows[0].PID == l.PID()
-	}, 5*time.Second, time.Millisecond, "the cancelled transaction left nothing behind")
+	}, "the cancelled transaction left nothing behind")
 	require.NoError(t, l.Unlock(ctx))
 
 	// Shared transaction locks coexist with shared session locks and exclude exclusive ones.
