@@ -142,6 +142,16 @@ func (r *runner) acquire(ctx context.Context, m *advisory.Manager) (*advisory.Lo
 		wctx, stop = context.WithTimeout(ctx, r.wait)
 	}
 	defer stop()
+	// One try first: if the lock is free it is taken at once; if it is held, whoever
+	// waits is told by whom right away, not a second later.
+	l, err := r.try(wctx, m)
+	if !errors.Is(err, advisory.ErrLocked) {
+		if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
+			desc, _ := r.holders(ctx, m)
+			return nil, fail(exitNotAcquired, `gave up on lock "%s" after %v (--wait): it is %s`, r.key, r.wait, desc)
+		}
+		return l, r.lockFailure(err)
+	}
 	done := make(chan lockResult, 1)
 	go func() {
 		l, err := r.lockCall(wctx, m)
@@ -180,6 +190,11 @@ func (r *runner) awaitLock(ctx context.Context, m *advisory.Manager, done <-chan
 	defer tick.Stop()
 	var lastWho string // the holders' identity last reported
 	var lastAt time.Time
+	if !r.quiet {
+		desc, who := r.holders(ctx, m)
+		r.say(`waiting for lock "%s": it is %s`, r.key, desc)
+		lastWho, lastAt = who, time.Now()
+	}
 	for {
 		select {
 		case res := <-done:

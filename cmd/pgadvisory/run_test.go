@@ -56,16 +56,22 @@ func TestRunSerializesCommands(t *testing.T) {
 	}
 }
 
+// meetScript creates $1, then waits (up to 60 s) for $2 to exist: it exits 0 only if the
+// other command started while this one was running.
+const meetScript = `touch "$1"; i=0; while [ ! -e "$2" ] && [ $i -lt 600 ]; do sleep 0.1; i=$((i+1)); done; [ -e "$2" ]`
+
+// Shared holders run together: each command waits until the other has started, so both
+// exit 0 only if the second was let in while the first still held the lock. No timing
+// is assumed: under any load, exclusive holders could not both succeed.
 func TestRunSharedCommandsOverlap(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
 	a, b := filepath.Join(dir, "a"), filepath.Join(dir, "b")
-	pa := start(t, "run", "--shared", "--key", t.Name(), "--", "sh", "-c", intervalScript, "sh", a)
-	pb := start(t, "run", "--shared", "--key", t.Name(), "--", "sh", "-c", intervalScript, "sh", b)
-	require.Equal(t, 0, wait(t, pa).code)
-	require.Equal(t, 0, wait(t, pb).code)
-	iv := readIntervals(t, []string{a, b})
-	assert.Greater(t, iv[0].end, iv[1].start, "shared holders run together: %v", iv)
+	pa := start(t, "run", "--shared", "--key", t.Name(), "--", "sh", "-c", meetScript, "sh", a, b)
+	pb := start(t, "run", "--shared", "--key", t.Name(), "--", "sh", "-c", meetScript, "sh", b, a)
+	ra, rb := wait(t, pa), wait(t, pb)
+	require.Equal(t, 0, ra.code, "shared holders run together: %s", ra.stderr)
+	require.Equal(t, 0, rb.code, "shared holders run together: %s", rb.stderr)
 }
 
 func TestRunNoWaitNamesTheHolder(t *testing.T) {
