@@ -100,16 +100,18 @@ func TestRunCommandNeverOutlivesTheLock(t *testing.T) {
 	for _, variant := range []string{"command", "background"} {
 		t.Run(variant, func(t *testing.T) {
 			for trial := 1; trial <= 3; trial++ {
-				gap := killedHolderTrial(t, m, variant, trial)
-				t.Logf("trial %d: last process of the first command gone → second command started %v later", trial, gap)
+				took, gap := killedHolderTrial(t, m, variant, trial)
+				t.Logf("%s, trial %d: the first command's last process gone %v after the SIGKILL of its pgadvisory; "+
+					"the second command started %v after that (overlap 0)", variant, trial, took, gap)
 			}
 		})
 	}
 }
 
-// killedHolderTrial runs one trial and returns the gap between the end of the first
-// command's last process and the start of the second command.
-func killedHolderTrial(t *testing.T, m *advisory.Manager, variant string, trial int) time.Duration {
+// killedHolderTrial runs one trial. It returns how long the first command's last process
+// outlived its pgadvisory, and the gap between its end and the start of the second
+// command.
+func killedHolderTrial(t *testing.T, m *advisory.Manager, variant string, trial int) (took, gap time.Duration) {
 	key := t.Name() + "/" + strconv.Itoa(trial)
 	dir := t.TempDir()
 	ready, pids, started := filepath.Join(dir, "ready"), filepath.Join(dir, "pids"), filepath.Join(dir, "started")
@@ -137,6 +139,7 @@ func killedHolderTrial(t *testing.T, m *advisory.Manager, variant string, trial 
 	p2 := start(t, "run", "--key", key, "--holder-name", key+"/second", "--", "sh", "-c", second, "sh", started, joinPIDs(tree))
 	waitForWaiter(t, m, key, key+"/second")
 
+	killed := time.Now()
 	require.NoError(t, p1.cmd.Process.Kill())
 	require.Equal(t, 128+9, wait(t, p1).code)
 	lastGone := awaitExit(t, gone[0], "the command (parent-death signal)")
@@ -153,9 +156,9 @@ func killedHolderTrial(t *testing.T, m *advisory.Manager, variant string, trial 
 	require.NoError(t, err)
 	ns, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
 	require.NoError(t, err)
-	gap := time.Unix(0, ns).Sub(lastGone)
+	gap = time.Unix(0, ns).Sub(lastGone)
 	assert.Positive(t, gap, "overlap: the second command started before the first one's last process was gone")
-	return gap
+	return lastGone.Sub(killed), gap
 }
 
 // stillHeld watches, for a while after pgadvisory and CMD are dead, that the background
