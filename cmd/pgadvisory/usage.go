@@ -124,8 +124,8 @@ processes, each running
 
     pgadvisory run --key migrations -- <a six-step migration>
 
-It SIGKILLs the first holder mid-migration (the next worker takes over within
-milliseconds), terminates the second holder's session with pg_terminate_backend (it is
+It SIGKILLs the first holder's pgadvisory mid-migration (the kernel kills its migration
+too; the next worker takes over within milliseconds of both being gone), terminates the second holder's session with pg_terminate_backend (it is
 told at once, stops its migration and exits 76), and prints a timeline. Takes about 10 s.
 Ctrl-C stops the workers and removes the server.
 
