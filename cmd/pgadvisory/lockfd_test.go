@@ -155,20 +155,28 @@ func killedHolderTrial(t *testing.T, m *advisory.Manager, variant string, trial 
 
 	r := wait(t, p2)
 	require.Equal(t, 0, r.code, r.stderr)
+	return lastGone.Sub(killed), secondStart(t, started, lastGone, trial)
+}
+
+// secondStart checks what the second command saw of the first one's processes as it
+// started, and returns how long after lastGone it started.
+func secondStart(t *testing.T, started string, lastGone time.Time, trial int) time.Duration {
+	t.Helper()
 	assert.NoFileExists(t, started+".running", "overlap: the second command started while a process of the first ran")
 	b, err := os.ReadFile(started)
 	require.NoError(t, err)
 	ns, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
 	require.NoError(t, err)
-	gap = time.Unix(0, ns).Sub(lastGone)
+	gap := time.Unix(0, ns).Sub(lastGone)
 	if exiting, err := os.ReadFile(started + ".exiting"); err == nil {
-		// The zombie transition (lastGone) came after the second command's start; the
-		// descriptors had been closed before it.
-		t.Logf("trial %d: at the second command's start, process %s was exiting, its descriptors closed", trial, strings.TrimSpace(string(exiting)))
+		// The zombie transition (lastGone) may come after the second command's start;
+		// the descriptors had been closed before it.
+		t.Logf("trial %d: at the second command's start, process %s was exiting, its descriptors closed",
+			trial, strings.TrimSpace(string(exiting)))
 	} else {
 		assert.Positive(t, gap, "overlap: the second command started before the first one's last process was gone")
 	}
-	return lastGone.Sub(killed), gap
+	return gap
 }
 
 // stillHeld watches, for a while after pgadvisory and CMD are dead, that the background
