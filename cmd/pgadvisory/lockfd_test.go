@@ -102,7 +102,7 @@ func TestRunCommandNeverOutlivesTheLock(t *testing.T) {
 			for trial := 1; trial <= 3; trial++ {
 				took, gap := killedHolderTrial(t, m, variant, trial)
 				t.Logf("%s, trial %d: the first command's last process gone %v after the SIGKILL of its pgadvisory; "+
-					"the second command started %v after that (overlap 0)", variant, trial, took, gap)
+					"the second command started %v after that", variant, trial, took, gap)
 			}
 		})
 	}
@@ -132,14 +132,17 @@ func killedHolderTrial(t *testing.T, m *advisory.Manager, variant string, trial 
 	}
 	backend := waitHeldByApp(t, m, key, key+"/first").PID
 
-	// The second command first looks whether any process of the first still runs
-	// (builtins only, so that it looks at once), then notes when it started. A process
-	// killed a moment ago may still show as running in /proc without its descriptors:
-	// the kernel closes them (and so the socket, and so the lock) before the process
-	// becomes a zombie, and it runs no code of its own in between.
-	second := `for p in $2; do if read -r _ _ st _ 2>/dev/null < /proc/$p/stat && [ "$st" != Z ]; then ` +
-		`if [ -h /proc/$p/fd/3 ]; then echo "$p $st" >> "$1.running"; else echo "$p $st" >> "$1.exiting"; fi; ` +
-		`fi; done; date +%s%N > "$1"`
+	// The second command's first act is to look at every process of the first (builtins
+	// only, so that it looks at once); then it notes when it started. A process killed a
+	// moment ago may still show as running in /proc without its descriptors: the kernel
+	// closes them (and so the socket, and so the lock) before the process becomes a
+	// zombie, and it runs none of its own code in between.
+	second := `for p in $2; do ` +
+		`if ! read -r _ _ st _ 2>/dev/null < /proc/$p/stat; then echo "$p gone"; ` +
+		`elif [ "$st" = Z ]; then echo "$p zombie"; ` +
+		`elif [ -h /proc/$p/fd/3 ]; then echo "$p RUNNING($st)"; ` +
+		`else echo "$p exiting($st),descriptors-closed"; fi; ` +
+		`done > "$1.seen"; date +%s%N > "$1"`
 	p2 := start(t, "run", "--key", key, "--holder-name", key+"/second", "--", "sh", "-c", second, "sh", started, joinPIDs(tree))
 	waitForWaiter(t, m, key, key+"/second")
 
@@ -158,24 +161,28 @@ func killedHolderTrial(t *testing.T, m *advisory.Manager, variant string, trial 
 	return lastGone.Sub(killed), secondStart(t, started, lastGone, trial)
 }
 
+// observationSlack is how late this test may see a process's exit (its pidfd wake-up
+// needs a CPU, two of which the whole suite shares) relative to the second command's own
+// clock reading. The exact check of overlap is the second command's look at /proc.
+const observationSlack = 20 * time.Millisecond
+
 // secondStart checks what the second command saw of the first one's processes as it
-// started, and returns how long after lastGone it started.
+// started, and returns how long after lastGone (as seen here) it started.
 func secondStart(t *testing.T, started string, lastGone time.Time, trial int) time.Duration {
 	t.Helper()
-	assert.NoFileExists(t, started+".running", "overlap: the second command started while a process of the first ran")
+	seen, err := os.ReadFile(started + ".seen")
+	require.NoError(t, err)
+	assert.NotContains(t, string(seen), "RUNNING", "overlap: the second command started while a process of the first ran")
 	b, err := os.ReadFile(started)
 	require.NoError(t, err)
 	ns, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
 	require.NoError(t, err)
 	gap := time.Unix(0, ns).Sub(lastGone)
-	if exiting, err := os.ReadFile(started + ".exiting"); err == nil {
-		// The zombie transition (lastGone) may come after the second command's start;
-		// the descriptors had been closed before it.
-		t.Logf("trial %d: at the second command's start, process %s was exiting, its descriptors closed",
-			trial, strings.TrimSpace(string(exiting)))
-	} else {
-		assert.Positive(t, gap, "overlap: the second command started before the first one's last process was gone")
+	if gap <= 0 || strings.Contains(string(seen), "exiting") {
+		t.Logf("trial %d: the second command started %v after the exit seen here; as it started it saw: %s",
+			trial, gap, strings.Join(strings.Fields(string(seen)), " "))
 	}
+	assert.Greater(t, gap, -observationSlack, "the second command started long before the first one's last process was gone")
 	return gap
 }
 
