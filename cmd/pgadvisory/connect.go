@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgadvisory/advisory"
+	"github.com/pgadvisory/advisory/internal/connstr"
 )
 
 // connFlags are the connection flags of every command that connects. The zero value
@@ -88,7 +89,7 @@ func parseProblem(err error) string {
 		msg += " (not a valid URL; write postgres://USER:PASSWORD@HOST:PORT/DATABASE?PARAM=VALUE, " +
 			"with special characters in the password %-encoded)"
 	case inner != nil:
-		msg += ": " + redact(inner.Error())
+		msg += ": " + connstr.Redact(inner.Error())
 	}
 	return msg
 }

@@ -127,14 +127,15 @@ func (d *demo) script(ctx context.Context) error {
 			case strings.HasPrefix(ev.text, "applied migration 3/6") && holders == 1:
 				killedAt = time.Now()
 				syscall.Kill(-ev.worker.cmd.Process.Pid, syscall.SIGKILL)
-				d.say("demo", fmt.Sprintf("SIGKILL %s (the whole process, mid-migration): its connection closes, PostgreSQL frees the lock", ev.worker.name))
+				d.say("demo", fmt.Sprintf("SIGKILL %s's pgadvisory (process %d) mid-migration: the kernel kills its migration too, "+
+					"and PostgreSQL frees the lock once both are gone", ev.worker.name, ev.worker.cmd.Process.Pid))
 			case strings.HasPrefix(ev.text, "applied migration 2/6") && holders == 2:
 				terminatedAt = time.Now()
 				pid, err := d.terminateHolder(ctx, admin)
 				if err != nil {
 					return err
 				}
-				d.say("demo", fmt.Sprintf("pg_terminate_backend(%d): the server ends %s's session under it", pid, ev.worker.name))
+				d.say("demo", fmt.Sprintf("pg_terminate_backend(%d): the server ends %s's session (backend pid %d) under it", pid, ev.worker.name, pid))
 			case strings.Contains(ev.text, "lost while the command ran") && !terminatedAt.IsZero():
 				told = ev.at.Sub(terminatedAt)
 				d.say("demo", fmt.Sprintf("→ %s was told %s after the terminate, stopped its migration, and exits 76", ev.worker.name, fmtDur(told)))
@@ -215,10 +216,11 @@ func fmtDur(d time.Duration) string {
 }
 
 // demoMigrate is the demo's stand-in for `migrate up`: six steps, printed as they go.
-// It stops if its parent (the pgadvisory run that holds the lock) dies.
+// If its parent (the pgadvisory run that holds the lock) dies, the kernel kills it (see
+// supervise); checking the parent at every step is a second line for the demo's sake.
 func demoMigrate(_ []string, stdout io.Writer) error {
 	parent := os.Getppid()
-	fmt.Fprintf(stdout, "migration started (pid %d)\n", os.Getpid())
+	fmt.Fprintf(stdout, "migration started (process %d)\n", os.Getpid())
 	for i := 1; i <= 6; i++ {
 		time.Sleep(400 * time.Millisecond)
 		if os.Getppid() != parent {

@@ -5,6 +5,8 @@ import (
 	"strings"
 	"unicode"
 	"unicode/utf8"
+
+	"github.com/pgadvisory/advisory/internal/connstr"
 )
 
 // escape makes an untrusted string safe to print on a terminal: lock names, application
@@ -85,7 +87,7 @@ func safeAsIs(s string) bool {
 }
 
 // display is what every human-readable line of pgadvisory goes through: passwords
-// redacted (see redact), then escaped (see escape).
+// masked where they stand (connstr.Redact), then escaped (see escape).
 func display(s string) string {
-	return escape(redact(s))
+	return escape(connstr.Redact(s))
 }

@@ -56,7 +56,7 @@ func TestRunMessagesEscapeNames(t *testing.T) {
 	r := cli(t, "run", "--no-wait", "--key", name, "--", "true")
 	require.Equal(t, 75, r.code, r.stderr)
 	assertTerminalSafe(t, r.stderr)
-	assert.Contains(t, r.stderr, `lock "`+nastyEscaped+t.Name()+`" is held by pid`)
+	assert.Contains(t, r.stderr, `lock "`+nastyEscaped+t.Name()+`" is held by backend pid`)
 
 	r = cli(t, "run", "--wait", "1500ms", "--key", name, "--", "true")
 	require.Equal(t, 75, r.code, r.stderr)

@@ -11,6 +11,10 @@
 // PGSSLMODE, ...). Passwords are never printed, and every string that comes from the
 // server or the command line is escaped in human-readable output.
 //
+// run's command inherits the lock's connection as descriptor 3 (PGADVISORY_LOCK_FD=3), as
+// flock(1)'s command inherits the lock file: if pgadvisory is killed, the lock stays held
+// until the command, and whatever it started with that descriptor, has exited.
+//
 // Exit codes (the table is in `pgadvisory run --help`): run passes on CMD's exit code
 // (128+N if CMD died of signal N); other codes are 64 (usage), 69 (server unavailable),
 // 70 (internal error), 75 (lock not acquired: --no-wait found it held, or --wait

@@ -10,7 +10,8 @@ import (
 )
 
 // describeHolders says in one line who holds a lock and how many wait, for the messages
-// of run ("held by pid 4242 (pgadvisory pod-a/17, 10.0.0.5:5432) for 12s; 2 waiting").
+// of run ("held by backend pid 4242 (pgadvisory pod-a/17, 10.0.0.5:5432) for 12s; 2
+// waiting"). The pid is the server's backend process id, the one pg_terminate_backend takes.
 func describeHolders(hs []advisory.Holder, now time.Time) string {
 	var held []string
 	waiting := 0
@@ -44,7 +45,7 @@ func describeHolder(h advisory.Holder, now time.Time) string {
 	} else if h.State != "" {
 		who = append(who, "local socket")
 	}
-	s := fmt.Sprintf("pid %d", h.PID)
+	s := fmt.Sprintf("backend pid %d", h.PID)
 	if len(who) > 0 {
 		s += " (" + strings.Join(who, ", ") + ")"
 	}

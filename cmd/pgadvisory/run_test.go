@@ -80,7 +80,7 @@ func TestRunNoWaitNamesTheHolder(t *testing.T) {
 	r := cli(t, "run", "--no-wait", "--key", t.Name(), "--", "true")
 	require.Equal(t, 75, r.code)
 	assert.Contains(t, r.stderr, "not waiting (--no-wait)")
-	assert.Contains(t, r.stderr, "pid "+strconv.Itoa(int(l.PID())))
+	assert.Contains(t, r.stderr, "backend pid "+strconv.Itoa(int(l.PID())))
 	assert.Contains(t, r.stderr, `"the-holder"`)
 	assert.Less(t, r.took, 10*time.Second)
 }

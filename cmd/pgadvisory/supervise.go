@@ -20,16 +20,23 @@ func (r *runner) supervise(l *advisory.Lock) int {
 	// CMD gets a process group of its own, so a loss stops everything it started. On a
 	// terminal that group becomes the foreground one, so CMD can still read the terminal
 	// and Ctrl-C reaches it directly.
-	// If pgadvisory dies (SIGKILL, OOM), its connection closes and the server frees the
-	// lock: the kernel then kills CMD too (PR_SET_PDEATHSIG). That signal is tied to the
-	// thread that forks, so this goroutine keeps its thread until CMD has exited.
+	// If pgadvisory dies (SIGKILL, OOM), the kernel kills CMD too (PR_SET_PDEATHSIG), and
+	// the lock lives on in CMD's copy of the connection (see lockFD) until CMD is gone.
+	// The signal is tied to the thread that forks, so this goroutine keeps its thread
+	// until CMD has exited.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	if isTerminal(os.Stdin) {
 		cmd.SysProcAttr.Foreground, cmd.SysProcAttr.Ctty = true, 0
 	}
-	if err := cmd.Start(); err != nil {
+	sock, err := passLock(cmd, l)
+	if err != nil {
+		return r.notStarted(l, err)
+	}
+	err = cmd.Start()
+	sock.Close() // CMD has its own copy now (or none, if it did not start)
+	if err != nil {
 		r.release(l)
 		return exitCode(startFailure(r.argv[0], err), r.stderr)
 	}

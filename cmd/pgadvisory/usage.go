@@ -49,14 +49,25 @@ Commands:
 const runHelp = `Usage: pgadvisory run --key NAME [--wait DURATION | --no-wait] [flags] -- CMD [ARGS...]
 
 Takes the advisory lock NAME, runs CMD while holding it, releases it when CMD exits and
-exits with CMD's exit code. While it waits it reports who holds the lock (pid,
+exits with CMD's exit code. While it waits it reports who holds the lock (backend pid,
 application_name, client, for how long) when the holder changes and every 10 s.
 SIGINT, SIGTERM, SIGHUP and SIGQUIT are forwarded to CMD's process group; while
 pgadvisory is still connecting or waiting they end the wait at once, and CMD never starts.
 A signal that was ignored when pgadvisory started (nohup) stays ignored, for CMD too.
 If the lock is lost while CMD runs, CMD's process group gets SIGTERM, then SIGKILL after
---grace, and pgadvisory exits 76. If pgadvisory itself dies (SIGKILL, OOM kill), the
-kernel kills CMD (PR_SET_PDEATHSIG; not the processes CMD started in the background).
+--grace, and pgadvisory exits 76.
+
+CMD never outlives the lock. Like flock(1), run hands CMD the lock itself: the socket of
+the lock's connection, as file descriptor 3 (PGADVISORY_LOCK_FD=3 in its environment).
+The server keeps the lock until every process holding that socket has exited. If
+pgadvisory dies (SIGKILL, OOM kill), the kernel kills CMD (PR_SET_PDEATHSIG), and the lock
+stays held until CMD and every process it started that kept descriptor 3 (a background
+job, a script's child) are gone; only then can anyone else take it. CMD must never read
+or write descriptor 3. A daemon started by CMD should close it (3>&-), or it keeps the
+lock held after a pgadvisory crash for as long as it runs. A command that closes it loses
+the protection: the lock then ends with pgadvisory, and CMD, killed a moment later, may
+still run when the next holder starts. When CMD exits, run releases the lock, whatever
+CMD left running.
 
 Flags:
   --key NAME           lock name (required; any UTF-8 text without NUL, up to 4096 bytes;
@@ -80,6 +91,10 @@ const statusHelp = `Usage: pgadvisory status [--key NAME] [--json] [--dsn DSN]
 Lists the sessions holding or waiting for advisory locks in the database: key, name (for
 locks taken by this tool or library), mode, state, pid, application_name, client and for
 how long. Names and other text from the server are printed escaped (\n, \x1b, \u202e, ...).
+PID is the server's backend process id (pg_terminate_backend takes it). A lock of a
+pgadvisory run that was killed stays listed as holding, under the dead run's
+application_name, until its command (and what the command started with the lock's
+descriptor) has exited: see pgadvisory run --help.
 
 Flags:
   --key NAME   only the lock with this name
@@ -109,8 +124,8 @@ processes, each running
 
     pgadvisory run --key migrations -- <a six-step migration>
 
-It SIGKILLs the first holder mid-migration (the next worker takes over within
-milliseconds), terminates the second holder's session with pg_terminate_backend (it is
+It SIGKILLs the first holder's pgadvisory mid-migration (the kernel kills its migration
+too; the next worker takes over within milliseconds of both being gone), terminates the second holder's session with pg_terminate_backend (it is
 told at once, stops its migration and exits 76), and prints a timeline. Takes about 10 s.
 Ctrl-C stops the workers and removes the server.
 

@@ -6,18 +6,24 @@ package connstr
 
 import (
 	"net/url"
+	"sort"
 	"strings"
 )
 
 // Mask replaces a password in output.
 const Mask = "xxxxx"
 
-// Redact returns s with every password in it replaced by [Mask]: in a URL
-// (postgres://user:PASSWORD@host/db, and ?password=PASSWORD in its query) or in the
-// keyword/value form (password=PASSWORD, password = 'PASS WORD', with escapes), and
-// anything else Secrets finds. The rest of s is unchanged.
+// Redact returns s with every password in it replaced by [Mask] where it stands, so that
+// s may be any message: one connection string, several, or none amid other text. It
+// masks the userinfo password of every URL (postgres://user:PASSWORD@host/db, any
+// scheme) and the value of every password key, in a URL query or in the keyword/value
+// form (password=PASSWORD, sslpassword = 'PASS WORD', with escapes). It errs on the side
+// of masking too much (an unescaped '@', '/' or space in a URL's password still ends up
+// masked; a password= value in a URL query is masked to the next white space); the rest of
+// s is unchanged. Unlike Scrub, it does not hunt for the passwords' decoded forms
+// elsewhere in s: a short password does not mask every occurrence of its letters.
 func Redact(s string) string {
-	return Scrub(s, Secrets(s))
+	return mask(s, append(urlSpans(s), keywordSpans(s)...))
 }
 
 // Secrets returns the password values in s, as written and as decoded (URL escapes,
@@ -60,6 +66,105 @@ func urlSecrets(rest string) []string {
 		}
 	}
 	return out
+}
+
+// span is the byte range [start, end) of a password in a string.
+type span struct{ start, end int }
+
+// urlSpans finds the userinfo password of every "scheme://" in s. A URL ends at white
+// space, and its userinfo at the last '@' before its query or fragment. For a password
+// with an unescaped space, the first '@' after the scheme also counts, if the text up to
+// it looks like "user:password" (no '/' and no other URL in it).
+func urlSpans(s string) []span {
+	var out []span
+	for i := strings.Index(s, "://"); i >= 0; i = nextIndex(s, "://", i) {
+		start := i + len("://")
+		rest := s[start:]
+		auth := rest[:indexOrLen(rest, isSpace)]
+		auth = auth[:indexOrLen(auth, func(c byte) bool { return c == '?' || c == '#' })]
+		if sp, ok := userinfoPassword(start, auth, strings.LastIndexByte(auth, '@')); ok {
+			out = append(out, sp)
+		}
+		if at := strings.IndexByte(rest, '@'); at >= 0 && !strings.ContainsAny(rest[:at], "/\n") &&
+			!strings.Contains(rest[:at], "://") {
+			if sp, ok := userinfoPassword(start, rest, at); ok {
+				out = append(out, sp)
+			}
+		}
+	}
+	return out
+}
+
+// userinfoPassword returns the password in u[:at], "user:password", as a span of the
+// string in which u begins at offset.
+func userinfoPassword(offset int, u string, at int) (span, bool) {
+	if at < 0 {
+		return span{}, false
+	}
+	colon := strings.IndexByte(u[:at], ':')
+	if colon < 0 || colon+1 == at || indexOrLen(u[:colon], isSpace) < colon {
+		return span{}, false
+	}
+	return span{offset + colon + 1, offset + at}, true
+}
+
+// keywordSpans finds the values of every key ending in "password" followed by '=' (as
+// keywordSecrets reads them), quotes included.
+func keywordSpans(s string) []span {
+	var out []span
+	lower := asciiLower(s)
+	for i := 0; ; {
+		k := strings.Index(lower[i:], "password")
+		if k < 0 {
+			return out
+		}
+		j := skipSpace(s, i+k+len("password"))
+		i += k + 1
+		if j < len(s) && s[j] == '=' {
+			start := skipSpace(s, j+1)
+			if _, _, end := readValue(s, start); end > start {
+				out = append(out, span{start, end})
+			}
+		}
+	}
+}
+
+// mask replaces the spans of s, merged where they overlap, with Mask.
+func mask(s string, spans []span) string {
+	if len(spans) == 0 {
+		return s
+	}
+	sort.Slice(spans, func(i, j int) bool { return spans[i].start < spans[j].start })
+	var b strings.Builder
+	last := 0 // s[:last] is written
+	for _, sp := range spans {
+		if sp.end <= last {
+			continue
+		}
+		if sp.start >= last {
+			b.WriteString(s[last:sp.start])
+			b.WriteString(Mask)
+		}
+		last = sp.end
+	}
+	b.WriteString(s[last:])
+	return b.String()
+}
+
+func nextIndex(s, sub string, i int) int {
+	if j := strings.Index(s[i+1:], sub); j >= 0 {
+		return i + 1 + j
+	}
+	return -1
+}
+
+func indexOrLen(s string, stop func(byte) bool) int {
+	for i := 0; i < len(s); i++ {
+		if stop(s[i]) {
+			return i
+		}
+	}
+	return len(s)
 }
 
 func withDecoded(v string) []string {
