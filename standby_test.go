@@ -4,7 +4,6 @@ import (
 	"context"
 	"testing"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -35,7 +34,7 @@ func TestHotStandbyIsRefused(t *testing.T) {
 		ls, err := m.TryLock(ctx, name)
 		if err == nil {
 			t.Errorf("two holders of %q: pid %d on the primary and pid %d on the standby (standby's pg_locks: %v)",
-				name, lp.PID(), ls.PID(), standbyHolders(t, sb, key))
+				name, lp.PID(), ls.PID(), holdersAt(t, sb.DSN(), key))
 			ls.Unlock(ctx)
 		} else {
 			t.Logf("TryLock on the standby: %v", err)
@@ -57,21 +56,15 @@ func TestPromotedStandbyTakesLocks(t *testing.T) {
 	defer m.Close()
 	l, err := m.Lock(ctx, t.Name())
 	require.NoError(t, err)
-	assert.Equal(t, []uint32{l.PID()}, standbyHolders(t, sb, l.Key()))
+	assert.Equal(t, []uint32{l.PID()}, holdersAt(t, sb.DSN(), l.Key()))
 	require.NoError(t, l.Unlock(ctx))
-	assert.Empty(t, standbyHolders(t, sb, l.Key()))
+	assert.Empty(t, holdersAt(t, sb.DSN(), l.Key()))
 }
 
-// standbyHolders returns the pids holding key on the standby's own lock table.
-func standbyHolders(t testing.TB, sb *pgtest.Standby, key advisory.Key) []uint32 {
+// holdersAt returns the pids that hold key on the server at dsn (see pgtest.Holders).
+func holdersAt(t testing.TB, dsn string, key advisory.Key) []uint32 {
 	t.Helper()
-	conn, err := pgx.Connect(context.Background(), sb.DSN())
-	require.NoError(t, err)
-	defer conn.Close(context.Background())
-	rows, err := conn.Query(context.Background(), `SELECT pid FROM pg_locks WHERE locktype = 'advisory'
-		AND granted AND objsubid = 1 AND classid = $1 AND objid = $2`, uint32(uint64(key)>>32), uint32(key))
-	require.NoError(t, err)
-	pids, err := pgx.CollectRows(rows, pgx.RowTo[uint32])
+	pids, err := pgtest.Holders(context.Background(), dsn, int64(key))
 	require.NoError(t, err)
 	return pids
 }

@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -54,7 +53,7 @@ func TestFailoverTellsEveryHolderAndLocksOnTheNewPrimary(t *testing.T) {
 	s, err := m.Session(ctx)
 	require.NoError(t, err)
 	require.NoError(t, s.LockAll(ctx, []string{t.Name() + "/s1", t.Name() + "/s2"}))
-	require.Equal(t, []uint32{held[0].PID()}, holdersOn(t, primary.DSN(), held[0].Key()), "the Manager is on the primary")
+	require.Equal(t, []uint32{held[0].PID()}, holdersAt(t, primary.DSN(), held[0].Key()), "the Manager is on the primary")
 
 	stopped := time.Now()
 	require.NoError(t, primary.Close()) // fast shutdown: every session is terminated
@@ -83,9 +82,9 @@ func TestFailoverTellsEveryHolderAndLocksOnTheNewPrimary(t *testing.T) {
 	// The same Manager locks on the new primary: new connections skip the dead host.
 	l, err := m.Lock(ctx, t.Name()+"/0")
 	require.NoError(t, err, "Lock after the promotion")
-	assert.Equal(t, []uint32{l.PID()}, holdersOn(t, standby.DSN(), l.Key()), "held on the new primary")
+	assert.Equal(t, []uint32{l.PID()}, holdersAt(t, standby.DSN(), l.Key()), "held on the new primary")
 	require.NoError(t, l.Unlock(ctx))
-	require.Empty(t, holdersOn(t, standby.DSN(), l.Key()))
+	require.Empty(t, holdersAt(t, standby.DSN(), l.Key()))
 	t.Logf("primary shutdown took %v; every holder told %v after it began; promotion took %v",
 		stopTook.Round(time.Millisecond), allTold.Round(time.Millisecond), promoteTook.Round(time.Millisecond))
 }
@@ -112,14 +111,10 @@ func parse(t *testing.T, dsn string) *pgconn.Config {
 	return cfg
 }
 
-func holdersOn(t *testing.T, dsn string, key advisory.Key) []uint32 {
-	conn, err := pgx.Connect(context.Background(), dsn)
-	require.NoError(t, err)
-	defer conn.Close(context.Background())
-	rows, err := conn.Query(context.Background(), `SELECT pid FROM pg_locks WHERE locktype = 'advisory'
-		AND granted AND objsubid = 1 AND classid = $1 AND objid = $2`, uint32(uint64(key)>>32), uint32(key))
-	require.NoError(t, err)
-	pids, err := pgx.CollectRows(rows, pgx.RowTo[uint32])
+// holdersAt returns the pids that hold key on the server at dsn (see pgtest.Holders).
+func holdersAt(t testing.TB, dsn string, key advisory.Key) []uint32 {
+	t.Helper()
+	pids, err := pgtest.Holders(context.Background(), dsn, int64(key))
 	require.NoError(t, err)
 	return pids
 }

@@ -34,6 +34,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/jackc/pgx/v5"
 	"os"
 	"strings"
 )
@@ -151,4 +152,21 @@ func Need(t TB, srv *Server, startErr error) {
 		t.Fatalf("no PostgreSQL under CI=true: %v", startErr)
 	}
 	t.Skipf("no PostgreSQL for this test: %v", startErr)
+}
+
+// Holders returns the backend pids that hold the advisory lock key (bigint form) on the
+// server at dsn, as its own pg_locks shows them: the view tests need of a server other
+// than the one they share (a standby, a promoted server).
+func Holders(ctx context.Context, dsn string, key int64) ([]uint32, error) {
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Close(ctx)
+	rows, err := conn.Query(ctx, `SELECT pid FROM pg_locks WHERE locktype = 'advisory'
+		AND granted AND objsubid = 1 AND classid = $1 AND objid = $2 ORDER BY pid`, uint32(uint64(key)>>32), uint32(key))
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, pgx.RowTo[uint32])
 }
