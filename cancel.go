@@ -35,9 +35,16 @@ type cancelHandler struct {
 	grace time.Duration
 
 	mu       sync.Mutex
-	inFlight chan struct{} // closed when the pending CancelRequest finished; nil if none
+	inFlight chan struct{} // closed when the cancelling goroutine is done; nil if none
+	stop     chan struct{} // closed to tell that goroutine the statement has returned
 	sent     bool          // a CancelRequest was sent since the last settle
 }
+
+// resendEvery is how often an interrupt repeats its CancelRequest while the statement has
+// not returned. A CancelRequest that reaches the backend before it has started the
+// statement (still reading it from the client) is ignored by PostgreSQL; only a repeat
+// can stop the wait then. The fallback deadline (grace) still bounds it all.
+const resendEvery = 100 * time.Millisecond
 
 func newCancelHandler(grace time.Duration) func(*pgconn.PgConn) ctxwatch.Handler {
 	return func(pg *pgconn.PgConn) ctxwatch.Handler {
@@ -67,8 +74,9 @@ func (h *cancelHandler) HandleUnwatchAfterCancel() {
 	h.pg.Conn().SetDeadline(time.Time{})
 }
 
-// interrupt asks the server to cancel the statement running on the connection. It does
-// not block. It is safe to call from any goroutine, and more than once.
+// interrupt asks the server to cancel the statement running on the connection, and asks
+// again every resendEvery until the statement returns (see wait) or grace has passed. It
+// does not block. It is safe to call from any goroutine, and more than once.
 func (h *cancelHandler) interrupt() {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -76,25 +84,47 @@ func (h *cancelHandler) interrupt() {
 		return
 	}
 	h.sent = true
-	h.pg.Conn().SetDeadline(time.Now().Add(h.grace))
-	done := make(chan struct{})
-	h.inFlight = done
-	go func() {
-		defer close(done)
-		ctx, cancel := context.WithTimeout(context.Background(), h.grace)
-		defer cancel()
-		h.pg.CancelRequest(ctx)
-	}()
+	deadline := time.Now().Add(h.grace)
+	h.pg.Conn().SetDeadline(deadline)
+	done, stop := make(chan struct{}), make(chan struct{})
+	h.inFlight, h.stop = done, stop
+	go h.cancelUntil(deadline, stop, done)
 }
 
-// wait blocks until a pending CancelRequest has been delivered (the server closed the
-// cancel connection, so the signal has reached the backend) or has failed.
+func (h *cancelHandler) cancelUntil(deadline time.Time, stop <-chan struct{}, done chan<- struct{}) {
+	defer close(done)
+	resend := time.NewTimer(resendEvery)
+	defer resend.Stop()
+	for {
+		ctx, cancel := context.WithDeadline(context.Background(), deadline)
+		h.pg.CancelRequest(ctx)
+		cancel()
+		select {
+		case <-stop:
+			return
+		case <-resend.C:
+			if !time.Now().Before(deadline) {
+				return
+			}
+			resend.Reset(resendEvery)
+		}
+	}
+}
+
+// wait tells the cancelling goroutine, if any, that the statement has returned, and
+// blocks until it is done: its last CancelRequest has been delivered (the server closed
+// the cancel connection, so the signal has reached the backend) or has failed. No
+// CancelRequest is sent after wait returns.
 func (h *cancelHandler) wait() {
 	h.mu.Lock()
-	done := h.inFlight
+	done, stop := h.inFlight, h.stop
+	h.stop = nil
 	h.mu.Unlock()
 	if done == nil {
 		return
+	}
+	if stop != nil {
+		close(stop)
 	}
 	<-done
 	h.mu.Lock()

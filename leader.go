@@ -28,13 +28,14 @@ func (m *Manager) Lead(ctx context.Context, name string, fn func(ctx context.Con
 	backoff := 100 * time.Millisecond
 	for {
 		l, err := m.Lock(ctx, name)
-		if err == nil && ctx.Err() != nil {
+		cerr := ctx.Err() // read once: ctx may end between two reads
+		if err == nil && cerr != nil {
 			// Granted just as ctx ended: release, do not start fn.
 			unlockDetached(ctx, l)
 		}
 		switch {
-		case ctx.Err() != nil:
-			return fmt.Errorf("advisory: lead %s: %w", quote(name), ctx.Err())
+		case cerr != nil:
+			return fmt.Errorf("advisory: lead %s: %w", quote(name), cerr)
 		case errors.Is(err, ErrInvalidKey), errors.Is(err, ErrClosed), errors.Is(err, ErrPooler):
 			return err
 		case err != nil:

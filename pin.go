@@ -41,7 +41,7 @@ type pin struct {
 	heldSince time.Time // when the lock was granted, for the logs
 	gated     bool      // counted in the Manager's gate for the key
 	multi     bool      // a multi-lock Session's connection: key and st are unused
-	retire    bool      // close the connection at release instead of keeping it
+	retire    atomic.Bool // close the connection at release instead of keeping it
 
 	mu      sync.Mutex
 	state   sessionState
@@ -253,7 +253,7 @@ func (s *pin) release(ctx context.Context, endErr error) error {
 		s.end(false, endErr)
 		return failure
 	}
-	s.end(!s.retire, endErr)
+	s.end(!s.retire.Load(), endErr)
 	return nil
 }
 

@@ -94,9 +94,9 @@ func (s *Session) enterCall(ctx context.Context) error {
 	case <-ctx.Done():
 		return fmt.Errorf("advisory: queued behind another call on this session: %w", ctx.Err())
 	case <-s.closing:
-		return errSessionClosed
+		return s.endedError()
 	case <-s.pin.done:
-		return s.pin.endErr()
+		return s.endedError()
 	}
 	err := s.pin.endErr() // lost or closed: say so before anything else
 	if err == nil && s.isClosing() {
@@ -112,6 +112,15 @@ func (s *Session) enterCall(ctx context.Context) error {
 }
 
 func (s *Session) leaveCall() { <-s.turn }
+
+// endedError is the error of a call on a Session that has ended or is closing: the same
+// as Err once it has ended (a loss stays a loss after Close), else ErrNotHeld.
+func (s *Session) endedError() error {
+	if err := s.pin.endErr(); err != nil {
+		return err
+	}
+	return errSessionClosed
+}
 
 func (s *Session) isClosing() bool {
 	select {
@@ -293,7 +302,7 @@ func (s *Session) Close(ctx context.Context) error {
 	s.turn <- struct{}{} // the call in progress, if any, ends promptly: see takeInterruptibly
 	defer s.leaveCall()
 	s.mu.Lock()
-	s.pin.retire = s.peak > s.m.set.sessionRetire
+	s.pin.retire.Store(s.peak > s.m.set.sessionRetire)
 	s.held = map[target]int{}
 	s.mu.Unlock()
 	return s.pin.release(ctx, errSessionClosed)
