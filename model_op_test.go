@@ -174,8 +174,12 @@ type result struct {
 	holders  []advisory.Holder
 }
 
-// isCtx reports whether err is the call's ctx's error (so the ctx did end).
-func (o *op) isCtx(err error) bool { return o.res.ctxErr != nil && errors.Is(err, o.res.ctxErr) }
+// isCtx reports whether err is the call's ctx's error (so the ctx did end), and only
+// that: an ended ctx is no reason to report a loss (calls that may report one accept
+// ErrLockLost where a loss is explained).
+func (o *op) isCtx(err error) bool {
+	return o.res.ctxErr != nil && errors.Is(err, o.res.ctxErr) && !errors.Is(err, advisory.ErrLockLost)
+}
 
 func isDeadlock(err error) bool {
 	var pgErr *pgconn.PgError
