@@ -98,6 +98,7 @@ func (v *verdict) sessionUnlock() {
 
 func (v *verdict) sessionClose() {
 	o, r, h := v.o, &v.o.res, v.o.sh
+	defer func() { h.closed = true }()
 	if o.pre != hLive {
 		v.endedTarget()
 		return

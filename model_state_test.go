@@ -88,6 +88,9 @@ type sessH struct {
 	pid   uint32
 	held  map[string]int // short name → hold count (Session locks are reentrant)
 	state hState
+	// closed: Close was called. After a loss and then Close, calls may report the loss
+	// or ErrNotHeld ("closed"); unsure which is right, both are accepted.
+	closed bool
 }
 
 func (h *sessH) String() string { return fmt.Sprintf("S%d(%s pid %d)", h.id, h.slot, h.pid) }
