@@ -1,0 +1,286 @@
+package advisory_test
+
+import (
+	"time"
+)
+
+// Random batches of calls for TestModel. All randomness is drawn here, from the seeded
+// generator, on the test's goroutine.
+
+// weights of the calls, when possible.
+var opWeights = map[opKind]int{
+	opLock: 12, opTryLock: 10, opUnlock: 12, opSession: 4,
+	opSLock: 8, opSTryLock: 6, opSLockAll: 4, opSTryLockAll: 4, opSUnlock: 8, opSClose: 3,
+	opDo: 5, opLead: 5, opHolders: 2, opTerminate: 3, opClose: 1,
+}
+
+// genBatch returns 1 to 3 calls to run at once. Later calls are often about the same
+// name, Session or Lock as the first, so that they contend.
+func (w *world) genBatch() []*op {
+	n := 1
+	switch r := w.rng.IntN(10); {
+	case r >= 8:
+		n = 3
+	case r >= 5:
+		n = 2
+	}
+	var ops []*op
+	for len(ops) < n {
+		var focus *op
+		if len(ops) > 0 && w.rng.IntN(10) < 6 {
+			focus = ops[0]
+		}
+		o := w.genOp(focus, ops)
+		o.idx, o.step = len(ops), w.step
+		if len(ops) > 0 && o.kind != opTerminate {
+			o.after = time.Duration(w.rng.IntN(15)) * time.Millisecond
+		}
+		ops = append(ops, o)
+	}
+	w.analyse(ops)
+	return ops
+}
+
+func (w *world) genOp(focus *op, batch []*op) *op {
+	kind := w.pickKind(batch)
+	o := &op{kind: kind}
+	switch kind {
+	case opLock, opTryLock, opDo, opLead, opHolders, opSession:
+		w.genManagerCall(o, focus, batch)
+	case opUnlock:
+		o.lh = w.pickLock(focus)
+		o.pre, o.names, o.app = o.lh.state, []string{o.lh.name}, o.lh.app
+	case opTerminate:
+		o.pick, o.after, o.apps = w.rng.Float64(), time.Duration(w.rng.IntN(40))*time.Millisecond, w.apps()
+	case opClose:
+		s := w.slots[w.rng.IntN(len(w.slots))]
+		o.slot, o.m, o.app, o.dsn = s.String(), s.m, s.app, s.dsn
+	default:
+		w.genSessionCall(o, focus)
+	}
+	o.full = w.fulls(o.names)
+	for _, n := range o.names {
+		o.keys = append(o.keys, w.key(n))
+	}
+	o.plan = w.genPlan(o)
+	return o
+}
+
+// pickKind draws a call kind among those possible now.
+func (w *world) pickKind(batch []*op) opKind {
+	var kinds []opKind
+	total := 0
+	for k := opLock; k <= opClose; k++ {
+		if w.possible(k, batch) {
+			kinds = append(kinds, k)
+			total += opWeights[k]
+		}
+	}
+	r := w.rng.IntN(total)
+	for _, k := range kinds {
+		if r -= opWeights[k]; r < 0 {
+			return k
+		}
+	}
+	panic("unreachable")
+}
+
+func (w *world) possible(k opKind, batch []*op) bool {
+	switch k {
+	case opUnlock:
+		return len(w.locks) > 0
+	case opSLock, opSTryLock, opSLockAll, opSTryLockAll, opSUnlock, opSClose:
+		return len(w.sessions) > 0
+	case opTerminate, opClose:
+		for _, o := range batch {
+			if o.kind == k {
+				return false
+			}
+		}
+	case opLock, opTryLock, opDo, opLead, opSession:
+		return len(w.roomySlots(batch)) > 0
+	}
+	return true
+}
+
+// roomySlots returns the Managers that may pin one more connection.
+func (w *world) roomySlots(batch []*op) (out []*mgrSlot) {
+	for _, s := range w.slots {
+		n := w.handles(s.m)
+		for _, o := range batch {
+			if o.m == s.m {
+				n++
+			}
+		}
+		if n < maxHandles {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+func (w *world) genManagerCall(o *op, focus *op, batch []*op) {
+	slots := w.roomySlots(batch)
+	if o.kind == opHolders {
+		slots = w.slots
+	}
+	s := slots[w.rng.IntN(len(slots))]
+	o.slot, o.m, o.app = s.String(), s.m, s.app
+	if o.kind == opSession {
+		return
+	}
+	o.names = []string{w.pickName(focus)}
+	o.shared = (o.kind == opLock || o.kind == opTryLock) && w.rng.IntN(3) == 0
+	if o.kind == opDo || o.kind == opLead {
+		o.fn = fnKind(w.pickWeighted([]int{30, 25, 20, 25}))
+		o.fnWait = time.Duration(w.rng.IntN(80)) * time.Millisecond
+	}
+}
+
+func (w *world) genSessionCall(o *op, focus *op) {
+	o.sh = w.pickSession(focus)
+	o.pre, o.app = o.sh.state, o.sh.app
+	switch o.kind {
+	case opSLockAll, opSTryLockAll:
+		o.names = w.pickNames(focus, 1+w.rng.IntN(3))
+	case opSUnlock:
+		if held := o.sh.heldNames(); len(held) > 0 && w.rng.IntN(4) > 0 {
+			o.names = []string{held[w.rng.IntN(len(held))]}
+		} else {
+			o.names = []string{w.pickName(focus)}
+		}
+	case opSClose:
+	default:
+		o.names = []string{w.pickName(focus)}
+	}
+}
+
+func (w *world) pickWeighted(weights []int) int {
+	total := 0
+	for _, x := range weights {
+		total += x
+	}
+	r := w.rng.IntN(total)
+	for i, x := range weights {
+		if r -= x; r < 0 {
+			return i
+		}
+	}
+	return len(weights) - 1
+}
+
+// pickName prefers the focus call's name.
+func (w *world) pickName(focus *op) string {
+	if focus != nil && len(focus.names) > 0 && w.rng.IntN(10) < 7 {
+		return focus.names[w.rng.IntN(len(focus.names))]
+	}
+	return w.names[w.rng.IntN(len(w.names))]
+}
+
+func (w *world) pickNames(focus *op, n int) []string {
+	seen := map[string]bool{}
+	var out []string
+	for len(out) < n {
+		name := w.pickName(focus)
+		if !seen[name] {
+			seen[name] = true
+			out = append(out, name)
+		}
+		focus = nil
+	}
+	return out
+}
+
+// pickLock prefers live Locks, and those on the focus call's name.
+func (w *world) pickLock(focus *op) *lockH {
+	var live, onFocus, ended []*lockH
+	for _, h := range w.locks {
+		switch {
+		case h.state != hLive:
+			ended = append(ended, h)
+		case focus != nil && len(focus.names) > 0 && h.name == focus.names[0]:
+			onFocus = append(onFocus, h)
+			fallthrough
+		default:
+			live = append(live, h)
+		}
+	}
+	switch {
+	case len(onFocus) > 0 && w.rng.IntN(10) < 7:
+		return onFocus[w.rng.IntN(len(onFocus))]
+	case len(live) > 0 && (len(ended) == 0 || w.rng.IntN(10) < 8):
+		return live[w.rng.IntN(len(live))]
+	}
+	return ended[w.rng.IntN(len(ended))]
+}
+
+// pickSession prefers the focus call's Session, and live ones.
+func (w *world) pickSession(focus *op) *sessH {
+	if focus != nil && focus.sh != nil && w.rng.IntN(10) < 8 {
+		return focus.sh
+	}
+	live := w.liveSessions()
+	if len(live) > 0 && w.rng.IntN(10) < 9 {
+		return live[w.rng.IntN(len(live))]
+	}
+	return w.sessions[w.rng.IntN(len(w.sessions))]
+}
+
+// genPlan draws how the call's ctx ends. A call the model expects to block on a held
+// lock mostly gets a short ctx, so that steps stay short; sometimes a long one, so that
+// calls queue behind it.
+func (w *world) genPlan(o *op) ctxPlan {
+	blocks := w.wouldBlock(o)
+	r := w.rng.IntN(100)
+	if (o.kind == opDo || o.kind == opLead) && r >= 65 && w.rng.IntN(2) == 0 {
+		r = 50 // Do and Lead check ctx in several phases: land on each more often
+	}
+	switch {
+	case r < 12:
+		return ctxPlan{kind: ctxDone}
+	case r < 30:
+		d := time.Duration(w.rng.IntN(3000)) * time.Microsecond
+		if w.rng.IntN(2) == 0 {
+			d = time.Duration(w.rng.IntN(60)) * time.Millisecond
+		}
+		return ctxPlan{kind: ctxCancelAt, d: d}
+	case r < 50:
+		return ctxPlan{kind: ctxDeadline, d: time.Duration(5+w.rng.IntN(300)) * time.Millisecond}
+	case r < 65:
+		// Each of the checks this kind of call was seen to make, alike; until seen, small n
+		// more often. A blocked call checks nothing while it waits: bound it.
+		p := ctxPlan{kind: ctxCheck, n: 1 + w.rng.IntN(1+w.rng.IntN(12))}
+		if seen := min(w.checks[o.kind], 12); seen > 0 {
+			p.n = 1 + w.rng.IntN(seen)
+		}
+		if blocks {
+			p.d = time.Duration(20+w.rng.IntN(200)) * time.Millisecond
+		}
+		return p
+	case !blocks:
+		return ctxPlan{kind: ctxLive}
+	case w.rng.IntN(12) == 0 || (o.sh != nil && w.rng.IntN(3) == 0):
+		// Long: calls of the same Session (or Manager and name) queue behind it.
+		return ctxPlan{kind: ctxDeadline, d: liveBound - time.Duration(w.rng.IntN(1000))*time.Millisecond}
+	}
+	return w.shortWait()
+}
+
+func (w *world) shortWait() ctxPlan {
+	return ctxPlan{kind: ctxDeadline, d: time.Duration(20+w.rng.IntN(200)) * time.Millisecond}
+}
+
+// wouldBlock reports whether the model expects a blocking call to wait for a holder.
+func (w *world) wouldBlock(o *op) bool {
+	switch o.kind {
+	case opLock, opDo, opLead:
+		return !w.compatible(o.names[0], o.shared, nil)
+	case opSLock, opSLockAll:
+		for _, n := range o.names {
+			if !w.compatible(n, false, o.sh) {
+				return true
+			}
+		}
+	}
+	return false
+}

@@ -1,0 +1,264 @@
+package advisory_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime"
+	"sync"
+	"time"
+
+	"github.com/pgadvisory/advisory"
+)
+
+// Running a batch: each call in its own goroutine, touching only its op.
+
+// runBatch runs the calls at once and waits for all of them. It returns a goroutine
+// dump if they did not all return within hangBound.
+func runBatch(ops []*op) (hang string) {
+	var wg sync.WaitGroup
+	for _, o := range ops {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			o.run()
+		}()
+	}
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	timer := time.NewTimer(hangBound)
+	defer timer.Stop()
+	select {
+	case <-done:
+		return ""
+	case <-timer.C:
+		buf := make([]byte, 1<<20)
+		return string(buf[:runtime.Stack(buf, true)])
+	}
+}
+
+func (o *op) run() {
+	if o.after > 0 {
+		// A random start offset, so that calls of one batch interleave differently.
+		<-time.After(o.after)
+	}
+	c := o.plan.build()
+	defer c.release()
+	o.res.start = time.Now()
+	func() {
+		defer func() {
+			// As net/http does for a handler: Do and Lead let fn's panic through.
+			if r := recover(); r != nil {
+				o.res.panicked = r
+			}
+		}()
+		o.call(c.ctx)
+	}()
+	o.res.end = time.Now()
+	o.res.ctxEnd, o.res.ctxEnded = c.endedAt()
+	o.res.ctxErr = errIfDone(c.ctx)
+	if c.check != nil {
+		o.res.checks = c.check.checks()
+	}
+	if o.res.ctxErr != nil && !o.res.ctxEnded {
+		// Ended just now, and the AfterFunc has not run yet: not late.
+		o.res.ctxEnd, o.res.ctxEnded = o.res.end, true
+	}
+}
+
+func (o *op) call(ctx context.Context) {
+	r := &o.res
+	switch o.kind {
+	case opLock:
+		if o.shared {
+			r.lock, r.err = o.m.LockShared(ctx, o.full[0])
+		} else {
+			r.lock, r.err = o.m.Lock(ctx, o.full[0])
+		}
+	case opTryLock:
+		if o.shared {
+			r.lock, r.err = o.m.TryLockShared(ctx, o.full[0])
+		} else {
+			r.lock, r.err = o.m.TryLock(ctx, o.full[0])
+		}
+	case opUnlock:
+		r.err = o.lh.l.Unlock(ctx)
+	case opSession:
+		r.sess, r.err = o.m.Session(ctx)
+	case opDo:
+		r.err = o.m.Do(ctx, o.full[0], o.fnBody)
+	case opLead:
+		r.err = o.m.Lead(ctx, o.full[0], o.fnBody)
+	case opHolders:
+		r.holders, r.err = o.m.Holders(ctx, o.full[0])
+	case opTerminate:
+		r.victim, r.err = terminateAHolder(o.apps, o.pick)
+	case opClose:
+		o.closeAndRenew()
+	default:
+		o.sessionCall(ctx)
+	}
+}
+
+func (o *op) sessionCall(ctx context.Context) {
+	S, r := o.sh.S, &o.res
+	switch o.kind {
+	case opSLock:
+		r.err = S.Lock(ctx, o.full[0])
+	case opSTryLock:
+		r.err = S.TryLock(ctx, o.full[0])
+	case opSLockAll:
+		r.err = S.LockAll(ctx, o.full)
+	case opSTryLockAll:
+		r.err = S.TryLockAll(ctx, o.full)
+	case opSUnlock:
+		r.err = S.Unlock(ctx, o.full[0])
+	case opSClose:
+		r.err = S.Close(ctx)
+	}
+}
+
+// fnBody is the function given to Do and Lead. It first asks the server whether its
+// Manager holds the lock exclusively: fn must run only while it does.
+func (o *op) fnBody(ctx context.Context) error {
+	o.res.fnCalls++
+	pid, err := exclusiveHolder(o.keys[0], o.app)
+	switch {
+	case err != nil:
+		o.res.fnBad = append(o.res.fnBad, fmt.Sprintf("fn could not read pg_locks: %v", err))
+	case pid == 0:
+		o.res.fnBad = append(o.res.fnBad, fmt.Sprintf("fn ran, but pg_locks shows no exclusive hold of %s by %s", o.names[0], o.app))
+	default:
+		o.res.fnPIDs = append(o.res.fnPIDs, pid)
+	}
+	switch o.fn {
+	case fnErr:
+		return errModelFn
+	case fnPanic:
+		panic(modelPanic{step: o.step, op: o.idx})
+	case fnWait:
+		timer := time.NewTimer(o.fnWait)
+		defer timer.Stop()
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-timer.C:
+		}
+	}
+	return nil
+}
+
+// exclusiveHolder returns the backend of application app that holds key exclusively, or 0.
+func exclusiveHolder(key advisory.Key, app string) (uint32, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	rows, err := admin.Query(ctx, `
+		SELECT l.pid FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
+		WHERE l.locktype = 'advisory' AND l.objsubid = 1 AND l.granted AND l.mode = 'ExclusiveLock'
+		  AND l.classid = $1 AND l.objid = $2 AND a.application_name = $3`,
+		uint32(uint64(key)>>32), uint32(key), app)
+	if err != nil {
+		return 0, err
+	}
+	defer rows.Close()
+	var pid uint32
+	for rows.Next() {
+		if err := rows.Scan(&pid); err != nil {
+			return 0, err
+		}
+	}
+	return pid, rows.Err()
+}
+
+// terminateAHolder terminates one of the backends of apps that hold an advisory lock,
+// chosen by pick in [0, 1). It returns 0 if there is none.
+func terminateAHolder(apps []string, pick float64) (uint32, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	rows, err := admin.Query(ctx, `
+		SELECT DISTINCT l.pid FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
+		WHERE l.locktype = 'advisory' AND l.granted AND a.application_name = ANY($1) ORDER BY 1`, apps)
+	if err != nil {
+		return 0, err
+	}
+	var pids []uint32
+	for rows.Next() {
+		var pid uint32
+		if err := rows.Scan(&pid); err != nil {
+			return 0, err
+		}
+		pids = append(pids, pid)
+	}
+	if err := rows.Err(); err != nil || len(pids) == 0 {
+		return 0, err
+	}
+	pid := pids[int(pick*float64(len(pids)))]
+	var ok bool
+	if err := admin.QueryRow(ctx, "SELECT pg_terminate_backend($1)", int32(pid)).Scan(&ok); err != nil {
+		return 0, err
+	}
+	if !ok {
+		return 0, nil // it exited meanwhile
+	}
+	return pid, nil
+}
+
+// closeAndRenew closes the Manager, checks that every call on it then returns
+// ErrClosed, and opens a new one in its place.
+func (o *op) closeAndRenew() {
+	o.m.Close()
+	o.m.Close() // a second Close returns at once
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	ran := false
+	fn := func(context.Context) error { ran = true; return nil }
+	const name = "closed" // any valid name: nothing may reach the server
+	calls := map[string]func() error{
+		"Lock":          func() error { _, err := o.m.Lock(ctx, name); return err },
+		"TryLock":       func() error { _, err := o.m.TryLock(ctx, name); return err },
+		"LockShared":    func() error { _, err := o.m.LockShared(ctx, name); return err },
+		"TryLockShared": func() error { _, err := o.m.TryLockShared(ctx, name); return err },
+		"Session":       func() error { _, err := o.m.Session(ctx); return err },
+		"Holders":       func() error { _, err := o.m.Holders(ctx, name); return err },
+		"Do":            func() error { return o.m.Do(ctx, name, fn) },
+		"Lead":          func() error { return o.m.Lead(ctx, name, fn) },
+	}
+	for _, call := range []string{"Lock", "TryLock", "LockShared", "TryLockShared", "Session", "Holders", "Do", "Lead"} {
+		if err := calls[call](); !errors.Is(err, advisory.ErrClosed) {
+			o.res.bad = append(o.res.bad, fmt.Sprintf("%s after Close returned %v, want ErrClosed", call, err))
+		}
+	}
+	if ran {
+		o.res.bad = append(o.res.bad, "Do or Lead after Close ran fn")
+	}
+	o.res.newMgr, o.res.err = advisory.New(ctx, o.dsn, advisory.WithCancelGrace(cancelGrace))
+}
+
+// callCtx is one call's context, and when it ended.
+type callCtx struct {
+	ctx   context.Context
+	check *checkCtx // for ctxCheck
+	stops []func()
+	mu    sync.Mutex
+	endAt time.Time
+}
+
+func (c *callCtx) ended() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.endAt.IsZero() {
+		c.endAt = time.Now()
+	}
+}
+
+func (c *callCtx) endedAt() (time.Time, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.endAt, !c.endAt.IsZero()
+}
+
+func (c *callCtx) release() {
+	for i := len(c.stops) - 1; i >= 0; i-- {
+		c.stops[i]()
+	}
+}
