@@ -162,6 +162,20 @@ func (s *pin) afterCancel(cancelSent bool, sql string, args ...any) error {
 	}
 }
 
+// absorbCancel runs a harmless statement on a connection that a late CancelRequest may
+// still strike, so that the cancel is spent (or found to have missed) before the
+// connection runs anything that matters. The cancel cannot strike twice.
+func (s *pin) absorbCancel() error {
+	ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
+	defer cancel()
+	for attempt := 0; ; attempt++ {
+		_, err := s.pc.Exec(ctx, "SELECT 1")
+		if err == nil || attempt == 2 || !isQueryCanceled(err) {
+			return err
+		}
+	}
+}
+
 // errNotHeldByServer is unlock's error when pg_advisory_unlock returned false.
 var errNotHeldByServer = errors.New("the server reports the lock was not held by this session")
 

@@ -203,6 +203,13 @@ func (s *Session) takeInterruptibly(ctx context.Context, ts []target, try bool) 
 	s.mu.Lock()
 	s.waiting = false
 	s.mu.Unlock()
+	// Close may have interrupted after take's statement had returned and settled: that
+	// late cancel (and its fallback deadline) must not reach the next statement.
+	if s.pin.cancel.settle() {
+		if aerr := s.pin.absorbCancel(); aerr != nil {
+			return &connFailure{aerr}
+		}
+	}
 	var cf *connFailure
 	if err != nil && !errors.As(err, &cf) && ctx.Err() == nil && s.isClosing() {
 		return errSessionClosed // interrupted by Close; take released whatever it got
