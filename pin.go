@@ -38,9 +38,9 @@ type pin struct {
 	watchDone chan struct{} // closed when the watcher goroutine has exited
 	stopping  atomic.Bool   // set before the watcher is told to stop
 
-	heldSince time.Time // when the lock was granted, for the logs
-	gated     bool      // counted in the Manager's gate for the key
-	multi     bool      // a multi-lock Session's connection: key and st are unused
+	heldSince time.Time   // when the lock was granted, for the logs
+	gated     bool        // counted in the Manager's gate for the key
+	multi     bool        // a multi-lock Session's connection: key and st are unused
 	retire    atomic.Bool // close the connection at release instead of keeping it
 
 	mu      sync.Mutex
