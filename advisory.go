@@ -162,6 +162,20 @@ func configure(cfg *pgxpool.Config, set *settings, ps *proxyState) *pgxpool.Conf
 	}
 	cc.DialFunc = keepaliveDialer(cc.DialFunc, set.clientKeepalive)
 	cc.BuildContextWatcherHandler = newCancelHandler(set.cancelGrace)
+	// An idle pooled connection whose backend was terminated (or whose server went away)
+	// already has the FATAL, or an EOF, waiting in its socket: ping it, which fails, so
+	// that the pool hands out another instead of a Lock meeting the FATAL. pgxpool pings
+	// by itself only connections idle for more than a second.
+	ping := cfg.ShouldPing
+	cfg.ShouldPing = func(ctx context.Context, p pgxpool.ShouldPingParams) bool {
+		if pendingInput(p.Conn.PgConn().Conn()) {
+			return true
+		}
+		if ping != nil {
+			return ping(ctx, p)
+		}
+		return p.IdleDuration > time.Second
+	}
 	next := cfg.AfterConnect
 	cfg.AfterConnect = func(ctx context.Context, conn *pgx.Conn) error {
 		if err := setUp(ctx, conn, set, ps); err != nil {

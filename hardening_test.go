@@ -169,3 +169,33 @@ func (h handlerFunc) Enabled(context.Context, slog.Level) bool      { return tru
 func (h handlerFunc) Handle(_ context.Context, r slog.Record) error { h(r); return nil }
 func (h handlerFunc) WithAttrs([]slog.Attr) slog.Handler            { return h }
 func (h handlerFunc) WithGroup(string) slog.Handler                 { return h }
+
+// A pooled idle connection whose backend was terminated while it sat in the pool is not
+// handed to the next Lock: that Lock used to meet the FATAL waiting in the socket and
+// fail with a bare 57P01 (found by TestModel).
+func TestPooledConnectionTerminatedWhileIdleIsReplaced(t *testing.T) {
+	t.Parallel()
+	m := newManager(t, []string{"pool_max_conns=1"})
+	ctx := ctxT(t)
+	for i := 0; i < 5; i++ {
+		l, err := m.Lock(ctx, t.Name())
+		require.NoError(t, err)
+		pid := l.PID()
+		require.NoError(t, l.Unlock(ctx)) // the connection goes back to the pool, idle
+		terminate(t, pid)
+		eventually(t, 10*time.Second, func() bool { return !backendListed(t, pid) }, "backend %d gone", pid)
+		for _, try := range []func(context.Context, string) (*advisory.Lock, error){m.Lock, m.TryLock} {
+			l, err = try(ctx, t.Name())
+			require.NoError(t, err, "round %d: the next call gets a live connection", i)
+			require.NotEqual(t, pid, l.PID())
+			require.NoError(t, l.Unlock(ctx))
+		}
+	}
+}
+
+func backendListed(t testing.TB, pid uint32) bool {
+	var n int
+	require.NoError(t, admin.QueryRow(context.Background(),
+		"SELECT count(*) FROM pg_stat_activity WHERE pid = $1", int32(pid)).Scan(&n))
+	return n > 0
+}

@@ -210,3 +210,30 @@ func dupSocket(c net.Conn) (int, error) {
 	}
 	return nfd, nil
 }
+
+// pendingInput reports whether an idle connection has something to read: bytes the
+// server sent unasked (a FATAL from pg_terminate_backend, a shutdown notice) or an end
+// of file. A healthy idle connection has nothing. It peeks without blocking and without
+// consuming anything, and says true if it cannot tell.
+func pendingInput(c net.Conn) bool {
+	if nc, ok := c.(interface{ NetConn() net.Conn }); ok {
+		c = nc.NetConn()
+	}
+	sc, ok := c.(syscall.Conn)
+	if !ok {
+		return false
+	}
+	raw, err := sc.SyscallConn()
+	if err != nil {
+		return true
+	}
+	pending := true
+	var b [1]byte
+	if raw.Control(func(fd uintptr) {
+		_, _, err := syscall.Recvfrom(int(fd), b[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
+		pending = !errors.Is(err, syscall.EAGAIN)
+	}) != nil {
+		return true
+	}
+	return pending
+}

@@ -23,3 +23,5 @@ func socketFD(net.Conn) int { return -1 }
 func dupSocket(net.Conn) (int, error) {
 	return -1, errors.New("not supported on this platform")
 }
+
+func pendingInput(net.Conn) bool { return false }
