@@ -135,6 +135,9 @@ func reusableServerPIDs(t *testing.T, b *pgtest.PgBouncer) []uint32 {
 		}
 		pid, err := strconv.ParseUint(s["remote_pid"], 10, 32)
 		require.NoError(t, err)
+		if pid == 0 {
+			continue // still logging in (no BackendKeyData yet): it has run nothing of anyone's
+		}
 		pids = append(pids, uint32(pid))
 	}
 	return pids
