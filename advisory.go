@@ -55,7 +55,9 @@ const DefaultMaxConns = 16
 // tcp_keepalives_* and tcp_user_timeout on the server end, client_connection_check_interval
 // (PostgreSQL 14+), and lock_timeout, statement_timeout, idle_in_transaction_session_timeout
 // and idle_session_timeout set to 0: ctx is the only timeout of a Lock call, and a held lock
-// lives exactly as long as its connection. connect_timeout defaults to 10s.
+// lives exactly as long as its connection. Behind a proxy (PgBouncer in session mode, say)
+// none of these is set, since a shared backend would pass them on to other clients: see
+// docs/guarantees.md, "Poolers and proxies". connect_timeout defaults to 10s.
 //
 // Sessions are named, so that holders can be told apart in pg_stat_activity, [Manager.Holders]
 // and pgadvisory status: application_name defaults to "PROGRAM HOST/PID" (the program's

@@ -41,7 +41,7 @@ type proxyState struct {
 // changes any setting on the server (which would leak to other clients of a shared
 // backend), a backend that another client has used; behind a proxy it also checks that
 // the proxy gives each client connection a backend of its own. Then it stores a fresh
-// ownership token and the session settings.
+// ownership token and, on a direct connection, the session settings.
 func setUp(ctx context.Context, conn *pgx.Conn, set *settings, ps *proxyState) error {
 	pg := conn.PgConn()
 	reported := pg.ParameterStatus("server_version")
@@ -64,14 +64,23 @@ func setUp(ctx context.Context, conn *pgx.Conn, set *settings, ps *proxyState) e
 		return fmt.Errorf("%w: the new connection's backend (pid %d) already carries another lock connection's "+
 			"ownership token: a proxy hands one server connection to several clients", ErrPooler, pid)
 	}
-	if pid != pg.PID() {
+	var settings [][2]string
+	if pid == pg.PID() {
+		settings = serverSettings(set, version)
+	} else {
+		// A proxy is in the path. A probe can show that a transaction pooler shares
+		// backends, never prove that one does not (busy clients can fool it), so nothing
+		// that other clients of a shared backend would inherit is changed: keepalive and
+		// client_connection_check_interval would only configure the proxy's server
+		// connection anyway. Only the token is set, which harms no one and makes any
+		// sharing with another of our connections visible.
 		if err := probe(ctx, conn, pid); err != nil {
 			return err
 		}
 		ps.noteProxy()
 	}
 	token := newToken()
-	settings := append(serverSettings(set, version), [2]string{ownerSetting, token})
+	settings = append(settings, [2]string{ownerSetting, token})
 	rows, err = pg.Exec(ctx, applySQL(settings, pid)).ReadAll()
 	if err != nil {
 		return setupError(err, reported)
