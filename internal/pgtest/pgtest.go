@@ -34,9 +34,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/jackc/pgx/v5"
 	"os"
 	"strings"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/pgadvisory/advisory/internal/pglocal"
 )
 
 // EnvDSN names the environment variable that points the harness at an existing server.
@@ -44,7 +47,7 @@ const EnvDSN = "ADVISORY_TEST_DSN"
 
 // EnvPGBin names the environment variable that points the local cluster at a directory of
 // PostgreSQL server binaries (see the package doc).
-const EnvPGBin = "ADVISORY_TEST_PGBIN"
+const EnvPGBin = pglocal.EnvPGBin
 
 // ErrUnavailable means a program the harness needs (pgbouncer, pg_basebackup) is not
 // installed here.
