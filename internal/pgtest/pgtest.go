@@ -1,5 +1,7 @@
-// Package pgtest gives tests (and the pgadvisory demo) a throwaway PostgreSQL, and the
-// real programs that stand in front of or beside one: PgBouncer and a hot standby.
+// Package pgtest gives tests a throwaway PostgreSQL, and the real programs that stand in
+// front of or beside one: PgBouncer and a hot standby. The local cluster is package
+// pglocal, which the pgadvisory demo uses without this package, so that the binary links
+// no testcontainers or Docker client code.
 //
 // [Start] tries, in order:
 //
@@ -137,7 +139,7 @@ func StartLocal(ctx context.Context, opts Options) (*Server, error) {
 func (s *Server) Port() int { return s.port }
 
 // TB is the part of testing.TB that Need uses (this package does not import testing, so
-// that the pgadvisory binary can use the harness for its demo).
+// that programs such as bench can use the harness).
 type TB interface {
 	Helper()
 	Fatalf(format string, args ...any)
