@@ -52,6 +52,9 @@ func startDemoServer(ctx context.Context, say func(string)) (*demoServer, error)
 			if err == nil {
 				return srv, nil
 			}
+			if ctx.Err() != nil {
+				return nil, err // Ctrl-C: the container is gone; start nothing else
+			}
 			reasons = append(reasons, "docker: "+err.Error())
 			say("no container: " + err.Error())
 		}
