@@ -18,7 +18,6 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/pgadvisory/advisory"
-	"github.com/pgadvisory/advisory/internal/pgtest"
 )
 
 // demo is one `pgadvisory demo`: a throwaway server, three worker processes each running
@@ -64,14 +63,16 @@ func demoCommand(args []string, stdout io.Writer) error {
 	fmt.Fprintln(stdout, "    pgadvisory run --key migrations -- <a 6-step migration>")
 	fmt.Fprintln(stdout, "against one PostgreSQL; only the lock holder may migrate.")
 	fmt.Fprintln(stdout)
-	d.say("demo", "starting a throwaway PostgreSQL (Docker via testcontainers if it answers, else local binaries)...")
-	srv, err := pgtest.Start(ctx)
+	srv, err := startDemoServer(ctx, func(text string) { d.say("demo", text) })
 	if err != nil {
+		if ctx.Err() != nil {
+			return &exitError{code: exitSignalBase + int(syscall.SIGINT), err: errors.New("demo interrupted while starting PostgreSQL")}
+		}
 		return fail(exitUnavailable, "demo needs Docker or the PostgreSQL server binaries (apt-get install postgresql): %v", err)
 	}
-	defer srv.Close()
-	d.dsn = srv.DSN()
-	d.say("demo", fmt.Sprintf("PostgreSQL is up (%s)", srv.Kind()))
+	defer srv.close()
+	d.dsn = srv.dsn
+	d.say("demo", fmt.Sprintf("PostgreSQL is up (%s)", srv.kind))
 	defer d.killAll()
 	if err := d.script(ctx); err != nil {
 		if ctx.Err() != nil {

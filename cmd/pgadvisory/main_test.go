@@ -45,7 +45,10 @@ func runTests(m *testing.M) int {
 	}
 	defer os.RemoveAll(dir)
 	bin = filepath.Join(dir, "pgadvisory")
-	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+	// Built as it ships (static, CGO_ENABLED=0): TestBinaryIsSlimAndStatic inspects it.
+	build := exec.Command("go", "build", "-o", bin, ".")
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
 		fmt.Fprintf(os.Stderr, "FAIL: build pgadvisory: %v\n%s", err, out)
 		return 1
 	}

@@ -118,8 +118,9 @@ Exit codes: 0 success, 64 usage error (no name, several names, or an invalid nam
 
 const demoHelp = `Usage: pgadvisory demo
 
-Starts a throwaway PostgreSQL (Docker via testcontainers if a Docker engine answers, else
-the local PostgreSQL server binaries, e.g. apt-get install postgresql) and three worker
+Starts a throwaway PostgreSQL (postgres:16-alpine run with the docker CLI if a Docker
+engine answers, else the local PostgreSQL server binaries, e.g. apt-get install
+postgresql; ADVISORY_TEST_DSN names an existing server instead) and three worker
 processes, each running
 
     pgadvisory run --key migrations -- <a six-step migration>
@@ -127,7 +128,7 @@ processes, each running
 It SIGKILLs the first holder's pgadvisory mid-migration (the kernel kills its migration
 too; the next worker takes over within milliseconds of both being gone), terminates the second holder's session with pg_terminate_backend (it is
 told at once, stops its migration and exits 76), and prints a timeline. Takes about 10 s.
-Ctrl-C stops the workers and removes the server.
+Ctrl-C stops the workers and removes the server (docker rm -f for a container).
 
 Exit codes: 0 success, 69 no server could be started, 70 internal error, 130 interrupted.
 `

@@ -14,6 +14,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/pgadvisory/advisory/internal/pglocal"
 )
 
 // PoolMode is PgBouncer's pool_mode: when a server connection goes back to the pool.
@@ -126,9 +128,9 @@ func (b *PgBouncer) start(ctx context.Context, bin string, up *pgconn.Config, se
 		return err
 	}
 	b.dir = dir
-	cred, err := ownDir(dir)
+	cred, err := pglocal.OwnDir(dir)
 	if err == nil {
-		b.port, err = freePort()
+		b.port, err = pglocal.FreePort()
 	}
 	if err == nil {
 		err = b.writeConfig(up, set, cred)
@@ -198,7 +200,7 @@ func (b *PgBouncer) run(bin string, cred *syscall.Credential) error {
 	b.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Credential: cred}
 	b.cmd.Dir = b.dir
 	b.cmd.Stdout, b.cmd.Stderr = out, out
-	if err := startTied(b.cmd, syscall.SIGTERM); err != nil { // SIGTERM: immediate shutdown
+	if err := pglocal.StartTied(b.cmd, syscall.SIGTERM); err != nil { // SIGTERM: immediate shutdown
 		b.cmd = nil
 		return fmt.Errorf("pgtest: pgbouncer: %w", err)
 	}

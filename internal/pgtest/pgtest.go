@@ -1,5 +1,7 @@
-// Package pgtest gives tests (and the pgadvisory demo) a throwaway PostgreSQL, and the
-// real programs that stand in front of or beside one: PgBouncer and a hot standby.
+// Package pgtest gives tests a throwaway PostgreSQL, and the real programs that stand in
+// front of or beside one: PgBouncer and a hot standby. The local cluster is package
+// pglocal, which the pgadvisory demo uses without this package, so that the binary links
+// no testcontainers or Docker client code.
 //
 // [Start] tries, in order:
 //
@@ -34,9 +36,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/jackc/pgx/v5"
 	"os"
 	"strings"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/pgadvisory/advisory/internal/pglocal"
 )
 
 // EnvDSN names the environment variable that points the harness at an existing server.
@@ -44,7 +49,7 @@ const EnvDSN = "ADVISORY_TEST_DSN"
 
 // EnvPGBin names the environment variable that points the local cluster at a directory of
 // PostgreSQL server binaries (see the package doc).
-const EnvPGBin = "ADVISORY_TEST_PGBIN"
+const EnvPGBin = pglocal.EnvPGBin
 
 // ErrUnavailable means a program the harness needs (pgbouncer, pg_basebackup) is not
 // installed here.
@@ -134,7 +139,7 @@ func StartLocal(ctx context.Context, opts Options) (*Server, error) {
 func (s *Server) Port() int { return s.port }
 
 // TB is the part of testing.TB that Need uses (this package does not import testing, so
-// that the pgadvisory binary can use the harness for its demo).
+// that programs such as bench can use the harness).
 type TB interface {
 	Helper()
 	Fatalf(format string, args ...any)

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/pgadvisory/advisory/internal/pglocal"
 )
 
 // Standby is a streaming hot standby of a Server, run from the local binaries like a local
@@ -28,29 +30,18 @@ type Standby struct {
 // ctx ends. Without pg_basebackup, or with binaries of another major version than the
 // primary's, it returns an error wrapping [ErrUnavailable]. On error nothing is left.
 func StartStandby(ctx context.Context, primary *Server) (*Standby, error) {
-	bin, err := findBinaries()
+	bin, err := pglocal.FindBinaries()
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
 	if err := checkStandbyTools(ctx, bin, primary); err != nil {
 		return nil, err
 	}
-	l := &local{bin: bin}
-	if err := l.prepare(); err != nil {
-		os.RemoveAll(l.dir)
+	c, err := pglocal.Start(ctx, pglocal.Options{Bin: bin, BaseBackupFrom: primary.DSN()})
+	if err != nil {
 		return nil, err
 	}
-	if err := l.basebackup(ctx, primary.DSN()); err != nil {
-		os.RemoveAll(l.dir)
-		return nil, err
-	}
-	if err := l.start(ctx); err != nil {
-		l.close()
-		return nil, err
-	}
-	dsn := fmt.Sprintf("host=127.0.0.1 port=%d user=postgres dbname=postgres sslmode=disable", l.port)
-	srv := &Server{dsn: dsn, kind: "standby", port: l.port, restart: l.restart, stop: l.close}
-	return &Standby{srv: srv, primaryDSN: primary.DSN()}, nil
+	return &Standby{srv: localServer(c, "standby"), primaryDSN: primary.DSN()}, nil
 }
 
 // checkStandbyTools makes sure bin has a pg_basebackup and the primary's major version.
@@ -80,16 +71,6 @@ func leadingNumber(s string) (int, error) {
 		end = len(s)
 	}
 	return strconv.Atoi(s[:end])
-}
-
-// basebackup copies the primary into l.dir/data as a standby.
-func (l *local) basebackup(ctx context.Context, primaryDSN string) error {
-	cmd := l.command(ctx, "pg_basebackup", "-D", filepath.Join(l.dir, "data"), "-R", "-X", "stream",
-		"-c", "fast", "--no-sync", "-d", primaryDSN)
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("pg_basebackup: %w: %s", err, out)
-	}
-	return nil
 }
 
 // Server returns the standby as a Server (DSN, Port, Restart, Close).

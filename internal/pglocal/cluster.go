@@ -1,0 +1,114 @@
+package pglocal
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Cluster is a running cluster started by [Start]. Its methods are safe for concurrent
+// use, except that Restart and Close must not run concurrently with each other.
+type Cluster struct {
+	opts Options
+	bin  string // directory holding initdb and postgres
+	dir  string // temp dir: data/, socket, log
+	port int
+	cred *syscall.Credential // nil unless running as root
+	cmd  *exec.Cmd
+	exit chan struct{} // closed when cmd has been waited for
+}
+
+// DSN returns a keyword/value connection string for the superuser postgres over TCP on
+// 127.0.0.1 (trusted: no password).
+func (c *Cluster) DSN() string {
+	return fmt.Sprintf("host=127.0.0.1 port=%d user=postgres dbname=postgres sslmode=disable", c.port)
+}
+
+// Port returns the server's loopback TCP port.
+func (c *Cluster) Port() int { return c.port }
+
+// Restart stops the server (fast shutdown: sessions are terminated) and starts it again on
+// the same port. It blocks until the server accepts connections again or ctx ends.
+func (c *Cluster) Restart(ctx context.Context) error {
+	c.stopServer()
+	return c.start(ctx)
+}
+
+// Close stops the server and removes its directory. A second Close only removes the
+// directory again, which is gone: it returns nil.
+func (c *Cluster) Close() error {
+	c.stopServer()
+	if c.dir == "" {
+		return nil
+	}
+	return os.RemoveAll(c.dir)
+}
+
+// start runs postgres in its own process group and waits until it accepts connections.
+func (c *Cluster) start(ctx context.Context) error {
+	logf, err := os.OpenFile(filepath.Join(c.dir, "server.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o666)
+	if err != nil {
+		return err
+	}
+	defer logf.Close()
+	cmd := c.command(context.Background(), "postgres", "-D", filepath.Join(c.dir, "data"),
+		"-p", strconv.Itoa(c.port), "-k", c.dir,
+		"-c", "listen_addresses="+strings.Join(append([]string{"127.0.0.1"}, c.opts.ListenAddresses...), ","),
+		"-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off",
+		"-c", "max_connections=300", "-c", "shared_buffers=64MB",
+		// What a streaming standby (Options.BaseBackupFrom) needs of its primary; initdb's
+		// pg_hba.conf already admits replication from 127.0.0.1 with -A trust.
+		"-c", "wal_level=replica", "-c", "max_wal_senders=10")
+	cmd.Stdout, cmd.Stderr = logf, logf
+	if err := StartTied(cmd, syscall.SIGQUIT); err != nil { // SIGQUIT: immediate shutdown
+		return fmt.Errorf("postgres: %w", err)
+	}
+	c.cmd, c.exit = cmd, make(chan struct{})
+	go func(exit chan struct{}) { cmd.Wait(); close(exit) }(c.exit)
+	return c.waitReady(ctx)
+}
+
+func (c *Cluster) waitReady(ctx context.Context) error {
+	dsn := c.DSN() + " connect_timeout=2"
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		conn, err := pgx.Connect(ctx, dsn)
+		if err == nil {
+			return conn.Close(ctx)
+		}
+		select {
+		case <-c.exit:
+			log, _ := os.ReadFile(filepath.Join(c.dir, "server.log"))
+			return fmt.Errorf("postgres exited during start-up: %s", log)
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(20 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("postgres not ready after 60s: %w", err)
+		}
+	}
+}
+
+// stopServer asks for a fast shutdown (SIGINT), then kills the process group after 10 s.
+func (c *Cluster) stopServer() {
+	if c.cmd == nil {
+		return
+	}
+	syscall.Kill(-c.cmd.Process.Pid, syscall.SIGINT)
+	select {
+	case <-c.exit:
+	case <-time.After(10 * time.Second):
+		syscall.Kill(-c.cmd.Process.Pid, syscall.SIGKILL)
+		<-c.exit
+	}
+	c.cmd = nil
+}

@@ -1,0 +1,166 @@
+// Package pglocal runs a throwaway PostgreSQL cluster from the local server binaries
+// (initdb + postgres): in a temporary directory, on a free loopback port, with fsync off,
+// as the postgres OS user when the caller is root, and tied to the calling process so that
+// it dies with it.
+//
+// It is the part of the test harness (internal/pgtest) that the pgadvisory binary needs
+// for its demo, kept apart so that the binary links no container code.
+//
+// # Which binaries
+//
+// When the environment variable ADVISORY_TEST_PGBIN ([EnvPGBin]) names a directory, the
+// binaries come from there and nowhere else; it must hold initdb and postgres (and
+// pg_basebackup for [Options.BaseBackupFrom]). Unset, they come from PATH, else the newest
+// /usr/lib/postgresql/N/bin. See [FindBinaries].
+package pglocal
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"syscall"
+)
+
+// EnvPGBin names the environment variable that points at a directory of PostgreSQL server
+// binaries (see the package doc).
+const EnvPGBin = "ADVISORY_TEST_PGBIN"
+
+// Options shape a cluster. The zero value is a fresh cluster on 127.0.0.1 from the
+// binaries [FindBinaries] finds.
+type Options struct {
+	// ListenAddresses are addresses to listen on besides 127.0.0.1 (they must exist).
+	ListenAddresses []string
+	// TrustCIDRs are client networks admitted without a password (pg_hba.conf). They
+	// apply only to a cluster made by initdb.
+	TrustCIDRs []string
+	// Bin is the directory of server binaries. The default is what FindBinaries returns.
+	Bin string
+	// BaseBackupFrom, when set, is the connection string of a primary: the cluster is a
+	// streaming hot standby of it (pg_basebackup -R) instead of a fresh initdb.
+	BaseBackupFrom string
+}
+
+// FindBinaries returns a directory holding initdb and postgres: the directory named by
+// EnvPGBin if it is set (an error if it lacks them: a run for one PostgreSQL version must
+// not silently use another), else the one of initdb in PATH, else the Debian layout
+// /usr/lib/postgresql/N/bin, newest N first.
+func FindBinaries() (string, error) {
+	if dir := strings.TrimSpace(os.Getenv(EnvPGBin)); dir != "" {
+		for _, name := range []string{"initdb", "postgres"} {
+			if _, err := os.Stat(filepath.Join(dir, name)); err != nil {
+				return "", fmt.Errorf("%s=%s: %w", EnvPGBin, dir, err)
+			}
+		}
+		return dir, nil
+	}
+	if p, err := exec.LookPath("initdb"); err == nil {
+		if real, err := filepath.EvalSymlinks(p); err == nil {
+			p = real // a link in /usr/local/bin: the real directory has pg_basebackup too
+		}
+		dir := filepath.Dir(p)
+		if _, err := os.Stat(filepath.Join(dir, "postgres")); err == nil {
+			return dir, nil
+		}
+	}
+	dirs, _ := filepath.Glob("/usr/lib/postgresql/*/bin")
+	sort.Slice(dirs, func(i, j int) bool { return versionOf(dirs[i]) > versionOf(dirs[j]) })
+	for _, d := range dirs {
+		if _, err := os.Stat(filepath.Join(d, "initdb")); err == nil {
+			return d, nil
+		}
+	}
+	return "", errors.New("initdb not found in PATH or /usr/lib/postgresql/*/bin")
+}
+
+func versionOf(binDir string) int {
+	v, _ := strconv.Atoi(filepath.Base(filepath.Dir(binDir)))
+	return v
+}
+
+// Start makes a cluster as opts say and runs it. It blocks until the server accepts
+// connections or ctx ends; ctx governs only the start-up. On error nothing is left
+// running and the temporary directory is removed.
+func Start(ctx context.Context, opts Options) (*Cluster, error) {
+	c := &Cluster{opts: opts, bin: opts.Bin}
+	if c.bin == "" {
+		bin, err := FindBinaries()
+		if err != nil {
+			return nil, err
+		}
+		c.bin = bin
+	}
+	err := c.prepare()
+	if err == nil && opts.BaseBackupFrom != "" {
+		err = c.basebackup(ctx, opts.BaseBackupFrom)
+	} else if err == nil {
+		err = c.initdb(ctx)
+	}
+	if err == nil {
+		err = c.start(ctx)
+	}
+	if err != nil {
+		c.Close()
+		return nil, err
+	}
+	return c, nil
+}
+
+// prepare makes the temp dir (short path: the socket path is limited to 107 bytes), picks a
+// port, and arranges to run as the postgres user when we are root (initdb refuses root).
+func (c *Cluster) prepare() error {
+	dir, err := os.MkdirTemp("/tmp", "pgt")
+	if err != nil {
+		return err
+	}
+	c.dir = dir
+	if c.cred, err = OwnDir(dir); err != nil {
+		return err
+	}
+	c.port, err = FreePort()
+	return err
+}
+
+func (c *Cluster) command(ctx context.Context, name string, args ...string) *exec.Cmd {
+	cmd := exec.CommandContext(ctx, filepath.Join(c.bin, name), args...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Credential: c.cred}
+	cmd.Dir = c.dir
+	return cmd
+}
+
+func (c *Cluster) initdb(ctx context.Context) error {
+	cmd := c.command(ctx, "initdb", "--no-sync", "-A", "trust", "-E", "UTF8", "--locale=C",
+		"-U", "postgres", "-D", filepath.Join(c.dir, "data"))
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("initdb: %w: %s", err, out)
+	}
+	if len(c.opts.TrustCIDRs) == 0 {
+		return nil
+	}
+	hba, err := os.OpenFile(filepath.Join(c.dir, "data", "pg_hba.conf"), os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		return err
+	}
+	defer hba.Close()
+	for _, cidr := range c.opts.TrustCIDRs {
+		if _, err := fmt.Fprintf(hba, "host all all %s trust\n", cidr); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// basebackup copies the primary into dir/data as a standby.
+func (c *Cluster) basebackup(ctx context.Context, primaryDSN string) error {
+	cmd := c.command(ctx, "pg_basebackup", "-D", filepath.Join(c.dir, "data"), "-R", "-X", "stream",
+		"-c", "fast", "--no-sync", "-d", primaryDSN)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("pg_basebackup: %w: %s", err, out)
+	}
+	return nil
+}
