@@ -84,6 +84,7 @@ func (ss *Session) take(ctx context.Context, ts []target, try bool) error {
 		var taken []int64
 		err = s.pc.QueryRow(waitCtx(ctx), tryLockAllSQL, keys, s.token).Scan(&pid, &owned, &taken, &busy)
 	}
+	ss.setWaiting(false) // before settle: see setWaiting
 	sent := s.cancel.settle()
 	if notSent(s.pg, err) && ctx.Err() != nil {
 		// pgx refused to start the statement (ctx had ended): the server saw nothing and
@@ -94,6 +95,13 @@ func (ss *Session) take(ctx context.Context, ts []target, try bool) error {
 		err = s.checkOwned(pid, owned)
 	}
 	if err == nil && ctx.Err() == nil && len(busy) == 0 {
+		if sent {
+			// Granted, but Close interrupted too: spend the cancel before Close's release,
+			// the next statement, can meet it.
+			if aerr := s.absorbCancel(); aerr != nil {
+				return &connFailure{aerr}
+			}
+		}
 		return nil
 	}
 	// Not all held by the caller: make sure none is, whatever the server granted.

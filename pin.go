@@ -164,16 +164,9 @@ func (s *pin) afterCancel(cancelSent bool, sql string, args ...any) error {
 
 // absorbCancel runs a harmless statement on a connection that a late CancelRequest may
 // still strike, so that the cancel is spent (or found to have missed) before the
-// connection runs anything that matters. The cancel cannot strike twice.
+// connection runs anything that matters.
 func (s *pin) absorbCancel() error {
-	ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
-	defer cancel()
-	for attempt := 0; ; attempt++ {
-		_, err := s.pc.Exec(ctx, "SELECT 1")
-		if err == nil || attempt == 2 || !isQueryCanceled(err) {
-			return err
-		}
-	}
+	return s.afterCancel(true, "SELECT true, 0") // afterCancel's (owned, count) shape
 }
 
 // errNotHeldByServer is unlock's error when pg_advisory_unlock returned false.

@@ -190,26 +190,12 @@ func (s *Session) lockNames(ctx context.Context, names []string, try bool) error
 	return nil
 }
 
-// takeInterruptibly is take, marked as a wait that Close may interrupt.
+// takeInterruptibly is take, as a wait that Close may interrupt (see setWaiting).
 func (s *Session) takeInterruptibly(ctx context.Context, ts []target, try bool) error {
-	s.mu.Lock()
-	if s.isClosing() {
-		s.mu.Unlock()
+	if !s.setWaiting(true) {
 		return errSessionClosed
 	}
-	s.waiting = true
-	s.mu.Unlock()
 	err := s.take(ctx, ts, try)
-	s.mu.Lock()
-	s.waiting = false
-	s.mu.Unlock()
-	// Close may have interrupted after take's statement had returned and settled: that
-	// late cancel (and its fallback deadline) must not reach the next statement.
-	if s.pin.cancel.settle() {
-		if aerr := s.pin.absorbCancel(); aerr != nil {
-			return &connFailure{aerr}
-		}
-	}
 	var cf *connFailure
 	if err != nil && !errors.As(err, &cf) && ctx.Err() == nil && s.isClosing() {
 		return errSessionClosed // interrupted by Close; take released whatever it got
@@ -217,6 +203,19 @@ func (s *Session) takeInterruptibly(ctx context.Context, ts []target, try bool) 
 	return err
 }
 
+// setWaiting marks the Session's lock statement as running (Close interrupts it) or not.
+// Marking it running fails once Close has begun. take unmarks it as soon as the statement
+// returns and before it settles the cancel handler, as pin.lock does with its state, so
+// that an interrupt from Close is always one that settle sees.
+func (s *Session) setWaiting(on bool) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if on && s.isClosing() {
+		return false
+	}
+	s.waiting = on
+	return true
+}
 func (s *Session) count() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -306,7 +305,7 @@ func (s *Session) Close(ctx context.Context) error {
 		}
 	}
 	s.mu.Unlock()
-	s.turn <- struct{}{} // the call in progress, if any, ends promptly: see takeInterruptibly
+	s.turn <- struct{}{} // the call in progress, if any, ends promptly: see setWaiting
 	defer s.leaveCall()
 	s.mu.Lock()
 	s.pin.retire.Store(s.peak > s.m.set.sessionRetire)
