@@ -85,7 +85,7 @@ func setUp(ctx context.Context, conn *pgx.Conn, set *settings, ps *proxyState) e
 	if err != nil {
 		return setupError(err, reported)
 	}
-	if got, err := lastNumber(rows); err != nil || got != uint32(len(settings)) {
+	if got, err := oneNumber(rows, "the settings statement"); err != nil || got != uint32(len(settings)) {
 		return fmt.Errorf("%w: the connection's setup statement did not run on its backend (pid %d), "+
 			"or found another client's token there; it changed nothing", ErrPooler, pid)
 	}
@@ -148,31 +148,41 @@ func backendOf(ctx context.Context, pg *pgconn.PgConn) (uint32, error) {
 	if err != nil {
 		return 0, err
 	}
-	return lastNumber(rows)
+	return oneNumber(rows, "pg_backend_pid()")
 }
 
 func parseLook(rows []*pgconn.Result) (pid uint32, standby bool, prev string, err error) {
-	if len(rows) != 1 || len(rows[0].Rows) != 1 || len(rows[0].Rows[0]) != 3 {
-		return 0, false, "", fmt.Errorf("advisory: set up lock session: unexpected answer to %q", lookSQL)
-	}
-	row := rows[0].Rows[0]
-	p, err := strconv.ParseUint(string(row[0]), 10, 32)
+	row, err := onlyRow(rows, 3, lookSQL)
 	if err != nil {
-		return 0, false, "", fmt.Errorf("advisory: set up lock session: pg_backend_pid(): %w", err)
+		return 0, false, "", err
 	}
-	return uint32(p), string(row[1]) == "t", string(row[2]), nil
+	pid, err = parseUint32(row[0], "pg_backend_pid()")
+	return pid, string(row[1]) == "t", string(row[2]), err
 }
 
-func lastNumber(rows []*pgconn.Result) (uint32, error) {
-	last := rows[len(rows)-1]
-	if len(last.Rows) != 1 || len(last.Rows[0]) != 1 {
-		return 0, fmt.Errorf("advisory: set up lock session: no pg_backend_pid() result")
-	}
-	p, err := strconv.ParseUint(string(last.Rows[0][0]), 10, 32)
+// oneNumber reads the single number that a one-statement query returned.
+func oneNumber(rows []*pgconn.Result, what string) (uint32, error) {
+	row, err := onlyRow(rows, 1, what)
 	if err != nil {
-		return 0, fmt.Errorf("advisory: set up lock session: pg_backend_pid(): %w", err)
+		return 0, err
 	}
-	return uint32(p), nil
+	return parseUint32(row[0], what)
+}
+
+// onlyRow returns the one row of cols columns that a one-statement query returned.
+func onlyRow(rows []*pgconn.Result, cols int, what string) ([][]byte, error) {
+	if len(rows) != 1 || len(rows[0].Rows) != 1 || len(rows[0].Rows[0]) != cols {
+		return nil, fmt.Errorf("advisory: set up lock session: unexpected answer to %s", what)
+	}
+	return rows[0].Rows[0], nil
+}
+
+func parseUint32(field []byte, what string) (uint32, error) {
+	n, err := strconv.ParseUint(string(field), 10, 32)
+	if err != nil {
+		return 0, fmt.Errorf("advisory: set up lock session: %s: %w", what, err)
+	}
+	return uint32(n), nil
 }
 
 // newToken returns 128 random bits in hex: safe to write into SQL text as it is.
