@@ -59,6 +59,10 @@ func TestHardeningSessionCallWithDoneContext(t *testing.T) {
 		require.NotErrorIs(t, err, advisory.ErrLockLost, "%s with a done ctx", c.name)
 		requireSessionIntact(t, s, ns[:3], c.name+" with a done ctx")
 	}
+	requireFree(t, advisory.KeyOf(ns[3]))
+	require.NoError(t, s.Lock(ctx, ns[3]), "the Session still works")
+	require.NoError(t, s.Close(ctx))
+	requireNoAcquired(t, m)
 }
 
 // TestHardeningSessionCallsHonourCtxWhileQueued: a Session call queued behind another

@@ -2,7 +2,6 @@ package advisory_test
 
 import (
 	"context"
-	"errors"
 	"log/slog"
 	"testing"
 	"time"
@@ -12,43 +11,6 @@ import (
 
 	"github.com/pgadvisory/advisory"
 )
-
-// A Session call whose ctx has already ended changes nothing: not the Session, not its
-// locks (issue: "lock 0: lock lost: context already done" destroyed the Session).
-func TestSessionCallWithEndedCtxChangesNothing(t *testing.T) {
-	t.Parallel()
-	m := newManager(t, nil)
-	ctx := ctxT(t)
-	s, err := m.Session(ctx)
-	require.NoError(t, err)
-	ns := names(t.Name(), 3)
-	require.NoError(t, s.LockAll(ctx, ns))
-
-	done, cancel := context.WithCancel(ctx)
-	cancel()
-	other := t.Name() + "/other"
-	for _, call := range []func() error{
-		func() error { return s.Lock(done, other) },
-		func() error { return s.TryLock(done, other) },
-		func() error { return s.LockAll(done, []string{other, ns[0]}) },
-		func() error { return s.TryLockAll(done, []string{other}) },
-		func() error { return s.Unlock(done, ns[1]) },
-	} {
-		require.ErrorIs(t, call(), context.Canceled)
-	}
-	select {
-	case <-s.Done():
-		t.Fatalf("the Session ended: %v", s.Err())
-	default:
-	}
-	require.NoError(t, s.Err())
-	assert.Equal(t, 3, s.Held())
-	assert.Equal(t, 3, heldBy(t, s.PID(), ns), "all three still held on the server")
-	requireFree(t, advisory.KeyOf(other))
-	require.NoError(t, s.Lock(ctx, other), "the Session still works")
-	require.NoError(t, s.Close(ctx))
-	requireNoAcquired(t, m)
-}
 
 // Calls queued behind a long Session call are bounded by their own ctx.
 func TestSessionQueuedCallsHonourCtx(t *testing.T) {
@@ -109,34 +71,6 @@ func TestSessionCloseInterruptsWait(t *testing.T) {
 	require.ErrorIs(t, <-waitDone, advisory.ErrNotHeld)
 	requireHeldBy(t, advisory.KeyOf(busy), blocker.PID())
 	require.ErrorIs(t, s.Lock(ctx, t.Name()), advisory.ErrNotHeld)
-	requireNoAcquired(t, m)
-}
-
-var errBoom = errors.New("boom")
-
-// Do and Lead release the lock when fn panics and the panic is recovered.
-func TestDoAndLeadReleaseOnPanic(t *testing.T) {
-	t.Parallel()
-	m := newManager(t, nil)
-	ctx := ctxT(t)
-	name := t.Name()
-	recovered := func(run func()) (v any) {
-		defer func() { v = recover() }()
-		run()
-		return nil
-	}
-	v := recovered(func() {
-		m.Do(ctx, name, func(context.Context) error { panic(errBoom) })
-	})
-	require.Equal(t, errBoom, v, "the panic goes on unchanged")
-	requireFree(t, advisory.KeyOf(name))
-	requireNoAcquired(t, m)
-
-	v = recovered(func() {
-		m.Lead(ctx, name, func(context.Context) error { panic(errBoom) })
-	})
-	require.Equal(t, errBoom, v)
-	requireFree(t, advisory.KeyOf(name))
 	requireNoAcquired(t, m)
 }
 
