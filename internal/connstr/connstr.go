@@ -108,8 +108,10 @@ func userinfoPassword(offset int, u string, at int) (span, bool) {
 	return span{offset + colon + 1, offset + at}, true
 }
 
-// keywordSpans finds the values of every key ending in "password" followed by '=' (as
-// keywordSecrets reads them), quotes included.
+// keywordSpans finds the values of every key ending in "password" followed by '=', quotes
+// included, in libpq's keyword/value form: values optionally single-quoted, backslash
+// escaping the next character. Every "password" followed by '=' counts, wherever it
+// stands: a malformed string may not tokenize the way the parser of record would.
 func keywordSpans(s string) []span {
 	var out []span
 	lower := asciiLower(s)
@@ -178,26 +180,15 @@ func withDecoded(v string) []string {
 	return out
 }
 
-// keywordSecrets finds the values of password keys in libpq's keyword/value form:
-// key = value pairs separated by spaces, values optionally single-quoted, backslash
-// escaping the next character. A value is returned as written and unescaped. Every
-// "password" followed by '=' counts, wherever it stands: a malformed string may not
-// tokenize the way the parser of record would.
+// keywordSecrets returns the password values keywordSpans finds, each as written and
+// unquoted and unescaped.
 func keywordSecrets(s string) []string {
 	var out []string
-	lower := asciiLower(s) // same length as s, whatever the bytes
-	for i := 0; ; {
-		k := strings.Index(lower[i:], "password")
-		if k < 0 {
-			return out
-		}
-		j := skipSpace(s, i+k+len("password"))
-		i += k + 1
-		if j < len(s) && s[j] == '=' {
-			raw, value, _ := readValue(s, skipSpace(s, j+1))
-			out = append(out, raw, value)
-		}
+	for _, sp := range keywordSpans(s) {
+		raw, value, _ := readValue(s, sp.start)
+		out = append(out, raw, value)
 	}
+	return out
 }
 
 // readValue reads one value starting at i: it returns the text as written, the value
