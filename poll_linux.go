@@ -160,46 +160,46 @@ func (p *poller) closeFDs() {
 	syscall.Close(p.wake[1])
 }
 
-// socketFD returns the descriptor of a connection's socket (under TLS, of the TCP
-// connection beneath), or -1 if it has none. The number stays valid while the connection
-// is open; the session closes the connection only after removing it from the poller.
-func socketFD(c net.Conn) int {
+// errNoSocket is withSocket's error for a connection without a socket descriptor.
+var errNoSocket = errors.New("the connection has no socket descriptor")
+
+// withSocket calls f with the descriptor of a connection's socket (under TLS, of the TCP
+// connection beneath), which the runtime keeps from being closed while f runs. It fails
+// with errNoSocket if the connection has none, and with the runtime's error if it is
+// closed.
+func withSocket(c net.Conn, f func(fd uintptr)) error {
 	if nc, ok := c.(interface{ NetConn() net.Conn }); ok {
 		c = nc.NetConn()
 	}
 	sc, ok := c.(syscall.Conn)
 	if !ok {
-		return -1
+		return errNoSocket
 	}
 	raw, err := sc.SyscallConn()
 	if err != nil {
-		return -1
+		return err
 	}
+	return raw.Control(f)
+}
+
+// socketFD returns the descriptor of a connection's socket, or -1 if it has none. The
+// number stays valid while the connection is open; the session closes the connection only
+// after removing it from the poller.
+func socketFD(c net.Conn) int {
 	fd := -1
-	if raw.Control(func(s uintptr) { fd = int(s) }) != nil {
+	if withSocket(c, func(s uintptr) { fd = int(s) }) != nil {
 		return -1
 	}
 	return fd
 }
 
-// dupSocket duplicates the descriptor of a connection's socket (under TLS, of the TCP
-// connection beneath) with FD_CLOEXEC set, atomically, so that no child another goroutine
-// starts meanwhile inherits it by accident. It fails if the connection is closed.
+// dupSocket duplicates the descriptor of a connection's socket with FD_CLOEXEC set,
+// atomically, so that no child another goroutine starts meanwhile inherits it by
+// accident. It fails if the connection is closed.
 func dupSocket(c net.Conn) (int, error) {
-	if nc, ok := c.(interface{ NetConn() net.Conn }); ok {
-		c = nc.NetConn()
-	}
-	sc, ok := c.(syscall.Conn)
-	if !ok {
-		return -1, errors.New("the connection has no socket descriptor")
-	}
-	raw, err := sc.SyscallConn()
-	if err != nil {
-		return -1, err
-	}
 	nfd := -1
 	var errno syscall.Errno
-	if err := raw.Control(func(fd uintptr) {
+	if err := withSocket(c, func(fd uintptr) {
 		r, _, e := syscall.Syscall(syscall.SYS_FCNTL, fd, syscall.F_DUPFD_CLOEXEC, 0)
 		nfd, errno = int(r), e
 	}); err != nil {
@@ -214,26 +214,16 @@ func dupSocket(c net.Conn) (int, error) {
 // pendingInput reports whether an idle connection has something to read: bytes the
 // server sent unasked (a FATAL from pg_terminate_backend, a shutdown notice) or an end
 // of file. A healthy idle connection has nothing. It peeks without blocking and without
-// consuming anything, and says true if it cannot tell.
+// consuming anything, and says true if it cannot tell (false without a socket).
 func pendingInput(c net.Conn) bool {
-	if nc, ok := c.(interface{ NetConn() net.Conn }); ok {
-		c = nc.NetConn()
-	}
-	sc, ok := c.(syscall.Conn)
-	if !ok {
-		return false
-	}
-	raw, err := sc.SyscallConn()
-	if err != nil {
-		return true
-	}
 	pending := true
 	var b [1]byte
-	if raw.Control(func(fd uintptr) {
+	err := withSocket(c, func(fd uintptr) {
 		_, _, err := syscall.Recvfrom(int(fd), b[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
 		pending = !errors.Is(err, syscall.EAGAIN)
-	}) != nil {
-		return true
+	})
+	if errors.Is(err, errNoSocket) {
+		return false
 	}
-	return pending
+	return err != nil || pending
 }
