@@ -184,6 +184,13 @@ func (m *Manager) lock(ctx context.Context, t target) (*Lock, error) {
 
 // take runs one Lock (try false) or TryLock (try true) call.
 func (m *Manager) take(ctx context.Context, t target, try bool) (*Lock, error) {
+	return m.attempt(ctx, t, try, !try)
+}
+
+// attempt is take with the pool's behaviour chosen apart: with waitPool false it fails at
+// once with ErrPoolExhausted when this Manager pins every connection (TryLock), with
+// waitPool true it waits for one until ctx ends (Lock, and a Semaphore's slot tries).
+func (m *Manager) attempt(ctx context.Context, t target, try, waitPool bool) (*Lock, error) {
 	if err := m.enter(); err != nil {
 		return nil, err
 	}
@@ -202,7 +209,7 @@ func (m *Manager) take(ctx context.Context, t target, try bool) (*Lock, error) {
 		defer m.gates.stopWaiting(gateKey{t.key, t.pair})
 	}
 	for attempt := 0; ; attempt++ {
-		s, err := m.acquire(ctx, t, !try)
+		s, err := m.acquire(ctx, t, waitPool)
 		if err != nil {
 			return nil, lockError(op, t, err)
 		}

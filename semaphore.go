@@ -1,0 +1,181 @@
+package advisory
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strconv"
+	"sync"
+)
+
+// MaxSemaphoreLimit is the largest limit [Manager.Semaphore] accepts. A full semaphore is
+// found full by trying every slot, one round trip each, so the cost of a failed
+// TryAcquire, and of each re-check of a waiting Acquire, grows with the limit; and each
+// slot held pins a connection of its holder's pool.
+const MaxSemaphoreLimit = 128
+
+// A Semaphore lets at most limit holders, across every process that shares the database,
+// hold one of its slots at a time. Slot i (0 ≤ i < limit) is the advisory lock named
+// "NAME#slot/i", and waiters queue on the lock "NAME#turnstile" (NAME with the
+// Manager's namespace, if any): see docs/keys.md for the keys and the psql statements that
+// take them. Processes must agree on the limit: one using a larger limit than another
+// lets as many holders in as its own limit says.
+//
+// A Semaphore holds nothing itself and needs no Close. It is safe for concurrent use by
+// multiple goroutines.
+type Semaphore struct {
+	m         *Manager
+	name      string // as the Manager hashes it, with its namespace
+	limit     int
+	slots     []target
+	turnstile target
+	wake      wakeup // a slot Lock of this Semaphore ended in this process
+}
+
+// Semaphore returns the semaphore with the given name and limit. It does not block or
+// touch the server. A limit below 1 or above [MaxSemaphoreLimit] returns an error
+// wrapping [ErrInvalidOption]; a name that [ValidateName] refuses, or one too long for
+// its slot names, an error wrapping [ErrInvalidKey]; a closed Manager, [ErrClosed].
+func (m *Manager) Semaphore(name string, limit int) (*Semaphore, error) {
+	if limit < 1 || limit > MaxSemaphoreLimit {
+		return nil, fmt.Errorf("%w: semaphore limit %d: it must be between 1 and %d", ErrInvalidOption, limit, MaxSemaphoreLimit)
+	}
+	base, err := m.named(name, false)
+	if err != nil {
+		return nil, err
+	}
+	if m.isClosed() {
+		return nil, ErrClosed
+	}
+	s := &Semaphore{m: m, name: base.name, limit: limit, slots: make([]target, limit)}
+	for i := range s.slots {
+		if s.slots[i], err = named(slotName(base.name, i), false); err != nil {
+			return nil, err
+		}
+	}
+	if s.turnstile, err = named(base.name+"#turnstile", false); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+func slotName(name string, i int) string { return name + "#slot/" + strconv.Itoa(i) }
+
+// Name returns the semaphore's name, with the Manager's namespace if it has one.
+func (s *Semaphore) Name() string { return s.name }
+
+// Limit returns the number of slots.
+func (s *Semaphore) Limit() int { return s.limit }
+
+// SlotKeys returns the keys of the slots, slot 0 first: a holder of the semaphore holds
+// exactly one of them.
+func (s *Semaphore) SlotKeys() []Key {
+	keys := make([]Key, len(s.slots))
+	for i, t := range s.slots {
+		keys[i] = t.key
+	}
+	return keys
+}
+
+// TurnstileKey returns the key of the lock that waiting Acquire calls queue on.
+func (s *Semaphore) TurnstileKey() Key { return s.turnstile.key }
+
+// TryAcquire takes a free slot if there is one, without waiting: it tries the slots one
+// round trip each, from a random one on. If all are held it returns an error wrapping
+// [ErrLocked]. It does not queue behind waiting [Semaphore.Acquire] calls: it may take a
+// slot that has just been freed ahead of them. ctx governs connecting and the round trips;
+// it does not wait for a pool connection when this Manager's locks and waits pin all of
+// them ([ErrPoolExhausted]). On any error no slot is held. The returned [Lock] is an
+// ordinary lock on the slot's name: Unlock it to free the slot; Done and Err report its
+// loss.
+func (s *Semaphore) TryAcquire(ctx context.Context) (*Lock, error) {
+	l, err := s.tryAll(ctx, false)
+	switch {
+	case err != nil:
+		return nil, s.error("try acquire", err)
+	case l == nil:
+		return nil, s.error("try acquire", fmt.Errorf("all %d slots are held: %w", s.limit, ErrLocked))
+	}
+	return l, nil
+}
+
+// tryAll tries every slot once, from a random one on. It returns (nil, nil) if every
+// slot is held elsewhere.
+func (s *Semaphore) tryAll(ctx context.Context, waitPool bool) (*Lock, error) {
+	start := rand.IntN(s.limit)
+	for i := range s.limit {
+		l, err := s.m.attempt(ctx, s.slots[(start+i)%s.limit], true, waitPool)
+		if err == nil {
+			s.watchEnd(l)
+			return l, nil
+		}
+		if !errors.Is(err, ErrLocked) {
+			return nil, err
+		}
+	}
+	return nil, nil
+}
+
+// watchEnd wakes this process's waiting Acquire when l ends, so that the slot l frees is
+// tried at once instead of at the next re-check.
+func (s *Semaphore) watchEnd(l *Lock) {
+	go func() {
+		<-l.Done()
+		s.wake.broadcast()
+	}()
+}
+
+func (s *Semaphore) error(op string, err error) error {
+	if errors.Is(err, ErrClosed) {
+		return ErrClosed
+	}
+	return &opError{op, "semaphore " + quote(s.name), err}
+}
+
+// wakeup is a broadcast: channel returns a channel that the next broadcast closes.
+type wakeup struct {
+	mu sync.Mutex
+	ch chan struct{}
+}
+
+func (w *wakeup) channel() <-chan struct{} {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.ch == nil {
+		w.ch = make(chan struct{})
+	}
+	return w.ch
+}
+
+func (w *wakeup) broadcast() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.ch != nil {
+		close(w.ch)
+		w.ch = nil
+	}
+}
+
+// Holders returns the sessions that hold a slot, or wait on the server for one, across
+// every process, as [Manager.Holders] reports them (Name is the slot's name, such as
+// "workers#slot/2"), grouped by slot. Acquire calls queued behind the first waiter are
+// not listed: they wait for the turnstile (see [Semaphore.TurnstileKey] and
+// [Manager.HoldersKey]). It runs one query on a pool connection; ctx governs it.
+func (s *Semaphore) Holders(ctx context.Context) ([]Holder, error) {
+	all, err := s.m.AllHolders(ctx)
+	if err != nil {
+		return nil, err
+	}
+	slot := make(map[Key]bool, s.limit)
+	for _, t := range s.slots {
+		slot[t.key] = true
+	}
+	var out []Holder
+	for _, h := range all {
+		if !h.Pair && slot[h.Key] {
+			out = append(out, h)
+		}
+	}
+	return out, nil
+}
