@@ -198,4 +198,3 @@ func lockRowsKey(t testing.TB, key advisory.Key, granted bool) int {
 	}
 	return n
 }
-
