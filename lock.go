@@ -244,8 +244,9 @@ func staleConn(ctx context.Context, err error) bool {
 // waiting for it. If it is held elsewhere, TryLock returns a *[LockedError] wrapping
 // [ErrLocked]. It does not wait for a pool connection either when this Manager's locks and
 // waits pin all of them: it returns an error wrapping [ErrPoolExhausted]. ctx governs
-// connecting and the round trip; if ctx ends during the round trip the connection is
-// closed and the lock is not held. Invalid names and a closed Manager fail as for
+// connecting and the round trip; if ctx ends during the round trip the statement is
+// cancelled, as a Lock's wait is, and the lock is not held when TryLock returns: a grant
+// that raced the cancel is released first. Invalid names and a closed Manager fail as for
 // [Manager.Lock].
 func (m *Manager) TryLock(ctx context.Context, name string) (*Lock, error) {
 	t, err := m.named(name, false)

@@ -87,11 +87,17 @@ func (s *pin) lock(ctx context.Context) error {
 	if err == nil && ctx.Err() == nil && s.hold() {
 		return nil
 	}
-	// The caller will not own this lock. The grant may have won the race against the
-	// cancel (pg_advisory_lock then fails with 57014 although the session holds the lock,
-	// or succeeds after ctx ended), so ask the server and release what it says we hold.
+	return s.abandon(ctx, err, interrupted)
+}
+
+// abandon makes sure a session whose lock statement failed, or returned after ctx ended,
+// holds nothing: the grant may have won the race against the cancel (pg_advisory_lock
+// then fails with 57014 although the session holds the lock, or succeeds after ctx
+// ended), so it asks the server and releases what it says we hold, or closes the
+// connection. It returns ctx's error, ErrClosed, or err.
+func (s *pin) abandon(ctx context.Context, err error, interrupted bool) error {
 	if usable(s.pg, err) {
-		if rerr := s.reconcile(key, s.st, interrupted); rerr != nil {
+		if rerr := s.reconcile(s.key, s.st, interrupted); rerr != nil {
 			s.discard()
 			if errors.Is(rerr, ErrPooler) {
 				return rerr
@@ -111,20 +117,21 @@ func (s *pin) lock(ctx context.Context) error {
 
 // tryLock runs pg_try_advisory_lock. On nil the session holds the lock and the watcher
 // runs. If another session holds it, it returns a *LockedError and the session is still
-// usable and holds nothing. On any other error the connection is closed (the server frees
-// anything it may hold).
+// usable and holds nothing. If ctx ends during the round trip, the statement is cancelled
+// as lock's is and the outcome made exact the same way (see abandon). On any other error
+// the connection is closed (the server frees anything it may hold).
 func (s *pin) tryLock(ctx context.Context) error {
 	var got *bool
 	var pid uint32
-	err := s.pc.QueryRow(ctx, s.st.tryLock, int64(s.key), s.token).Scan(&pid, &got)
+	err := s.pc.QueryRow(waitCtx(ctx), s.st.tryLock, int64(s.key), s.token).Scan(&pid, &got)
 	s.setState(stateSettling)
+	interrupted := s.cancel.settle()
 	if perr := s.checkBackend(pid, got, err); perr != nil {
 		return perr
 	}
 	switch {
-	case err != nil:
-		s.discard()
-		return err
+	case err != nil || interrupted:
+		return s.abandon(ctx, err, interrupted)
 	case !*got:
 		return &LockedError{Key: s.key, Name: s.name, Pair: s.pair}
 	case !s.hold():
