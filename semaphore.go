@@ -117,12 +117,13 @@ func (s *Semaphore) tryAll(ctx context.Context, waitPool bool) (*Lock, error) {
 	return nil, nil
 }
 
-// watchEnd wakes this process's waiting Acquire when l ends, so that the slot l frees is
-// tried at once instead of at the next re-check.
+// watchEnd wakes this process's waiting Acquire, and announces to other processes', when
+// l ends, so that the slot l frees is tried at once instead of at the next re-check.
 func (s *Semaphore) watchEnd(l *Lock) {
 	go func() {
 		<-l.Done()
 		s.wake.broadcast()
+		s.announce()
 	}()
 }
 

@@ -5,15 +5,18 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"sync"
 	"time"
 )
 
-// SemaphoreRecheck bounds how long a waiting [Semaphore.Acquire] can miss a freed slot:
-// the first waiter waits on the server for one slot and, every SemaphoreRecheck, tries
-// all slots again and moves on to wait for the next one. A slot freed by this process (its
-// Lock ended) wakes the waiter at once; one freed elsewhere, at once if it is the slot
-// waited for, else within SemaphoreRecheck.
-const SemaphoreRecheck = 250 * time.Millisecond
+// SemaphoreRecheck bounds how long a waiting [Semaphore.Acquire] can miss a freed slot.
+// The first waiter waits on the server for one slot and LISTENs for the NOTIFY that a
+// [Lock] of a slot sends, once it has ended, to the semaphore's channel; it tries all
+// slots again when one comes, when a slot Lock of its own process ends, and at the latest
+// every SemaphoreRecheck, moving on to wait for the next slot. So a slot that is
+// unlocked is handed over at once; one freed by a crash (no NOTIFY) at once if it is the
+// slot waited for, else within SemaphoreRecheck.
+const SemaphoreRecheck = time.Second
 
 // Acquire takes a slot of the semaphore, blocking until one is held or ctx ends. ctx
 // governs the whole call: getting pool connections, the queue and the waits.
@@ -23,10 +26,10 @@ const SemaphoreRecheck = 250 * time.Millisecond
 // the process, as [Manager.Lock] calls do): only the first in the queue looks for a slot,
 // so a waiter is not starved by later Acquire calls (a [Semaphore.TryAcquire] may still
 // take a slot ahead of it). The first waiter tries every slot, then waits on the server
-// for one of them; it sends no statements while it waits, and re-checks all slots only
-// when a slot Lock of this process ends or after [SemaphoreRecheck]. However many
-// goroutines wait, a process pins at most three connections for the waits (two for the
-// turnstile queue, one for the slot wait) besides the slots it holds.
+// for one of them; it sends no statements while it waits, and tries all slots again only
+// when a slot is freed or after [SemaphoreRecheck]. However many goroutines wait, a
+// process uses at most four connections for the waits (two for the turnstile queue, one
+// for the slot wait, one to LISTEN) besides the slots it holds.
 //
 // The returned [Lock] is an ordinary lock on the slot's name (see [Semaphore]): Unlock it
 // to free the slot; Done and Err report its loss. If ctx ends first, Acquire returns an
@@ -50,16 +53,30 @@ func (s *Semaphore) Acquire(ctx context.Context) (*Lock, error) {
 
 // await looks for a slot on behalf of the turnstile's holder: it tries them all, then
 // waits for one (a different one each round) until the round's re-check time, a wake-up
-// from a slot Lock of this process ending, or ctx's end.
+// (a slot Lock of this process ended, or a NOTIFY from another process), or ctx's end.
 func (s *Semaphore) await(ctx context.Context) (*Lock, error) {
 	next := rand.IntN(s.limit)
+	var ln *listener
+	defer func() {
+		if ln != nil {
+			ln.close(true)
+		}
+	}()
 	for {
 		wake := s.wake.channel() // before the tries, so that no release is missed
 		l, err := s.tryAll(ctx, true)
 		if l != nil || err != nil {
 			return l, err
 		}
-		l, err = s.waitFor(ctx, s.slots[next], wake)
+		if ln == nil {
+			// Listen only once a wait is needed, then try again: a slot freed before
+			// LISTEN took effect announced itself to nobody.
+			if ln, err = s.listen(ctx); err != nil {
+				return nil, err
+			}
+			continue
+		}
+		l, err = s.waitFor(ctx, s.slots[next], wake, ln)
 		if l != nil || err != nil {
 			return l, err
 		}
@@ -67,19 +84,28 @@ func (s *Semaphore) await(ctx context.Context) (*Lock, error) {
 	}
 }
 
-// waitFor waits on the server for slot t until SemaphoreRecheck has passed or wake is
-// closed; then it returns (nil, nil). On a grant it returns the slot's Lock.
-func (s *Semaphore) waitFor(ctx context.Context, t target, wake <-chan struct{}) (*Lock, error) {
+// waitFor waits on the server for slot t until SemaphoreRecheck has passed, wake is
+// closed or ln hears of a freed slot; then it returns (nil, nil). On a grant it returns
+// the slot's Lock.
+func (s *Semaphore) waitFor(ctx context.Context, t target, wake <-chan struct{}, ln *listener) (*Lock, error) {
 	wctx, cancel := context.WithTimeout(ctx, SemaphoreRecheck)
 	defer cancel()
-	go func() {
+	var wakers sync.WaitGroup
+	wakers.Go(func() {
 		select {
 		case <-wake:
 			cancel()
 		case <-wctx.Done():
 		}
-	}()
+	})
+	wakers.Go(func() {
+		if ln.wait(wctx) {
+			cancel()
+		}
+	})
 	l, err := s.m.lock(wctx, t)
+	cancel()
+	wakers.Wait() // the listener's connection is idle again
 	switch {
 	case err == nil:
 		s.watchEnd(l)

@@ -1,0 +1,177 @@
+package advisory_test
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/pgadvisory/advisory"
+)
+
+// handHolder takes the advisory lock key on a connection of its own, as psql or a process
+// of another program would, and returns its backend pid.
+func handHolder(t *testing.T, key advisory.Key) uint32 {
+	t.Helper()
+	ctx := ctxT(t)
+	conn, err := pgx.Connect(ctx, dsn(t))
+	require.NoError(t, err)
+	t.Cleanup(func() { conn.Close(context.Background()) })
+	var ok bool
+	require.NoError(t, conn.QueryRow(ctx, "SELECT pg_try_advisory_lock($1)", int64(key)).Scan(&ok))
+	require.True(t, ok)
+	return conn.PgConn().PID()
+}
+
+// TestSemaphoreCrashedHolderFreesItsSlot: a holder whose session dies without a word (no
+// Unlock, no NOTIFY) frees its slot to a waiting Acquire: at once if it is the slot the
+// waiter waits on, else within SemaphoreRecheck.
+func TestSemaphoreCrashedHolderFreesItsSlot(t *testing.T) {
+	t.Parallel()
+	m := newManager(t, nil)
+	ctx := ctxT(t)
+	for _, watched := range []bool{false, true} {
+		s, err := m.Semaphore(fmt.Sprintf("%s/%v", t.Name(), watched), 2)
+		require.NoError(t, err)
+		keys := s.SlotKeys()
+		pids := []uint32{handHolder(t, keys[0]), handHolder(t, keys[1])}
+		got := make(chan *advisory.Lock, 1)
+		go func() {
+			l, err := s.Acquire(ctx)
+			assert.NoError(t, err)
+			got <- l
+		}()
+		var waitedOn int
+		eventually(t, 10*time.Second, func() bool {
+			for i, k := range keys {
+				if lockRowsKey(t, k, false) == 1 {
+					waitedOn = i
+					return true
+				}
+			}
+			return false
+		}, "a waiter on a slot")
+		victim := 1 - waitedOn
+		if watched {
+			victim = waitedOn
+		}
+		start := time.Now()
+		terminate(t, pids[victim])
+		l := <-got
+		took := time.Since(start)
+		t.Logf("watched slot %v: crashed holder's slot taken over %v after pg_terminate_backend", watched, took)
+		assert.Less(t, took, advisory.SemaphoreRecheck+5*time.Second)
+		assert.Equal(t, keys[victim], l.Key())
+		requireHeldBy(t, l.Key(), l.PID())
+		require.NoError(t, l.Unlock(ctx))
+		terminate(t, pids[1-victim])
+	}
+	requireNoAcquired(t, m)
+}
+
+// TestSemaphoreCancelledAcquireLeavesNothing cancels Acquire at random points (seeded)
+// while another Manager holds every slot and frees one now and then: an Acquire either
+// gets a freed slot or returns the ctx error holding nothing, waiting for nothing, and
+// pinning no connection.
+func TestSemaphoreCancelledAcquireLeavesNothing(t *testing.T) {
+	t.Parallel()
+	m1, m2 := newManager(t, nil), newManager(t, nil)
+	ctx := ctxT(t)
+	s1, err := m1.Semaphore(t.Name(), 2)
+	require.NoError(t, err)
+	s2, err := m2.Semaphore(t.Name(), 2)
+	require.NoError(t, err)
+	seed := time.Now().UnixNano()
+	t.Logf("seed %d", seed)
+	rng := rand.New(rand.NewPCG(uint64(seed), 0))
+	held := make([]*advisory.Lock, 2)
+	for i := range held {
+		held[i], err = s2.TryAcquire(ctx)
+		require.NoError(t, err)
+	}
+	var got, cancelled int
+	for range 40 {
+		wait, free := time.Duration(rng.IntN(40))*time.Millisecond, time.Duration(rng.IntN(60))*time.Millisecond
+		victim := rng.IntN(2)
+		unlocked := make(chan struct{})
+		freed := time.AfterFunc(free, func() { held[victim].Unlock(context.Background()); close(unlocked) })
+		actx, cancel := context.WithTimeout(ctx, wait)
+		l, err := s1.Acquire(actx)
+		cancel()
+		if !freed.Stop() {
+			<-unlocked
+		}
+		if err != nil {
+			require.ErrorIs(t, err, context.DeadlineExceeded)
+			cancelled++
+		} else {
+			got++
+			require.Equal(t, held[victim].Key(), l.Key(), "only the freed slot can be taken")
+			require.NoError(t, l.Unlock(ctx))
+		}
+		requireFree(t, s1.TurnstileKey())
+		// Whatever happened, m2's locks are the only rows, and nobody waits.
+		rows, waiting := semaphoreRows(t, s1)
+		require.Empty(t, waiting)
+		for _, r := range rows {
+			require.True(t, r.PID == held[0].PID() || r.PID == held[1].PID(), "slot held by %d (m2: %d %d; acquire err %v)", r.PID, held[0].PID(), held[1].PID(), err)
+		}
+		requireNoAcquired(t, m1)
+		if held[victim].Err() != nil { // freed: take it back
+			held[victim], err = s2.TryAcquire(ctx)
+			require.NoError(t, err)
+		}
+	}
+	t.Logf("%d acquired, %d cancelled", got, cancelled)
+	assert.Positive(t, cancelled)
+}
+
+// countingTracer counts the statements sent on a Manager's connections.
+type countingTracer struct{ n atomic.Int64 }
+
+func (c *countingTracer) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
+	c.n.Add(1)
+	return ctx
+}
+
+func (c *countingTracer) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+
+// TestSemaphoreWaitIsNotAPollLoop measures the statements a waiting Acquire sends while
+// every slot stays held: one round (tries, the wait, its reconcile) per SemaphoreRecheck.
+func TestSemaphoreWaitIsNotAPollLoop(t *testing.T) {
+	t.Parallel()
+	cfg, err := pgxpool.ParseConfig(dsn(t))
+	require.NoError(t, err)
+	tracer := &countingTracer{}
+	cfg.ConnConfig.Tracer = tracer
+	m, err := advisory.NewWithConfig(ctxT(t), cfg)
+	require.NoError(t, err)
+	t.Cleanup(m.Close)
+	const limit = 4
+	s, err := m.Semaphore(t.Name(), limit)
+	require.NoError(t, err)
+	for _, k := range s.SlotKeys() {
+		handHolder(t, k)
+	}
+	const waitFor = 3 * advisory.SemaphoreRecheck
+	ctx, cancel := context.WithTimeout(ctxT(t), waitFor)
+	defer cancel()
+	before := tracer.n.Load()
+	_, err = s.Acquire(ctx)
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	n := tracer.n.Load() - before
+	perSecond := float64(n) / waitFor.Seconds()
+	t.Logf("a waiting Acquire (limit %d) sent %d statements in %v: %.1f/s", limit, n, waitFor, perSecond)
+	// A round is limit tries, the wait and its reconcile; plus the turnstile, LISTEN,
+	// UNLISTEN and new connections' set-up once.
+	rounds := int64(waitFor/advisory.SemaphoreRecheck) + 1
+	assert.LessOrEqual(t, n, rounds*(limit+2)+20)
+	requireNoAcquired(t, m)
+}

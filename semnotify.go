@@ -1,0 +1,81 @@
+package advisory
+
+import (
+	"context"
+	"strconv"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// A slot freed in another process is announced with NOTIFY on the semaphore's channel,
+// "advisory_semaphore_" and the turnstile key in hex, once the slot's Lock has ended; the
+// waiting Acquire (the turnstile's holder) LISTENs on it with a connection of its own and
+// tries the slots again when a notification comes. A holder that crashes sends none: then
+// the slot waited for on the server, or the next re-check, finds it.
+
+// notifyTimeout bounds the NOTIFY sent after a slot is freed: it is sent after Unlock
+// returned, and only hastens a waiter, which the re-check finds the slot for anyway.
+const notifyTimeout = time.Second
+
+func (s *Semaphore) channel() string {
+	return "advisory_semaphore_" + strconv.FormatUint(uint64(s.turnstile.key), 16)
+}
+
+// announce tells waiting Acquire calls of other processes that a slot was freed.
+func (s *Semaphore) announce() {
+	if err := s.m.enter(); err != nil {
+		return
+	}
+	defer s.m.active.Done()
+	ctx, cancel := context.WithTimeout(context.Background(), notifyTimeout)
+	defer cancel()
+	s.m.pool.Exec(ctx, "SELECT pg_notify($1, '')", s.channel()) // best effort: see notifyTimeout
+}
+
+// A listener is the waiting Acquire's connection that LISTENs on the semaphore's channel.
+// It is a plain pool connection that never holds a lock: it goes back to the pool after
+// UNLISTEN, or is closed if that fails.
+type listener struct {
+	pc *pgxpool.Conn
+}
+
+// listen returns a listener on s's channel. It blocks for a pool connection and one round
+// trip; ctx governs both.
+func (s *Semaphore) listen(ctx context.Context) (*listener, error) {
+	pc, err := s.m.pool.Acquire(ctx)
+	if err != nil {
+		return nil, s.m.acquireError(ctx, err)
+	}
+	if _, err := pc.Exec(ctx, "LISTEN "+pgx.Identifier{s.channel()}.Sanitize()); err != nil {
+		ln := &listener{pc}
+		ln.close(false)
+		return nil, err
+	}
+	return &listener{pc}, nil
+}
+
+// wait blocks until a notification comes (it returns true) or ctx ends (false).
+// Notifications that came while nobody waited are returned first.
+func (ln *listener) wait(ctx context.Context) bool {
+	_, err := ln.pc.Conn().WaitForNotification(ctx)
+	return err == nil && ctx.Err() == nil
+}
+
+// close stops listening and gives the connection back, or closes it if keep is false or
+// UNLISTEN fails.
+func (ln *listener) close(keep bool) {
+	if keep {
+		ctx, cancel := context.WithTimeout(context.Background(), notifyTimeout)
+		defer cancel()
+		_, err := ln.pc.Exec(ctx, "UNLISTEN *")
+		keep = err == nil
+	}
+	if !keep {
+		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+		defer cancel()
+		ln.pc.Conn().Close(ctx)
+	}
+	ln.pc.Release() // pgxpool destroys a closed connection
+}
