@@ -21,15 +21,20 @@ const SemaphoreRecheck = time.Second
 // Acquire takes a slot of the semaphore, blocking until one is held or ctx ends. ctx
 // governs the whole call: getting pool connections, the queue and the waits.
 //
-// Waiting callers queue on the turnstile lock (pg_advisory_lock, so in the server's
+// Acquire first tries the slots, as TryAcquire does. If all are held it joins the queue:
+// waiting callers queue on the turnstile lock (pg_advisory_lock, so in the server's
 // first-come-first-served order across processes, and in this Manager's own order within
-// the process, as [Manager.Lock] calls do): only the first in the queue looks for a slot,
-// so a waiter is not starved by later Acquire calls (a [Semaphore.TryAcquire] may still
-// take a slot ahead of it). The first waiter tries every slot, then waits on the server
-// for one of them; it sends no statements while it waits, and tries all slots again only
-// when a slot is freed or after [SemaphoreRecheck]. However many goroutines wait, a
-// process uses at most four connections for the waits (two for the turnstile queue, one
-// for the slot wait, one to LISTEN) besides the slots it holds.
+// the process, as [Manager.Lock] calls do). Only the first in the queue looks for a slot:
+// it waits on the server for one slot, where it is first in line, so a caller trying the
+// slots cannot take that one from it; when another slot is freed it tries them all while
+// keeping its place. It sends no statements while it waits, and tries all slots only when
+// a slot is freed or after [SemaphoreRecheck], when it moves on to wait for the next slot.
+// So a waiter is not starved: at the latest it gets the slot it waits for when that slot
+// is released. A caller arriving while slots are free, or just freed, may be served ahead
+// of the queue, as sync.Mutex lets a new caller barge. However many goroutines wait, a
+// process uses at most five connections for the waits (two for the turnstile queue, one
+// for the slot wait, one to LISTEN, one for the tries) besides the slots it holds, and,
+// briefly, one for each goroutine trying the slots on arrival.
 //
 // The returned [Lock] is an ordinary lock on the slot's name (see [Semaphore]): Unlock it
 // to free the slot; Done and Err report its loss. If ctx ends first, Acquire returns an
@@ -37,14 +42,27 @@ const SemaphoreRecheck = time.Second
 // turnstile, as [Manager.Lock] guarantees for each. On a closed Manager, or one closed
 // while Acquire waits, it returns [ErrClosed].
 func (s *Semaphore) Acquire(ctx context.Context) (*Lock, error) {
+	l, err := s.tryAll(ctx, false)
+	switch {
+	case l != nil:
+		return l, nil
+	case err != nil && !errors.Is(err, ErrPoolExhausted):
+		return nil, s.waitError(ctx, err)
+	}
 	ts, err := s.m.lock(ctx, s.turnstile)
 	if err != nil {
 		return nil, s.waitError(ctx, err)
 	}
-	l, err := s.await(ctx)
+	l, err = s.await(ctx)
 	// The turnstile is let go in every case. If its release cannot be confirmed, Unlock
 	// has closed its connection, which frees it on the server: the next waiter goes on.
 	unlockDetached(ctx, ts)
+	if err == nil && s.m.isClosed() {
+		// Close released the slot the wait was granted as Close began: report the
+		// Close, not a Lock that has already ended.
+		unlockDetached(ctx, l)
+		err = ErrClosed
+	}
 	if err != nil {
 		return nil, s.waitError(ctx, err)
 	}
@@ -52,31 +70,21 @@ func (s *Semaphore) Acquire(ctx context.Context) (*Lock, error) {
 }
 
 // await looks for a slot on behalf of the turnstile's holder: it tries them all, then
-// waits for one (a different one each round) until the round's re-check time, a wake-up
-// (a slot Lock of this process ended, or a NOTIFY from another process), or ctx's end.
+// waits on the server for one, a different one each SemaphoreRecheck.
 func (s *Semaphore) await(ctx context.Context) (*Lock, error) {
+	ln, err := s.listen(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer ln.close(true)
 	next := rand.IntN(s.limit)
-	var ln *listener
-	defer func() {
-		if ln != nil {
-			ln.close(true)
-		}
-	}()
 	for {
-		wake := s.wake.channel() // before the tries, so that no release is missed
+		// A slot freed before LISTEN took effect announced itself to nobody: try after it.
 		l, err := s.tryAll(ctx, true)
 		if l != nil || err != nil {
 			return l, err
 		}
-		if ln == nil {
-			// Listen only once a wait is needed, then try again: a slot freed before
-			// LISTEN took effect announced itself to nobody.
-			if ln, err = s.listen(ctx); err != nil {
-				return nil, err
-			}
-			continue
-		}
-		l, err = s.waitFor(ctx, s.slots[next], wake, ln)
+		l, err = s.waitFor(ctx, s.slots[next], ln)
 		if l != nil || err != nil {
 			return l, err
 		}
@@ -84,28 +92,58 @@ func (s *Semaphore) await(ctx context.Context) (*Lock, error) {
 	}
 }
 
-// waitFor waits on the server for slot t until SemaphoreRecheck has passed, wake is
-// closed or ln hears of a freed slot; then it returns (nil, nil). On a grant it returns
-// the slot's Lock.
-func (s *Semaphore) waitFor(ctx context.Context, t target, wake <-chan struct{}, ln *listener) (*Lock, error) {
+// waitFor waits on the server for slot t until SemaphoreRecheck has passed (it returns
+// nil, nil) or ctx ends. Meanwhile, whenever a slot is freed (a slot Lock of this process
+// ended, or ln heard a NOTIFY), it tries all slots on other connections, keeping its
+// place in t's queue. It returns the slot it got, and holds no other.
+func (s *Semaphore) waitFor(ctx context.Context, t target, ln *listener) (*Lock, error) {
 	wctx, cancel := context.WithTimeout(ctx, SemaphoreRecheck)
 	defer cancel()
-	var wakers sync.WaitGroup
-	wakers.Go(func() {
+	type result struct {
+		l   *Lock
+		err error
+	}
+	granted := make(chan result, 1)
+	go func() {
+		l, err := s.m.lock(wctx, t)
+		granted <- result{l, err}
+	}()
+	heard := make(chan struct{}, 1)
+	var listening sync.WaitGroup
+	listening.Go(func() {
+		for ln.wait(wctx) {
+			select {
+			case heard <- struct{}{}:
+			default:
+			}
+		}
+	})
+	defer func() {
+		cancel()
+		listening.Wait() // the listener's connection is idle again
+	}()
+	for {
+		wake := s.wake.channel() // before the tries, so that no release is missed
 		select {
+		case r := <-granted:
+			return s.waited(ctx, wctx, r.l, r.err)
 		case <-wake:
-			cancel()
-		case <-wctx.Done():
+		case <-heard:
 		}
-	})
-	wakers.Go(func() {
-		if ln.wait(wctx) {
-			cancel()
+		l, err := s.tryAll(ctx, true)
+		if l == nil && err == nil {
+			continue
 		}
-	})
-	l, err := s.m.lock(wctx, t)
-	cancel()
-	wakers.Wait() // the listener's connection is idle again
+		cancel()
+		if r := <-granted; r.l != nil { // granted as the wait was cancelled: one is enough
+			unlockDetached(ctx, r.l)
+		}
+		return l, err
+	}
+}
+
+// waited is waitFor's outcome when the wait on the server returned.
+func (s *Semaphore) waited(ctx, wctx context.Context, l *Lock, err error) (*Lock, error) {
 	switch {
 	case err == nil:
 		s.watchEnd(l)
@@ -113,7 +151,7 @@ func (s *Semaphore) waitFor(ctx context.Context, t target, wake <-chan struct{},
 	case ctx.Err() != nil:
 		return nil, ctx.Err()
 	case wctx.Err() != nil:
-		return nil, nil // re-check time, or woken
+		return nil, nil // re-check time
 	}
 	return nil, err
 }
