@@ -111,18 +111,17 @@ func TestSemaphoreCancelledAcquireLeavesNothing(t *testing.T) {
 		if err != nil {
 			require.ErrorIs(t, err, context.DeadlineExceeded)
 			cancelled++
+			requireOnlyHolders(t, s1, held) // at once: nothing is left to finish
 		} else {
 			got++
 			require.Equal(t, held[victim].Key(), l.Key(), "only the freed slot can be taken")
 			require.NoError(t, l.Unlock(ctx))
+			// The wait for another slot, cancelled when this one was found, may take a
+			// CancelRequest's time to end.
+			eventually(t, 5*time.Second, func() bool { _, w := semaphoreRows(t, s1); return len(w) == 0 }, "waits end")
+			requireOnlyHolders(t, s1, held)
 		}
 		requireFree(t, s1.TurnstileKey())
-		// Whatever happened, m2's locks are the only rows, and nobody waits.
-		rows, waiting := semaphoreRows(t, s1)
-		require.Empty(t, waiting)
-		for _, r := range rows {
-			require.True(t, r.PID == held[0].PID() || r.PID == held[1].PID(), "slot held by %d (m2: %d %d; acquire err %v)", r.PID, held[0].PID(), held[1].PID(), err)
-		}
 		requireNoAcquired(t, m1)
 		if held[victim].Err() != nil { // freed: take it back
 			held[victim], err = s2.TryAcquire(ctx)
@@ -131,6 +130,17 @@ func TestSemaphoreCancelledAcquireLeavesNothing(t *testing.T) {
 	}
 	t.Logf("%d acquired, %d cancelled", got, cancelled)
 	assert.Positive(t, cancelled)
+}
+
+// requireOnlyHolders asserts that the held Locks are the only rows of s's slots: nobody
+// else holds a slot or waits for one.
+func requireOnlyHolders(t *testing.T, s *advisory.Semaphore, held []*advisory.Lock) {
+	t.Helper()
+	rows, waiting := semaphoreRows(t, s)
+	require.Empty(t, waiting)
+	for _, r := range rows {
+		require.True(t, r.PID == held[0].PID() || r.PID == held[1].PID(), "slot held by %d (holders %d %d)", r.PID, held[0].PID(), held[1].PID())
+	}
 }
 
 // countingTracer counts the statements sent on a Manager's connections.

@@ -95,7 +95,8 @@ func (s *Semaphore) await(ctx context.Context) (*Lock, error) {
 // waitFor waits on the server for slot t until SemaphoreRecheck has passed (it returns
 // nil, nil) or ctx ends. Meanwhile, whenever a slot is freed (a slot Lock of this process
 // ended, or ln heard a NOTIFY), it tries all slots on other connections, keeping its
-// place in t's queue. It returns the slot it got, and holds no other.
+// place in t's queue. It returns the slot it got (the wait for t, cancelled, may still
+// be ending: if t is granted, it is released at once).
 func (s *Semaphore) waitFor(ctx context.Context, t target, ln *listener) (*Lock, error) {
 	wctx, cancel := context.WithTimeout(ctx, SemaphoreRecheck)
 	defer cancel()
@@ -135,10 +136,21 @@ func (s *Semaphore) waitFor(ctx context.Context, t target, ln *listener) (*Lock,
 			continue
 		}
 		cancel()
-		if r := <-granted; r.l != nil { // granted as the wait was cancelled: one is enough
-			unlockDetached(ctx, r.l)
+		end := func() {
+			if r := <-granted; r.l != nil { // granted as the wait was cancelled
+				s.watchEnd(r.l)
+				unlockDetached(context.WithoutCancel(ctx), r.l)
+			}
 		}
-		return l, err
+		if err != nil { // ctx ended, say: hold and wait for nothing when returning
+			end()
+			return nil, err
+		}
+		// The cancelled wait takes a CancelRequest to end (a server fork, ~10 ms): let it
+		// end in the background. A slot granted meanwhile is released and announced; until
+		// then it is held by nobody, which never breaks the bound.
+		go end()
+		return l, nil
 	}
 }
 
