@@ -1,7 +1,9 @@
 package advisory_test
 
 import (
+	"context"
 	"fmt"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -10,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/pgadvisory/advisory"
+	"github.com/pgadvisory/advisory/internal/leak"
 )
 
 func TestSemaphoreRefusesBadLimitsAndNames(t *testing.T) {
@@ -197,4 +200,40 @@ func lockRowsKey(t testing.TB, key advisory.Key, granted bool) int {
 		}
 	}
 	return n
+}
+
+// TestSemaphoreLeavesNoGoroutines: waits, wake-ups, NOTIFYs, cancels and a Close with a
+// slot held leave nothing running.
+func TestSemaphoreLeavesNoGoroutines(t *testing.T) {
+	// Not parallel: it counts the process's goroutines.
+	ctx := ctxT(t)
+	dsn(t)
+	time.Sleep(50 * time.Millisecond)
+	before := runtime.NumGoroutine()
+	for range 2 {
+		m, err := advisory.New(ctx, dsn(t))
+		require.NoError(t, err)
+		s, err := m.Semaphore(t.Name(), 1)
+		require.NoError(t, err)
+		l, err := s.Acquire(ctx)
+		require.NoError(t, err)
+		got := make(chan *advisory.Lock)
+		go func() {
+			l, err := s.Acquire(ctx)
+			assert.NoError(t, err)
+			got <- l
+		}()
+		waitForWaiters(t, s.SlotKeys()[0], 1)
+		require.NoError(t, l.Unlock(ctx))
+		l = <-got
+		cctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+		_, err = s.Acquire(cctx)
+		cancel()
+		require.ErrorIs(t, err, context.DeadlineExceeded)
+		_, err = s.TryAcquire(ctx)
+		require.ErrorIs(t, err, advisory.ErrLocked)
+		m.Close() // with l held
+		assert.ErrorIs(t, l.Err(), advisory.ErrLockLost)
+	}
+	leak.Goroutines(t, before)
 }
