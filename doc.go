@@ -25,6 +25,12 @@
 //     only while this process leads: a leader-only loop, campaigning again after a loss.
 //   - [Session] pins one connection for many locks (thousands, taken in one statement
 //     with [Session.LockAll]); they share that connection's fate.
+//   - [Manager.Semaphore] lets up to N holders in at once, across processes:
+//     [Semaphore.Acquire] blocks until one of its N slots is held (each slot is an
+//     ordinary lock on "NAME#slot/i"), [Semaphore.TryAcquire] fails with [ErrLocked]
+//     when all are taken. Waiters queue first come first served on a turnstile lock; the
+//     first waits on the server for a slot and hears of other freed slots by NOTIFY,
+//     re-checking at the latest every [SemaphoreRecheck] (a crashed holder sends none).
 //   - [XactLock] takes a transaction-scoped lock inside a caller's pgx.Tx, freed
 //     at commit or rollback.
 //   - [Manager.Holders] says who holds or waits for a lock: backend pid,

@@ -111,3 +111,39 @@ func ExampleLock_Done() {
 	fmt.Println(l.Err())
 	// Output: advisory: lock not held
 }
+
+// At most 2 workers, across every process, run a heavy job at a time; the rest wait
+// their turn in Acquire.
+func ExampleSemaphore() {
+	ctx := context.Background()
+	m, err := advisory.New(ctx, os.Getenv("DATABASE_URL"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer m.Close()
+
+	sem, err := m.Semaphore("example-heavy-jobs", 2)
+	if err != nil {
+		log.Fatal(err)
+	}
+	l, err := sem.Acquire(ctx) // blocks while 2 holders have the slots
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("holding", l.Name()[:len("example-heavy-jobs#slot/")]+"N")
+	// ... the job; stop if <-l.Done() closes: the slot was lost.
+	if err := l.Unlock(ctx); err != nil {
+		log.Fatal(err)
+	}
+
+	// TryAcquire does not wait.
+	a, _ := sem.TryAcquire(ctx)
+	b, _ := sem.TryAcquire(ctx)
+	_, err = sem.TryAcquire(ctx)
+	fmt.Println(errors.Is(err, advisory.ErrLocked))
+	a.Unlock(ctx)
+	b.Unlock(ctx)
+	// Output:
+	// holding example-heavy-jobs#slot/N
+	// true
+}
