@@ -4,6 +4,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"strconv"
 	"strings"
 	"unicode/utf8"
 
@@ -13,6 +14,7 @@ import (
 // hashCommand prints the key of a lock name and the psql statements for the same lock.
 func hashCommand(args []string, stdout io.Writer) error {
 	fs := flag.NewFlagSet("pgadvisory hash", flag.ContinueOnError)
+	slots := fs.Int("slots", 0, "also print the slot and turnstile keys of a semaphore with this limit")
 	if err := parseFlags(fs, args, hashHelp, stdout); err != nil {
 		return err
 	}
@@ -24,6 +26,9 @@ func hashCommand(args []string, stdout io.Writer) error {
 	if err := advisory.ValidateName(name); err != nil {
 		return usageError(fs.Name(), "%v", err)
 	}
+	if *slots != 0 && (*slots < 1 || *slots > advisory.MaxSemaphoreLimit) {
+		return usageError(fs.Name(), "--slots %d: a semaphore's limit is between 1 and %d", *slots, advisory.MaxSemaphoreLimit)
+	}
 	key := advisory.KeyOf(name)
 	fmt.Fprintf(stdout, "%d\n\n", key)
 	fmt.Fprintf(stdout, "-- the lock pgadvisory and advisory.Lock take for the name \"%s\":\n", escape(name))
@@ -31,7 +36,24 @@ func hashCommand(args []string, stdout io.Writer) error {
 	fmt.Fprintf(stdout, "SELECT pg_advisory_lock(hashtextextended(%s, 0));  -- the same key\n", sqlLiteral(name))
 	fmt.Fprintf(stdout, "SELECT pg_try_advisory_lock(%d);\n", key)
 	fmt.Fprintf(stdout, "SELECT pg_advisory_unlock(%d);\n", key)
+	if *slots > 0 {
+		printSemaphore(stdout, name, *slots)
+	}
 	return nil
+}
+
+// printSemaphore prints the keys of the semaphore NAME with limit slots, as
+// advisory.Manager.Semaphore names them (docs/keys.md): slot i is the lock "NAME#slot/i",
+// the turnstile "NAME#turnstile".
+func printSemaphore(stdout io.Writer, name string, slots int) {
+	fmt.Fprintf(stdout, "\n-- the %d slots of the semaphore \"%s\" (advisory.Manager.Semaphore): "+
+		"holding any one of them takes a slot\n", slots, escape(name))
+	for i := range slots {
+		slot := name + "#slot/" + strconv.Itoa(i)
+		fmt.Fprintf(stdout, "SELECT pg_try_advisory_lock(%d);  -- %s\n", advisory.KeyOf(slot), escape(slot))
+	}
+	fmt.Fprintf(stdout, "-- its turnstile, the lock waiting Acquire calls queue on:\n")
+	fmt.Fprintf(stdout, "SELECT pg_advisory_lock(%d);  -- %s\n", advisory.KeyOf(name+"#turnstile"), escape(name+"#turnstile"))
 }
 
 // sqlLiteral quotes s as a SQL string literal that means s whatever

@@ -105,13 +105,17 @@ Flags:
 Exit codes: 0 success, 64 usage error, 69 server unavailable.
 `
 
-const hashHelp = `Usage: pgadvisory hash NAME
+const hashHelp = `Usage: pgadvisory hash [--slots N] NAME
 
 Prints the 64-bit key of lock name NAME (PostgreSQL's hashtextextended(NAME, 0)) and the
 psql lines that take, try and release the same lock, for operators. The SQL literal is
 correct whatever standard_conforming_strings says; names with control characters are
 written in the E'...' form with escapes. Needs no database. For a name that starts with
 '-', write: pgadvisory hash -- NAME
+
+  --slots N    also print the keys of the semaphore NAME with limit N (Go:
+               Manager.Semaphore(NAME, N)): its slots "NAME#slot/0" ... "NAME#slot/N-1"
+               and its turnstile "NAME#turnstile"
 
 Exit codes: 0 success, 64 usage error (no name, several names, or an invalid name).
 `
