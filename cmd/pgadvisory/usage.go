@@ -105,7 +105,8 @@ Flags:
 Exit codes: 0 success, 64 usage error, 69 server unavailable.
 `
 
-const hashHelp = `Usage: pgadvisory hash [--slots N] NAME
+const hashHelp = `Usage: pgadvisory hash NAME
+       pgadvisory hash --slots N NAME
 
 Prints the 64-bit key of lock name NAME (PostgreSQL's hashtextextended(NAME, 0)) and the
 psql lines that take, try and release the same lock, for operators. The SQL literal is
