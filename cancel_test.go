@@ -130,3 +130,35 @@ func TestLockWithDoneContext(t *testing.T) {
 	requireFree(t, advisory.KeyOf(t.Name()))
 	requireNoAcquired(t, m)
 }
+
+// TestCancelledTryLockLeavesNothingHeld cancels TryLock at random points of its round
+// trip (seeded): when it returns the ctx error, pg_locks shows the lock free at once,
+// and the connection went back to the pool or was closed.
+func TestCancelledTryLockLeavesNothingHeld(t *testing.T) {
+	t.Parallel()
+	m := newManager(t, nil)
+	ctx := ctxT(t)
+	key := advisory.KeyOf(t.Name())
+	seed := uint64(time.Now().UnixNano())
+	t.Logf("seed %d", seed)
+	rng := rand.New(rand.NewPCG(seed, 0))
+	won, cancelled := 0, 0
+	for range 150 {
+		cctx, cancel := context.WithCancel(ctx)
+		d := time.Duration(rng.IntN(600)) * time.Microsecond
+		go func() { spin(d); cancel() }()
+		l, err := m.TryLock(cctx, t.Name())
+		if err != nil {
+			require.ErrorIs(t, err, context.Canceled)
+			requireFree(t, key) // at return, not eventually
+			cancelled++
+		} else {
+			won++
+			require.NoError(t, l.Unlock(ctx))
+		}
+		cancel()
+		requireNoAcquired(t, m)
+	}
+	t.Logf("%d won, %d cancelled", won, cancelled)
+	assert.Positive(t, cancelled)
+}
