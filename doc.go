@@ -31,6 +31,7 @@
 //     when all are taken. Waiters queue first come first served on a turnstile lock; the
 //     first waits on the server for a slot and hears of other freed slots by NOTIFY,
 //     re-checking at the latest every [SemaphoreRecheck] (a crashed holder sends none).
+//     See docs/semaphore.md.
 //   - [XactLock] takes a transaction-scoped lock inside a caller's pgx.Tx, freed
 //     at commit or rollback.
 //   - [Manager.Holders] says who holds or waits for a lock: backend pid,
