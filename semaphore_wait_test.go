@@ -185,3 +185,55 @@ func TestSemaphoreWaitIsNotAPollLoop(t *testing.T) {
 	assert.LessOrEqual(t, n, rounds*(limit+2)+20)
 	requireNoAcquired(t, m)
 }
+
+// TestSemaphoreWaitersPinFewConnections: 20 goroutines of one process waiting on a full
+// semaphore use at most 5 connections once they have all queued (the turnstile's holder
+// and next waiter, the slot wait, LISTEN, the tries), and all get a slot once it frees.
+func TestSemaphoreWaitersPinFewConnections(t *testing.T) {
+	t.Parallel()
+	m1, m2 := newManager(t, []string{"pool_max_conns=30"}), newManager(t, nil)
+	ctx := ctxT(t)
+	s1, err := m1.Semaphore(t.Name(), 2)
+	require.NoError(t, err)
+	s2, err := m2.Semaphore(t.Name(), 2)
+	require.NoError(t, err)
+	a, err := s2.TryAcquire(ctx)
+	require.NoError(t, err)
+	b, err := s2.TryAcquire(ctx)
+	require.NoError(t, err)
+	const waiters = 20
+	var arrived, served atomic.Int64
+	done := make(chan struct{})
+	for range waiters {
+		go func() {
+			arrived.Add(1)
+			l, err := s1.Acquire(ctx)
+			if assert.NoError(t, err) {
+				assert.NoError(t, l.Unlock(ctx))
+			}
+			if served.Add(1) == waiters {
+				close(done)
+			}
+		}()
+	}
+	// All have queued once the fast path is over: nobody tries a slot any more, one
+	// waits on the server for the turnstile, its holder for a slot.
+	eventually(t, 10*time.Second, func() bool {
+		return arrived.Load() == waiters && lockRowsKey(t, s1.TurnstileKey(), false) == 1 &&
+			lockRowsKey(t, a.Key(), false)+lockRowsKey(t, b.Key(), false) == 1
+	}, "waiters queued")
+	most := int32(0)
+	for end := time.Now().Add(2 * advisory.SemaphoreRecheck); time.Now().Before(end); time.Sleep(time.Millisecond) {
+		most = max(most, m1.Stat().AcquiredConns())
+	}
+	t.Logf("%d goroutines waiting: at most %d connections acquired over %v", waiters, most, 2*advisory.SemaphoreRecheck)
+	assert.LessOrEqual(t, most, int32(5))
+	require.NoError(t, a.Unlock(ctx))
+	require.NoError(t, b.Unlock(ctx))
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		t.Fatalf("%d of %d waiters served", served.Load(), waiters)
+	}
+	requireNoAcquired(t, m1)
+}
