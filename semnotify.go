@@ -3,6 +3,7 @@ package advisory
 import (
 	"context"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -61,6 +62,23 @@ func (s *Semaphore) listen(ctx context.Context) (*listener, error) {
 func (ln *listener) wait(ctx context.Context) bool {
 	_, err := ln.pc.Conn().WaitForNotification(ctx)
 	return err == nil && ctx.Err() == nil
+}
+
+// watch waits for notifications in a goroutine until ctx ends, and signals them on the
+// returned channel (several at once as one). The returned function blocks until that
+// goroutine has returned; call it once ctx has ended.
+func (ln *listener) watch(ctx context.Context) (<-chan struct{}, func()) {
+	heard := make(chan struct{}, 1)
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for ln.wait(ctx) {
+			select {
+			case heard <- struct{}{}:
+			default:
+			}
+		}
+	})
+	return heard, wg.Wait
 }
 
 // close stops listening and gives the connection back, or closes it if keep is false or

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"sync"
 	"time"
 )
 
@@ -109,19 +108,10 @@ func (s *Semaphore) waitFor(ctx context.Context, t target, ln *listener) (*Lock,
 		l, err := s.m.lock(wctx, t)
 		granted <- result{l, err}
 	}()
-	heard := make(chan struct{}, 1)
-	var listening sync.WaitGroup
-	listening.Go(func() {
-		for ln.wait(wctx) {
-			select {
-			case heard <- struct{}{}:
-			default:
-			}
-		}
-	})
+	heard, stopped := ln.watch(wctx)
 	defer func() {
 		cancel()
-		listening.Wait() // the listener's connection is idle again
+		stopped() // the listener's connection is idle again
 	}()
 	for {
 		wake := s.wake.channel() // before the tries, so that no release is missed
