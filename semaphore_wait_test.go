@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -97,6 +98,7 @@ func TestSemaphoreCancelledAcquireLeavesNothing(t *testing.T) {
 		require.NoError(t, err)
 	}
 	var got, cancelled int
+	var late []time.Duration
 	for range 40 {
 		wait, free := time.Duration(rng.IntN(40))*time.Millisecond, time.Duration(rng.IntN(60))*time.Millisecond
 		victim := rng.IntN(2)
@@ -104,6 +106,8 @@ func TestSemaphoreCancelledAcquireLeavesNothing(t *testing.T) {
 		freed := time.AfterFunc(free, func() { held[victim].Unlock(context.Background()); close(unlocked) })
 		actx, cancel := context.WithTimeout(ctx, wait)
 		l, err := s1.Acquire(actx)
+		returned := time.Now()
+		deadline, _ := actx.Deadline()
 		cancel()
 		if !freed.Stop() {
 			<-unlocked
@@ -111,6 +115,7 @@ func TestSemaphoreCancelledAcquireLeavesNothing(t *testing.T) {
 		if err != nil {
 			require.ErrorIs(t, err, context.DeadlineExceeded)
 			cancelled++
+			late = append(late, returned.Sub(deadline))
 			requireOnlyHolders(t, s1, held) // at once: nothing is left to finish
 		} else {
 			got++
@@ -128,7 +133,10 @@ func TestSemaphoreCancelledAcquireLeavesNothing(t *testing.T) {
 			require.NoError(t, err)
 		}
 	}
-	t.Logf("%d acquired, %d cancelled", got, cancelled)
+	slices.Sort(late)
+	t.Logf("%d acquired, %d cancelled: returned after the deadline by %v median, %v max",
+		got, cancelled, late[len(late)/2].Round(100*time.Microsecond), late[len(late)-1].Round(100*time.Microsecond))
+	assert.Less(t, late[len(late)/2], time.Second, "prompt")
 	assert.Positive(t, cancelled)
 }
 
