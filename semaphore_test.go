@@ -237,3 +237,31 @@ func TestSemaphoreLeavesNoGoroutines(t *testing.T) {
 	}
 	leak.Goroutines(t, before)
 }
+
+// TestSemaphoreOnAnExhaustedPool: when this Manager's slots pin every pool connection,
+// TryAcquire says so at once and Acquire when its ctx ends; neither hangs or takes more.
+func TestSemaphoreOnAnExhaustedPool(t *testing.T) {
+	t.Parallel()
+	m := newManager(t, []string{"pool_max_conns=2"})
+	ctx := ctxT(t)
+	s, err := m.Semaphore(t.Name(), 4)
+	require.NoError(t, err)
+	a, err := s.TryAcquire(ctx)
+	require.NoError(t, err)
+	b, err := s.Acquire(ctx)
+	require.NoError(t, err)
+	_, err = s.TryAcquire(ctx)
+	require.ErrorIs(t, err, advisory.ErrPoolExhausted)
+	cctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+	defer cancel()
+	_, err = s.Acquire(cctx)
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	require.ErrorIs(t, err, advisory.ErrPoolExhausted)
+	held, waiting := semaphoreRows(t, s)
+	assert.ElementsMatch(t, []lockRow{{a.PID(), true}, {b.PID(), true}}, held)
+	assert.Empty(t, waiting)
+	requireFree(t, s.TurnstileKey())
+	require.NoError(t, a.Unlock(ctx))
+	require.NoError(t, b.Unlock(ctx))
+	requireNoAcquired(t, m)
+}

@@ -33,7 +33,9 @@ const SemaphoreRecheck = time.Second
 // of the queue, as sync.Mutex lets a new caller barge. However many goroutines wait, a
 // process uses at most five connections for the waits (two for the turnstile queue, one
 // for the slot wait, one to LISTEN, one for the tries) besides the slots it holds, and,
-// briefly, one for each goroutine trying the slots on arrival.
+// briefly, one for each goroutine trying the slots on arrival. The pool must have room
+// for them: if this Manager's locks pin every connection until ctx ends, the error also
+// wraps [ErrPoolExhausted].
 //
 // The returned [Lock] is an ordinary lock on the slot's name (see [Semaphore]): Unlock it
 // to free the slot; Done and Err report its loss. If ctx ends first, Acquire returns an
