@@ -210,6 +210,7 @@ func TestSemaphoreWaitersPinFewConnections(t *testing.T) {
 	b, err := s2.TryAcquire(ctx)
 	require.NoError(t, err)
 	const waiters = 20
+	warm(t, m1, waiters+5) // the first tries of 20 goroutines need not wait for new connections
 	var arrived, served atomic.Int64
 	done := make(chan struct{})
 	for range waiters {
@@ -224,12 +225,22 @@ func TestSemaphoreWaitersPinFewConnections(t *testing.T) {
 			}
 		}()
 	}
-	// All have queued once the fast path is over: nobody tries a slot any more, one
-	// waits on the server for the turnstile, its holder for a slot.
-	eventually(t, 10*time.Second, func() bool {
-		return arrived.Load() == waiters && lockRowsKey(t, s1.TurnstileKey(), false) == 1 &&
-			lockRowsKey(t, a.Key(), false)+lockRowsKey(t, b.Key(), false) == 1
-	}, "waiters queued")
+	// All have queued once every goroutine's first tries are over, which the test cannot
+	// see directly: it waits until one waits on the server for the turnstile, its holder
+	// for a slot, and the connections in use or being opened have stayed within the bound
+	// for 50 polls in a row. Then the bound must hold throughout two re-check rounds.
+	calm := 0
+	eventually(t, 30*time.Second, func() bool {
+		st := m1.Stat()
+		if arrived.Load() == waiters && st.AcquiredConns()+st.ConstructingConns() <= 5 &&
+			lockRowsKey(t, s1.TurnstileKey(), false) == 1 &&
+			lockRowsKey(t, a.Key(), false)+lockRowsKey(t, b.Key(), false) == 1 {
+			calm++
+		} else {
+			calm = 0
+		}
+		return calm >= 50
+	}, "waiters queued, %d connections acquired", m1.Stat().AcquiredConns())
 	most := int32(0)
 	for end := time.Now().Add(2 * advisory.SemaphoreRecheck); time.Now().Before(end); time.Sleep(time.Millisecond) {
 		most = max(most, m1.Stat().AcquiredConns())
@@ -244,4 +255,19 @@ func TestSemaphoreWaitersPinFewConnections(t *testing.T) {
 		t.Fatalf("%d of %d waiters served", served.Load(), waiters)
 	}
 	requireNoAcquired(t, m1)
+}
+
+// warm makes m's pool open n connections and keep them idle.
+func warm(t *testing.T, m *advisory.Manager, n int) {
+	t.Helper()
+	ctx := ctxT(t)
+	var taken []*advisory.Lock
+	for i := range n {
+		l, err := m.TryLock(ctx, fmt.Sprintf("%s/warm/%d", t.Name(), i))
+		require.NoError(t, err)
+		taken = append(taken, l)
+	}
+	for _, l := range taken {
+		require.NoError(t, l.Unlock(ctx))
+	}
 }
