@@ -265,3 +265,22 @@ func TestSemaphoreOnAnExhaustedPool(t *testing.T) {
 	require.NoError(t, b.Unlock(ctx))
 	requireNoAcquired(t, m)
 }
+
+// TestSemaphoreWithDoneContext: a ctx already done fails at once and takes nothing, as
+// for Lock.
+func TestSemaphoreWithDoneContext(t *testing.T) {
+	t.Parallel()
+	m := newManager(t, nil)
+	s, err := m.Semaphore(t.Name(), 2)
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	_, err = s.Acquire(ctx)
+	require.ErrorIs(t, err, context.Canceled)
+	_, err = s.TryAcquire(ctx)
+	require.ErrorIs(t, err, context.Canceled)
+	held, waiting := semaphoreRows(t, s)
+	assert.Empty(t, append(held, waiting...))
+	requireFree(t, s.TurnstileKey())
+	requireNoAcquired(t, m)
+}
