@@ -25,7 +25,12 @@ func (m *Manager) Do(ctx context.Context, name string, fn func(ctx context.Conte
 	if err != nil {
 		return err
 	}
-	fnErr, uerr := runThenUnlock(ctx, l, fn)
+	return doResult(runThenUnlock(ctx, l, fn))
+}
+
+// doResult is the error of Do and DoTx from fn's and Unlock's: a loss first, since the
+// caller's critical section may have overlapped another holder's.
+func doResult(fnErr, uerr error) error {
 	switch {
 	case errors.Is(uerr, ErrLockLost) && fnErr != nil:
 		return fmt.Errorf("%w (and the function failed: %w)", uerr, fnErr)
