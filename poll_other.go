@@ -19,7 +19,7 @@ func (p *poller) addHangup(*pin, int) error {
 	return errors.New("no poller on this platform")
 }
 func (p *poller) remove(*pin) {}
-func (p *poller) stop()          {}
+func (p *poller) stop()       {}
 
 func socketFD(net.Conn) int { return -1 }
 
