@@ -54,6 +54,8 @@ type pin struct {
 	txDone    chan struct{} // closed when it ends
 	txFD      int           // the session's own duplicate of the socket's descriptor, or -1
 	announced bool          // done is closed already: a loss was seen during the transaction
+
+	fenceToken atomic.Int64 // the holding's fencing token once taken (Lock.Token); 0 before
 }
 
 type sessionState int
