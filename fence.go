@@ -33,7 +33,8 @@ import (
 //
 // If fn panics (or calls runtime.Goexit), the transaction is rolled back, the lock stays
 // held, and the panic goes on. fn must not keep tx, start a transaction of its own on
-// tx.Conn(), or unlock the lock through it.
+// tx.Conn(), or unlock the lock through it; nor call the Lock's Unlock, Token or
+// BeginFunc, which wait for fn to return (take the token before BeginFunc).
 func (l *Lock) BeginFunc(ctx context.Context, fn func(pgx.Tx) error) error {
 	return l.BeginTxFunc(ctx, pgx.TxOptions{}, fn)
 }
