@@ -33,7 +33,8 @@ func (l *Lock) Shared() bool { return l.s.shared }
 func (l *Lock) PID() uint32 { return l.s.pid }
 
 // Done returns a channel that is closed when the lock ends: after Unlock, on loss, or when
-// the Manager is closed. Read [Lock.Err] to tell which. It does not block.
+// the Manager is closed. Read [Lock.Err] to tell which. It does not block. A loss during
+// [Lock.BeginFunc] closes it at once; the connection then goes back when BeginFunc returns.
 func (l *Lock) Done() <-chan struct{} { return l.s.done }
 
 // Err returns nil while the lock is held. After Done is closed it returns an error
@@ -46,7 +47,8 @@ func (l *Lock) Err() error {
 }
 
 // Unlock releases the lock and returns its connection to the pool. It blocks for one
-// round trip; ctx governs that round trip.
+// round trip; ctx governs that round trip, and waiting for a [Lock.BeginFunc] in progress
+// on the lock (if ctx ends first, the lock stays held and the error wraps ctx.Err()).
 //
 // It returns nil when the server confirmed the release. If the lock had been lost, it
 // returns the loss error (wrapping [ErrLockLost]): the caller's critical section may have
