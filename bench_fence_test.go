@@ -3,6 +3,7 @@ package advisory_test
 import (
 	"context"
 	"slices"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -104,4 +105,33 @@ func median(ds []time.Duration) time.Duration {
 	s := slices.Clone(ds)
 	slices.Sort(s)
 	return s[len(s)/2]
+}
+
+// BenchmarkHooksOverhead alternates, per iteration, a Lock+Unlock cycle on a Manager
+// without hooks and one on a Manager whose hooks count events (atomically), and reports
+// the medians and their ratio x-hooks: what observing costs when used; unused hooks are
+// a nil check.
+func BenchmarkHooksOverhead(b *testing.B) {
+	ctx := context.Background()
+	var n atomic.Int64
+	count := func(advisory.LockEvent) { n.Add(1) }
+	plain := newManager(b, []string{"pool_max_conns=1"})
+	hooked := newManager(b, []string{"pool_max_conns=1"},
+		advisory.WithHooks(advisory.Hooks{Acquired: count, NotAcquired: count, Ended: count}))
+	without, with := make([]time.Duration, 0, b.N), make([]time.Duration, 0, b.N)
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		start := time.Now()
+		cycle(b, plain, (*advisory.Manager).Lock, ctx, b.Name()+"/plain")
+		mid := time.Now()
+		cycle(b, hooked, (*advisory.Manager).Lock, ctx, b.Name()+"/hooked")
+		without, with = append(without, mid.Sub(start)), append(with, time.Since(mid))
+	}
+	b.StopTimer()
+	if n.Load() != int64(2*b.N) {
+		b.Fatalf("hooks called %d times for %d cycles", n.Load(), b.N)
+	}
+	w, h := median(without), median(with)
+	b.ReportMetric(float64(w.Microseconds()), "plain-µs")
+	b.ReportMetric(float64(h)/float64(w), "x-hooks")
 }

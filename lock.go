@@ -199,14 +199,14 @@ func (m *Manager) take(ctx context.Context, t target, try bool) (*Lock, error) {
 		// Goroutines of this Manager after the same key queue here, and wait on the server
 		// one at a time, instead of each pinning a connection.
 		if err := m.gates.enter(ctx, gateKey{t.key, t.pair}, m.closing); err != nil {
-			return nil, lockError(op, t, err)
+			return nil, m.notAcquired(ctx, t, try, start, lockError(op, t, err))
 		}
 		defer m.gates.stopWaiting(gateKey{t.key, t.pair})
 	}
 	for attempt := 0; ; attempt++ {
 		s, err := m.acquire(ctx, t, !try)
 		if err != nil {
-			return nil, lockError(op, t, err)
+			return nil, m.notAcquired(ctx, t, try, start, lockError(op, t, err))
 		}
 		if try {
 			err = s.tryLock(ctx)
@@ -215,17 +215,32 @@ func (m *Manager) take(ctx context.Context, t target, try bool) (*Lock, error) {
 		}
 		if err == nil {
 			s.logAcquired(start)
+			if h := m.set.hooks.Acquired; h != nil {
+				ev := s.event(time.Since(start), 0, "", nil)
+				ev.Try = try
+				h(ev)
+			}
 			return &Lock{s: s, name: t.name}, nil
 		}
 		s.end(true, ErrNotHeld)
 		var locked *LockedError
 		switch {
 		case errors.As(err, &locked):
-			return nil, err
+			return nil, m.notAcquired(ctx, t, try, start, err)
 		case attempt > 0 || !staleConn(ctx, err):
-			return nil, lockError(op, t, err)
+			return nil, m.notAcquired(ctx, t, try, start, lockError(op, t, err))
 		}
 	}
+}
+
+// notAcquired reports a failed Lock or TryLock call to the NotAcquired hook, and returns
+// its error.
+func (m *Manager) notAcquired(ctx context.Context, t target, try bool, start time.Time, err error) error {
+	if h := m.set.hooks.NotAcquired; h != nil {
+		h(LockEvent{Name: t.name, Key: t.key, Shared: t.shared, Try: try, Wait: time.Since(start),
+			Reason: failReason(ctx, err), Err: err})
+	}
+	return err
 }
 
 // staleConn reports whether err says a pooled connection was already dead when a

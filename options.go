@@ -31,6 +31,7 @@ type settings struct {
 	sessionCap         int
 	sessionRetire      int
 	fenceTable         string // sanitized, possibly schema-qualified
+	hooks              Hooks
 }
 
 func defaultSettings() settings {

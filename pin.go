@@ -323,6 +323,9 @@ func (s *pin) end(keep bool, err error) {
 	s.mu.Unlock()
 	if !s.heldSince.IsZero() {
 		s.logEnd(err, s.heldSince)
+		if h := s.m.set.hooks.Ended; h != nil && !s.multi {
+			h(s.event(0, time.Since(s.heldSince), endReason(err), lostErr(err)))
+		}
 	}
 	if !keep {
 		s.discard()
@@ -335,6 +338,14 @@ func (s *pin) end(keep bool, err error) {
 	if !announced {
 		close(s.done) // last: when Done closes, everything the session had is given back
 	}
+}
+
+// lostErr is err if it is a loss, else nil: a release's ErrNotHeld is not news.
+func lostErr(err error) error {
+	if errors.Is(err, ErrLockLost) {
+		return err
+	}
+	return nil
 }
 
 // discard closes the connection without returning it to the pool's idle set.
