@@ -75,7 +75,10 @@ func TestBreakByKeySparesWaiters(t *testing.T) {
 	var waiterPID uint32
 	require.NoError(t, waiter.QueryRow(context.Background(), "SELECT pg_backend_pid()").Scan(&waiterPID))
 	got := make(chan error, 1)
-	go func() { _, err := waiter.Exec(context.Background(), "SELECT pg_advisory_lock($1)", int64(key)); got <- err }()
+	go func() {
+		_, err := waiter.Exec(context.Background(), "SELECT pg_advisory_lock($1)", int64(key))
+		got <- err
+	}()
 	m, _ := holdLock(t, t.Name()+"-other", "")
 	waitForWaiter(t, m, t.Name(), "next-in-line")
 
