@@ -65,16 +65,16 @@ func breakCommand(args []string, global connFlags, stdin *os.File, stdout, stder
 	defer in.end()
 	m, err := conn.connect(ctx, "pgadvisory break")
 	if err != nil {
-		return interrupted(in, err)
+		return interrupted(in, "break", err)
 	}
 	defer m.Close()
 	pc, err := conn.connectPlain(ctx, "pgadvisory break")
 	if err != nil {
-		return interrupted(in, err)
+		return interrupted(in, "break", err)
 	}
 	defer pc.Close(context.Background())
 	b := &breaker{m: m, conn: pc, target: target, wait: f.wait, stdout: stdout, stderr: stderr}
-	return interrupted(in, b.run(ctx, f.yes, stdin))
+	return interrupted(in, "break", b.run(ctx, f.yes, stdin))
 }
 
 // target checks the flags and says which lock they name.
@@ -100,10 +100,10 @@ func (f *breakFlags) target(fs *flag.FlagSet) (breakTarget, error) {
 	return breakTarget{key: advisory.Key(k)}, nil
 }
 
-// interrupted turns err into 128+N when signal N ended the command's context.
-func interrupted(in *interrupter, err error) error {
+// interrupted turns err into 128+N when signal N ended the context of command cmd.
+func interrupted(in *interrupter, cmd string, err error) error {
 	if sig := in.end(); sig != nil {
-		return fail(signalExitCode(sig), "break: interrupted by %s", signalName(sig))
+		return fail(signalExitCode(sig), "%s: interrupted by %s", cmd, signalName(sig))
 	}
 	return err
 }

@@ -12,8 +12,17 @@ import (
 )
 
 // openPTY returns a new pseudo-terminal: its master, where the test types, and its slave,
-// a real terminal for the program's standard input. Both are closed when t ends.
+// a real terminal for the program's standard input. Both are closed when t ends. What
+// the terminal shows (the echo) is read and dropped.
 func openPTY(t *testing.T) (master, slave *os.File) {
+	t.Helper()
+	master, slave = newPTY(t)
+	go io.Copy(io.Discard, master)
+	return master, slave
+}
+
+// newPTY is openPTY without the reader of the master's output.
+func newPTY(t *testing.T) (master, slave *os.File) {
 	t.Helper()
 	master, err := os.OpenFile("/dev/ptmx", os.O_RDWR, 0)
 	if err != nil {
@@ -27,7 +36,6 @@ func openPTY(t *testing.T) (master, slave *os.File) {
 	slave, err = os.OpenFile(fmt.Sprintf("/dev/pts/%d", n), os.O_RDWR|syscall.O_NOCTTY, 0)
 	require.NoError(t, err)
 	t.Cleanup(func() { slave.Close() })
-	go io.Copy(io.Discard, master) // the echo of what is typed
 	return master, slave
 }
 
