@@ -115,48 +115,6 @@ Exit codes: 0 success, 64 usage error, 69 server unavailable; with --watch, 130 
 when SIGINT or SIGTERM ends it (128+N for signal N).
 `
 
-const breakHelp = `Usage: pgadvisory break (--key KEY | --name NAME) [--yes] [--wait DURATION] [--dsn DSN]
-
-Breaks a stuck lock: shows who holds it (and who waits for it) as status does, asks for
-confirmation, terminates every holder's backend with pg_terminate_backend, waits until
-the lock is released and says whether it is free or which session took it next (a waiter,
-which break never terminates). A shared lock may have several holders: all are shown and
-all are terminated after one confirmation. A session that lets go of the lock between the
-display and the termination is left alone. Names and other text from the server are
-printed escaped.
-
-The answer is read from standard input, which must be a terminal ("y" or "yes" goes on);
-without a terminal break refuses unless --yes is given.
-
-Terminating another session takes a privilege: a superuser may terminate any backend; a
-role may terminate a backend of a role whose privileges it has, or any non-superuser
-backend if it is a member of pg_signal_backend (GRANT pg_signal_backend TO ROLE). Only a
-superuser may terminate a superuser's backend. break checks this before it asks, and says
-which role is missing.
-
-Flags:
-  --key KEY          the lock's 64-bit key in decimal, as status and hash print it
-                     (pg_advisory_lock(bigint) locks)
-  --name NAME        the lock's name, hashed as run and the library do
-  --yes              terminate without asking
-  --wait DURATION    how long to wait for the lock to be released after the termination
-                     (default 10s)
-  --dsn DSN          connection string (default $DATABASE_URL, else the PG* variables)
-
-` + connectionHelp + `
-Exit codes:
-  0        the holders were terminated; the lock is free, or a waiter took it
-  3        nothing to break: no session holds the lock
-  4        not confirmed (an answer other than y or yes, or end of input)
-  5        no confirmation possible: standard input is not a terminal and no --yes
-  64       usage error
-  69       server unavailable or a server error
-  75       a terminated holder still held the lock after --wait
-  77       permission denied: the role may not terminate a holder (nothing was terminated
-           if break found that out before asking)
-  130, 143 interrupted by SIGINT or SIGTERM (128+N for signal N)
-`
-
 const hashHelp = `Usage: pgadvisory hash NAME
 
 Prints the 64-bit key of lock name NAME (PostgreSQL's hashtextextended(NAME, 0)) and the
