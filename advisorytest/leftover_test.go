@@ -39,6 +39,9 @@ func TestHelperProcess(t *testing.T) {
 	require.NoError(t, conn.QueryRow(t.Context(),
 		"SELECT current_setting('data_directory') FROM (SELECT pg_advisory_lock(1)) l").Scan(&dir))
 	fmt.Printf("DATADIR=%s\n", dir)
+	var db string
+	require.NoError(t, conn.QueryRow(t.Context(), "SELECT current_database()").Scan(&db))
+	fmt.Printf("DATABASE=%s\n", db)
 	if mode == "kill" {
 		time.Sleep(time.Hour)
 	}
