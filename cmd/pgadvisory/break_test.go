@@ -3,6 +3,7 @@ package main_test
 import (
 	"context"
 	"strconv"
+	"syscall"
 	"testing"
 	"time"
 
@@ -165,4 +166,28 @@ func TestBreakSharedHoldersAndHostileName(t *testing.T) {
 		}
 	}
 	assert.Empty(t, holders(t, key))
+}
+
+// TestBreakSaysWhenTheHolderWillNotGo: a holder whose backend is stopped (SIGSTOP) cannot
+// act on the termination; break gives up after --wait with exit 75, and the lock is freed
+// once the backend runs again.
+func TestBreakSaysWhenTheHolderWillNotGo(t *testing.T) {
+	t.Parallel()
+	dsn(t)
+	if srv.Kind() != "local" {
+		t.Skip("stops a backend process: needs the local harness server")
+	}
+	key := advisory.KeyOf(t.Name())
+	_, pid := rawHolder(t, dsn(t), key, false, "frozen")
+	require.NoError(t, syscall.Kill(int(pid), syscall.SIGSTOP))
+	t.Cleanup(func() { syscall.Kill(int(pid), syscall.SIGCONT) })
+
+	r := cli(t, "break", "--name", t.Name(), "--yes", "--wait", "300ms")
+	assert.Equal(t, 75, r.code, "stdout:\n%s\nstderr:\n%s", r.stdout, r.stderr)
+	assert.Contains(t, r.stdout, "terminated backend pid "+strconv.Itoa(int(pid)))
+	assert.Contains(t, r.stderr, "still held by a terminated backend after 300ms")
+	assert.Equal(t, []uint32{pid}, holders(t, key))
+
+	require.NoError(t, syscall.Kill(int(pid), syscall.SIGCONT))
+	require.Eventually(t, func() bool { return len(holders(t, key)) == 0 }, 20*time.Second, 10*time.Millisecond)
 }

@@ -109,24 +109,29 @@ func holderOf(hs []advisory.Holder, pid uint32) advisory.Holder {
 }
 
 // waitReleased polls until none of pids holds the lock, then says whether it is free or
-// whom it went to. After b.wait it gives up with exit 75.
+// whom it went to. After b.wait it gives up: exit 75 if the lock was still held, 69 if
+// the server did not answer.
 func (b *breaker) waitReleased(ctx context.Context, pids []uint32) error {
 	started := time.Now()
-	ctx, cancel := context.WithTimeout(ctx, b.wait)
-	defer cancel()
+	deadline := started.Add(b.wait)
 	for {
-		hs, err := b.m.HoldersKey(ctx, b.target.key)
-		if err == nil && !holdsAny(hs, pids) {
+		qctx, cancel := context.WithDeadline(ctx, deadline.Add(time.Second))
+		hs, err := b.m.HoldersKey(qctx, b.target.key)
+		cancel()
+		switch {
+		case ctx.Err() != nil:
+			return ctx.Err() // a signal
+		case err == nil && !holdsAny(hs, pids):
 			b.reportReleased(hs, time.Since(started))
 			return nil
+		case time.Now().After(deadline) && err != nil:
+			return fail(exitUnavailable, "break: waiting for the lock to be released: %v", err)
+		case time.Now().After(deadline):
+			return fail(exitStillHeld, "break: %s still held by a terminated backend after %s", b.target, b.wait)
 		}
 		select {
 		case <-ctx.Done():
-			if err == nil {
-				return fail(exitStillHeld, "break: %s still held by a terminated backend after %s",
-					b.target, b.wait)
-			}
-			return fail(exitUnavailable, "break: %v", err)
+			return ctx.Err()
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
