@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -45,13 +46,9 @@ func (c *connFlags) connString() (dsn, source string) {
 // contain the password: they are ours, not pgx's (see parseProblem), and are redacted
 // again when printed.
 func (c *connFlags) connect(ctx context.Context, appName string) (*advisory.Manager, error) {
-	dsn, source := c.connString()
-	cfg, err := pgxpool.ParseConfig(dsn)
+	cfg, err := c.config(appName)
 	if err != nil {
-		return nil, fail(exitUsage, "invalid connection settings (from %s): %s", source, parseProblem(err))
-	}
-	if appName != "" {
-		cfg.ConnConfig.RuntimeParams["application_name"] = appName
+		return nil, err
 	}
 	cfg.MaxConns = 4 // one lock, one wait, and the status queries
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
@@ -61,6 +58,35 @@ func (c *connFlags) connect(ctx context.Context, appName string) (*advisory.Mana
 		return nil, fail(exitUnavailable, "cannot connect to %s: %v", target(cfg), err)
 	}
 	return m, nil
+}
+
+// connectPlain returns a plain connection for statements the library does not run
+// (break's pg_terminate_backend), set up and reported as connect's.
+func (c *connFlags) connectPlain(ctx context.Context, appName string) (*pgx.Conn, error) {
+	cfg, err := c.config(appName)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	conn, err := pgx.ConnectConfig(ctx, cfg.ConnConfig)
+	if err != nil {
+		return nil, fail(exitUnavailable, "cannot connect to %s: %v", target(cfg), err)
+	}
+	return conn, nil
+}
+
+// config parses the connection settings and sets application_name to appName.
+func (c *connFlags) config(appName string) (*pgxpool.Config, error) {
+	dsn, source := c.connString()
+	cfg, err := pgxpool.ParseConfig(dsn)
+	if err != nil {
+		return nil, fail(exitUsage, "invalid connection settings (from %s): %s", source, parseProblem(err))
+	}
+	if appName != "" {
+		cfg.ConnConfig.RuntimeParams["application_name"] = appName
+	}
+	return cfg, nil
 }
 
 // parseProblem describes why a connection string did not parse without quoting it: pgx's

@@ -2,7 +2,8 @@
 // machines, for running migrations from one pod of many.
 //
 //	pgadvisory run --key K [--wait DURATION | --no-wait] [--shared] -- CMD ARGS...
-//	pgadvisory status [--key K] [--json]
+//	pgadvisory status [--key K] [--json] [--watch[=INTERVAL]]
+//	pgadvisory break (--key KEY | --name NAME) [--yes] [--wait DURATION]
 //	pgadvisory hash K
 //	pgadvisory demo
 //
@@ -46,10 +47,10 @@ const (
 )
 
 func main() {
-	os.Exit(realMain(os.Args[1:], os.Stdout, os.Stderr))
+	os.Exit(realMain(os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
 }
 
-func realMain(args []string, stdout, stderr io.Writer) int {
+func realMain(args []string, stdin *os.File, stdout, stderr io.Writer) int {
 	var global connFlags
 	args, err := global.parseGlobal(args, stdout)
 	if err != nil {
@@ -64,6 +65,8 @@ func realMain(args []string, stdout, stderr io.Writer) int {
 		return runCommand(rest, global, stdout, stderr)
 	case "status":
 		err = statusCommand(rest, global, stdout)
+	case "break":
+		err = breakCommand(rest, global, stdin, stdout, stderr)
 	case "hash":
 		err = hashCommand(rest, stdout)
 	case "demo":
@@ -126,9 +129,11 @@ func helpCommand(args []string, stdout io.Writer) error {
 		fmt.Fprint(stdout, mainHelp)
 		return nil
 	}
-	help, ok := map[string]string{"run": runHelp, "status": statusHelp, "hash": hashHelp, "demo": demoHelp}[args[0]]
+	help, ok := map[string]string{"run": runHelp, "status": statusHelp, "break": breakHelp, "hash": hashHelp,
+		"demo": demoHelp}[args[0]]
 	if !ok || len(args) > 1 {
-		return usageError("pgadvisory", "help takes one of run, status, hash, demo; got %s", strings.Join(args, " "))
+		return usageError("pgadvisory", "help takes one of run, status, break, hash, demo; got %s",
+			strings.Join(args, " "))
 	}
 	fmt.Fprint(stdout, help)
 	return nil

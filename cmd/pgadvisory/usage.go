@@ -38,7 +38,8 @@ Usage:
 
 Commands:
   run      hold a lock while a command runs (like flock(1), across machines)
-  status   list the sessions holding or waiting for advisory locks
+  status   list the sessions holding or waiting for advisory locks (--watch: keep refreshing)
+  break    terminate the session(s) holding a lock, after confirmation
   hash     print the key of a lock name and the psql lines that take the same lock
   demo     start a throwaway PostgreSQL and show workers contending for a lock
   help     print the help of a command: pgadvisory help run
@@ -86,23 +87,32 @@ Flags:
 ` + connectionHelp + `
 ` + exitCodesHelp
 
-const statusHelp = `Usage: pgadvisory status [--key NAME] [--json] [--dsn DSN]
+const statusHelp = `Usage: pgadvisory status [--key NAME] [--json] [--watch[=INTERVAL]] [--dsn DSN]
 
 Lists the sessions holding or waiting for advisory locks in the database: key, name (for
 locks taken by this tool or library), mode, state, pid, application_name, client and for
 how long. Names and other text from the server are printed escaped (\n, \x1b, \u202e, ...).
-PID is the server's backend process id (pg_terminate_backend takes it). A lock of a
-pgadvisory run that was killed stays listed as holding, under the dead run's
-application_name, until its command (and what the command started with the lock's
-descriptor) has exited: see pgadvisory run --help.
+PID is the server's backend process id (pg_terminate_backend takes it; pgadvisory break
+does it for you). A lock of a pgadvisory run that was killed stays listed as holding,
+under the dead run's application_name, until its command (and what the command started
+with the lock's descriptor) has exited: see pgadvisory run --help.
+
+With --watch the listing is refreshed every INTERVAL (2s by default) until SIGINT or
+SIGTERM: redrawn in place when standard output is a terminal, printed as one block after
+another (each under a line with the time) when it is not; with --json, one JSON array per
+refresh. A failed query is shown in its block and retried at the next refresh.
 
 Flags:
-  --key NAME   only the lock with this name
-  --json       print a JSON array with stable field names, values exactly as on the server
-  --dsn DSN    connection string (default $DATABASE_URL, else the PG* variables)
+  --key NAME          only the lock with this name
+  --json              print a JSON array with stable field names, values exactly as on
+                      the server
+  --watch[=INTERVAL]  refresh every INTERVAL (default 2s) until interrupted; write
+                      --watch=5s (with "=")
+  --dsn DSN           connection string (default $DATABASE_URL, else the PG* variables)
 
 ` + connectionHelp + `
-Exit codes: 0 success, 64 usage error, 69 server unavailable.
+Exit codes: 0 success, 64 usage error, 69 server unavailable; with --watch, 130 or 143
+when SIGINT or SIGTERM ends it (128+N for signal N).
 `
 
 const hashHelp = `Usage: pgadvisory hash NAME

@@ -24,6 +24,7 @@ type Cluster struct {
 	cred *syscall.Credential // nil unless running as root
 	cmd  *exec.Cmd
 	exit chan struct{} // closed when cmd has been waited for
+	dog  *watchdog     // removes dir if the caller dies without Close
 }
 
 // DSN returns a keyword/value connection string for the superuser postgres over TCP on
@@ -43,13 +44,18 @@ func (c *Cluster) Restart(ctx context.Context) error {
 }
 
 // Close stops the server and removes its directory. A second Close only removes the
-// directory again, which is gone: it returns nil.
+// directory again, which is gone: it returns nil. A caller that dies without Close leaves
+// nothing behind either: the server gets a parent-death signal and a watchdog process
+// removes the directory.
 func (c *Cluster) Close() error {
 	c.stopServer()
 	if c.dir == "" {
 		return nil
 	}
-	return os.RemoveAll(c.dir)
+	err := os.RemoveAll(c.dir)
+	c.dog.stop()
+	c.dog = nil
+	return err
 }
 
 // start runs postgres in its own process group and waits until it accepts connections.
