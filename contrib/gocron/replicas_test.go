@@ -1,0 +1,5 @@
+package advisorygocron_test
+
+const envReplica = "ADVISORY_GOCRON_REPLICA"
+
+func replicaMain() int { return 0 }
