@@ -124,7 +124,7 @@ func killLatest(t *testing.T, table string, rs []*replica) (time.Time, int) {
 			`SELECT occurrence, replica FROM %s WHERE kind = 'run' ORDER BY occurrence DESC LIMIT 1`, table)).Scan(&occ, &who))
 		return occ, who
 	}
-	for {
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); {
 		occ, who := latest()
 		time.Sleep(time.Until(occ.Add(interval / 2)))
 		if again, _ := latest(); again.Equal(occ) && time.Now().Before(occ.Add(interval*3/4)) {
@@ -133,7 +133,10 @@ func killLatest(t *testing.T, table string, rs []*replica) (time.Time, int) {
 			t.Logf("SIGKILLed replica %d, which ran the occurrence at %s", who, occ.Format("15:04:05"))
 			return occ, who
 		}
+		time.Sleep(interval / 4) // late: try again after the next occurrence
 	}
+	t.Fatal("no moment halfway between two occurrences within 30 s")
+	return time.Time{}, 0
 }
 
 // occurrence is what the replicas recorded for one occurrence.
@@ -159,7 +162,9 @@ func checkOccurrences(t *testing.T, table, mode string, windowStart, killedOcc t
 
 	perReplica := map[int]int{}
 	var maxLate time.Duration
-	first := windowStart.Truncate(interval).Add(interval)
+	// The first occurrence counted comes at least interval/2 after every replica said it
+	// was ready, so that every scheduler (and the Elector's first leader) is surely armed.
+	first := windowStart.Add(interval / 2).Truncate(interval).Add(interval)
 	last := occs[len(occs)-1].At
 	byTime := map[time.Time]occurrence{}
 	for _, o := range occs {
