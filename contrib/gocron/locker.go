@@ -49,6 +49,14 @@ func NewLocker(m *advisory.Manager, atLeast time.Duration) (*Locker, error) {
 // returns an error wrapping [advisory.ErrLocked], and gocron skips the run. ctx (gocron
 // passes the job's) governs connecting and the round trip; on any error the lock is not
 // held.
+//
+// gocron calls the returned Lock's Unlock right after the job. While the hold (atLeast
+// since Lock) is not over, Unlock returns nil at once and a goroutine releases the lock
+// when the hold ends, or earlier if the lock is lost or the Manager closed. After the
+// hold, Unlock releases before it returns, bounded by 5 s of its own (ctx's end is
+// ignored: gocron's job context ends at shutdown). Unlock returns an error wrapping
+// [advisory.ErrLockLost] if the lock was lost while the job ran (gocron ignores it; the
+// job was not stopped), and one wrapping [advisory.ErrNotHeld] when called again.
 func (lk *Locker) Lock(ctx context.Context, key string) (gocron.Lock, error) {
 	l, err := lk.m.TryLock(ctx, key)
 	if err != nil {
@@ -64,14 +72,7 @@ type jobLock struct {
 	once  sync.Once
 }
 
-// Unlock releases the lock. If the hold (atLeast since Lock) is not over yet, Unlock
-// does not block: it returns nil at once and a goroutine releases the lock when the hold
-// ends, or when the lock is lost or the Manager closed, whichever comes first. Otherwise
-// it releases the lock before it returns, with a context of its own bounded by 5 s (ctx's
-// values are kept, its end is not: gocron passes the job's context, which ends at
-// shutdown). It returns an error wrapping [advisory.ErrLockLost] if the lock was lost
-// while the job ran, and one wrapping [advisory.ErrNotHeld] when called again. In every
-// case the lock is released, or will be when the hold ends.
+// Unlock releases the lock, now or when the hold ends (see [Locker.Lock]).
 func (j *jobLock) Unlock(ctx context.Context) error {
 	err := fmt.Errorf("advisorygocron: unlock %q: %w", j.l.Name(), advisory.ErrNotHeld)
 	j.once.Do(func() { err = j.release(ctx) })
