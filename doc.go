@@ -21,6 +21,9 @@
 //     connection loses one lock. This is the right call for a few locks at a time.
 //   - [Manager.Do] runs a function under a lock and releases it afterwards, also when the
 //     function panics; the function's ctx is cancelled if the lock is lost.
+//   - [Manager.TryDo] runs a scheduled job on one replica of many: it tries the lock
+//     once, skips if another replica has it, and after the function keeps the lock for a
+//     given time so that late timers skip too (docs/jobs.md).
 //   - [Manager.Lead] campaigns for a name for as long as ctx lasts and runs a function
 //     only while this process leads: a leader-only loop, campaigning again after a loss.
 //   - [Session] pins one connection for many locks (thousands, taken in one statement
