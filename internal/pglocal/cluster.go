@@ -43,6 +43,22 @@ func (c *Cluster) Restart(ctx context.Context) error {
 	return c.start(ctx)
 }
 
+// Crash stops the server the way a crash does, and starts it again, which runs crash
+// recovery. It sends SIGQUIT (PostgreSQL's immediate shutdown): every server process
+// exits at once, without a checkpoint and without writing its WAL buffers, which are lost
+// with its shared memory, as in a crash of the server (though not of the OS, whose page
+// cache survives). SIGKILL would not do: each backend leads a process group of its own,
+// and a new postmaster refuses to start while one still lingers. It blocks until the
+// server accepts connections again.
+func (c *Cluster) Crash(ctx context.Context) error {
+	if c.cmd != nil {
+		c.cmd.Process.Signal(syscall.SIGQUIT) // the postmaster exits after its children
+		<-c.exit
+		c.cmd = nil
+	}
+	return c.start(ctx)
+}
+
 // Close stops the server and removes its directory. A second Close only removes the
 // directory again, which is gone: it returns nil. A caller that dies without Close leaves
 // nothing behind either: the server gets a parent-death signal and a watchdog process
