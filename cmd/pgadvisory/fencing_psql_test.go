@@ -74,7 +74,7 @@ func TestRunTokenFencesAPsqlMigration(t *testing.T) {
 	require.NoError(t, os.WriteFile(file("go2"), nil, 0o600))
 	res := wait(t, p)
 	assert.Equal(t, 76, res.code, "the lock was lost while the command ran: %s", res.stderr)
-	assert.NotEqual(t, "0\n", readFile(t, file("psql2")), "psql failed: the token was stale")
+	assert.Equal(t, "3\n", readFile(t, file("psql2")), "psql stopped (ON_ERROR_STOP): the token was stale")
 
 	var tokens []int64
 	rs, err := conn.Query(ctx, "SELECT token FROM "+rows+" ORDER BY token")
