@@ -45,7 +45,7 @@ func (c *connFlags) connString() (dsn, source string) {
 // pg_stat_activity. ctx governs the connect, which also gives up after 30 s. Errors never
 // contain the password: they are ours, not pgx's (see parseProblem), and are redacted
 // again when printed.
-func (c *connFlags) connect(ctx context.Context, appName string) (*advisory.Manager, error) {
+func (c *connFlags) connect(ctx context.Context, appName string, opts ...advisory.Option) (*advisory.Manager, error) {
 	cfg, err := c.config(appName)
 	if err != nil {
 		return nil, err
@@ -53,7 +53,10 @@ func (c *connFlags) connect(ctx context.Context, appName string) (*advisory.Mana
 	cfg.MaxConns = 4 // one lock, one wait, and the status queries
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	m, err := advisory.NewWithConfig(ctx, cfg)
+	m, err := advisory.NewWithConfig(ctx, cfg, opts...)
+	if errors.Is(err, advisory.ErrInvalidOption) {
+		return nil, fail(exitUsage, "%v", err)
+	}
 	if err != nil {
 		return nil, fail(exitUnavailable, "cannot connect to %s: %v", target(cfg), err)
 	}

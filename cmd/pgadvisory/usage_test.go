@@ -17,11 +17,14 @@ func TestHelpGoesToStdoutAndExitsZero(t *testing.T) {
 		args []string
 		want []string // in the help
 	}{
-		{[]string{"--help"}, []string{"Commands:", "run ", "status ", "break ", "hash ", "demo ", "--dsn", "Exit codes:"}},
+		{[]string{"--help"}, []string{"Commands:", "run ", "status ", "break ", "hash ", "demo ", "init-fencing", "--dsn", "Exit codes:"}},
 		{[]string{"-h"}, []string{"Commands:"}},
 		{[]string{"help"}, []string{"Commands:"}},
 		{[]string{"run", "--help"}, []string{"--key NAME", "--wait DURATION", "--no-wait", "--grace", "--holder-name", "--dsn", "Exit codes:"}},
 		{[]string{"run", "-h"}, []string{"--key NAME"}},
+		{[]string{"run", "--help"}, []string{"--token", "--fence-table", "PGADVISORY_TOKEN", "PGADVISORY_KEY", "FOR SHARE"}},
+		{[]string{"init-fencing", "--help"}, []string{"Usage: pgadvisory init-fencing", "--fence-table", "--dsn"}},
+		{[]string{"help", "init-fencing"}, []string{"Usage: pgadvisory init-fencing"}},
 		{[]string{"run", "--key", "k", "--help"}, []string{"--key NAME"}},
 		{[]string{"help", "run"}, []string{"--key NAME"}},
 		{[]string{"status", "--help"}, []string{"--json", "--key NAME", "--dsn"}},
