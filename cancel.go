@@ -3,6 +3,7 @@ package advisory
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
@@ -28,11 +29,15 @@ const handlerKey = "advisory.cancelHandler"
 // connection stays usable, so the caller can ask the server, on the same session,
 // whether the grant won the race against the cancel. pgx's own CancelRequest handler
 // waits 100 ms more on purpose; we do not, and deal with a late-arriving cancel instead
-// (see session.reconcile). For any other statement it behaves like pgx's default: an
-// immediate socket deadline, after which the session discards the connection.
+// (see session.reconcile). It does the same for every statement of a caller's
+// transaction on a held lock's connection (BeginFunc), so that a cancelled statement
+// fails the transaction but keeps the connection, and with it the lock. For any other
+// statement it behaves like pgx's default: an immediate socket deadline, after which the
+// session discards the connection.
 type cancelHandler struct {
-	pg    *pgconn.PgConn
-	grace time.Duration
+	pg     *pgconn.PgConn
+	grace  time.Duration
+	gentle atomic.Bool // a caller's transaction runs on a held lock's connection: see pin.beginTx
 
 	mu       sync.Mutex
 	inFlight chan struct{} // closed when the cancelling goroutine is done; nil if none
@@ -61,7 +66,7 @@ func handlerOf(pg *pgconn.PgConn) *cancelHandler {
 
 // HandleCancel implements ctxwatch.Handler.
 func (h *cancelHandler) HandleCancel(ctx context.Context) {
-	if ctx.Value(waitMarker{}) != nil {
+	if ctx.Value(waitMarker{}) != nil || h.gentle.Load() {
 		h.interrupt()
 		return
 	}

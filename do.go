@@ -25,7 +25,12 @@ func (m *Manager) Do(ctx context.Context, name string, fn func(ctx context.Conte
 	if err != nil {
 		return err
 	}
-	fnErr, uerr := runThenUnlock(ctx, l, fn)
+	return doResult(runThenUnlock(ctx, l, fn))
+}
+
+// doResult is the error of Do, DoTx and TryDo from fn's and Unlock's: a loss first, since the
+// caller's critical section may have overlapped another holder's.
+func doResult(fnErr, uerr error) error {
 	switch {
 	case errors.Is(uerr, ErrLockLost) && fnErr != nil:
 		return fmt.Errorf("%w (and the function failed: %w)", uerr, fnErr)
@@ -60,6 +65,13 @@ func runHolding(ctx context.Context, l *Lock, fn func(ctx context.Context) error
 // panics or calls runtime.Goexit: the deferred unlock runs while the panic unwinds, and
 // the panic goes on unchanged.
 func runThenUnlock(ctx context.Context, l *Lock, fn func(ctx context.Context) error) (fnErr, uerr error) {
+	return runHoldUnlock(ctx, l, time.Time{}, fn)
+}
+
+// runHoldUnlock is runThenUnlock that, after fn returns, keeps holding l until the time
+// until (see holdUntil; the zero time: not at all). A panic or runtime.Goexit in fn
+// unlocks at once, without the hold.
+func runHoldUnlock(ctx context.Context, l *Lock, until time.Time, fn func(ctx context.Context) error) (fnErr, uerr error) {
 	returned := false
 	defer func() {
 		if !returned {
@@ -68,6 +80,7 @@ func runThenUnlock(ctx context.Context, l *Lock, fn func(ctx context.Context) er
 	}()
 	fnErr = runHolding(ctx, l, fn)
 	returned = true
+	holdUntil(ctx, l, until)
 	return fnErr, unlockDetached(ctx, l)
 }
 

@@ -21,6 +21,9 @@
 //     connection loses one lock. This is the right call for a few locks at a time.
 //   - [Manager.Do] runs a function under a lock and releases it afterwards, also when the
 //     function panics; the function's ctx is cancelled if the lock is lost.
+//   - [Manager.TryDo] runs a scheduled job on one replica of many: it tries the lock
+//     once, skips if another replica has it, and after the function keeps the lock for a
+//     given time so that late timers skip too (docs/jobs.md).
 //   - [Manager.Lead] campaigns for a name for as long as ctx lasts and runs a function
 //     only while this process leads: a leader-only loop, campaigning again after a loss.
 //   - [Session] pins one connection for many locks (thousands, taken in one statement
@@ -64,6 +67,18 @@
 // [Lock.Err] wraps [ErrLockLost]. A connection that may hold a lock is never handed back
 // to the pool: on any doubt it is closed, which frees the lock on the server.
 //
+// # Fencing
+//
+// No lock service can stop a holder that stalls (a GC pause, a frozen VM) and writes
+// after its lock has gone to another. Here the lease is a database session, so the
+// database can refuse those writes itself: [Lock.BeginFunc] runs a transaction on the
+// lock's own connection, which can only commit while the session, and so the lock,
+// exists. [Manager.DoTx] is Lock, BeginFunc, Unlock in one call; [Session.BeginFunc] is
+// fenced by all a Session's locks. For writes on other connections or to other systems,
+// [Lock.Token] gives a number greater than every earlier holder's, and
+// [Manager.CheckToken] makes a write in any transaction of this database conditional on
+// it. See docs/fencing.md.
+//
 // # Where it works
 //
 // PostgreSQL 12 and later, directly or through a proxy that gives each client its own
@@ -76,7 +91,8 @@
 //
 // Errors wrap one of the sentinels ([ErrLocked], [ErrLockLost], [ErrNotHeld],
 // [ErrClosed], [ErrInvalidKey], [ErrInvalidOption], [ErrPooler], [ErrStandby],
-// [ErrUnsupportedServer], [ErrPoolExhausted], [ErrTooManyLocks], [ErrLockTableFull])
+// [ErrUnsupportedServer], [ErrPoolExhausted], [ErrTooManyLocks], [ErrLockTableFull],
+// [ErrStaleToken], [ErrNoFenceTable])
 // together with their cause (a *pgconn.PgError, a network error, ctx.Err()): test with
 // errors.Is and errors.As. Messages start with "advisory:" and never contain a password.
 package advisory

@@ -73,6 +73,14 @@ var (
 	// lock pins one) and no connection became free before ctx ended (Lock), or at once
 	// (TryLock). Raise the pool size (pool_max_conns) or release locks sooner.
 	ErrPoolExhausted = errors.New("advisory: connection pool exhausted")
+
+	// ErrStaleToken is returned by [Manager.CheckToken] when a newer holder of the lock
+	// has taken a fencing token: the write carrying the older token must be refused.
+	ErrStaleToken = errors.New("advisory: stale fencing token: a newer holder has taken the lock")
+
+	// ErrNoFenceTable means the fencing table that [Lock.Token] and [Manager.CheckToken]
+	// use does not exist: create it with [Manager.CreateFenceTable].
+	ErrNoFenceTable = errors.New("advisory: the fencing table does not exist (create it with Manager.CreateFenceTable)")
 )
 
 // LockedError is returned by TryLock when another session holds the lock. It wraps

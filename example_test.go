@@ -80,6 +80,41 @@ func ExampleManager_Do() {
 	// <nil>
 }
 
+// TryDo runs a scheduled job on one replica: every replica's timer fires it, the first
+// runs it and holds the lock for at least a second, and the others, firing a little later,
+// skip at once.
+func ExampleManager_TryDo() {
+	ctx := context.Background()
+	m, err := advisory.New(ctx, os.Getenv("DATABASE_URL"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer m.Close()
+
+	const atLeast = time.Second // more than the skew between the replicas' timers
+	occurrence := "hourly-report@" + time.Now().UTC().Truncate(time.Hour).Format(time.RFC3339)
+	results := make(chan bool)
+	for range 3 { // three replicas, here goroutines
+		go func() {
+			ran, err := m.TryDo(ctx, occurrence, atLeast, func(ctx context.Context) error {
+				return nil // write the report
+			})
+			if err != nil {
+				log.Print(err)
+			}
+			results <- ran
+		}()
+	}
+	runs := 0
+	for range 3 {
+		if <-results {
+			runs++
+		}
+	}
+	fmt.Println("runs:", runs)
+	// Output: runs: 1
+}
+
 // A long-running holder watches Done, so it stops as soon as the lock is lost.
 func ExampleLock_Done() {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)

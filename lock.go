@@ -33,7 +33,8 @@ func (l *Lock) Shared() bool { return l.s.shared }
 func (l *Lock) PID() uint32 { return l.s.pid }
 
 // Done returns a channel that is closed when the lock ends: after Unlock, on loss, or when
-// the Manager is closed. Read [Lock.Err] to tell which. It does not block.
+// the Manager is closed. Read [Lock.Err] to tell which. It does not block. A loss during
+// [Lock.BeginFunc] closes it at once; the connection then goes back when BeginFunc returns.
 func (l *Lock) Done() <-chan struct{} { return l.s.done }
 
 // Err returns nil while the lock is held. After Done is closed it returns an error
@@ -46,7 +47,8 @@ func (l *Lock) Err() error {
 }
 
 // Unlock releases the lock and returns its connection to the pool. It blocks for one
-// round trip; ctx governs that round trip.
+// round trip; ctx governs that round trip, and waiting for a [Lock.BeginFunc] in progress
+// on the lock (if ctx ends first, the lock stays held and the error wraps ctx.Err()).
 //
 // It returns nil when the server confirmed the release. If the lock had been lost, it
 // returns the loss error (wrapping [ErrLockLost]): the caller's critical section may have
@@ -204,14 +206,14 @@ func (m *Manager) attempt(ctx context.Context, t target, try, waitPool bool) (*L
 		// Goroutines of this Manager after the same key queue here, and wait on the server
 		// one at a time, instead of each pinning a connection.
 		if err := m.gates.enter(ctx, gateKey{t.key, t.pair}, m.closing); err != nil {
-			return nil, lockError(op, t, err)
+			return nil, m.notAcquired(ctx, t, try, start, lockError(op, t, err))
 		}
 		defer m.gates.stopWaiting(gateKey{t.key, t.pair})
 	}
 	for attempt := 0; ; attempt++ {
 		s, err := m.acquire(ctx, t, waitPool)
 		if err != nil {
-			return nil, lockError(op, t, err)
+			return nil, m.notAcquired(ctx, t, try, start, lockError(op, t, err))
 		}
 		if try {
 			err = s.tryLock(ctx)
@@ -220,17 +222,32 @@ func (m *Manager) attempt(ctx context.Context, t target, try, waitPool bool) (*L
 		}
 		if err == nil {
 			s.logAcquired(start)
+			if h := m.set.hooks.Acquired; h != nil {
+				ev := s.event(time.Since(start), 0, "", nil)
+				ev.Try = try
+				h(ev)
+			}
 			return &Lock{s: s, name: t.name}, nil
 		}
 		s.end(true, ErrNotHeld)
 		var locked *LockedError
 		switch {
 		case errors.As(err, &locked):
-			return nil, err
+			return nil, m.notAcquired(ctx, t, try, start, err)
 		case attempt > 0 || !staleConn(ctx, err):
-			return nil, lockError(op, t, err)
+			return nil, m.notAcquired(ctx, t, try, start, lockError(op, t, err))
 		}
 	}
+}
+
+// notAcquired reports a failed Lock or TryLock call to the NotAcquired hook, and returns
+// its error.
+func (m *Manager) notAcquired(ctx context.Context, t target, try bool, start time.Time, err error) error {
+	if h := m.set.hooks.NotAcquired; h != nil {
+		h(LockEvent{Name: t.name, Key: t.key, Shared: t.shared, Try: try, Wait: time.Since(start),
+			Reason: failReason(ctx, err), Err: err})
+	}
+	return err
 }
 
 // staleConn reports whether err says a pooled connection was already dead when a

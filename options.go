@@ -6,6 +6,8 @@ import (
 	"strings"
 	"time"
 	"unicode/utf8"
+
+	"github.com/jackc/pgx/v5"
 )
 
 // An Option configures a Manager; the With functions make them. Options are applied in
@@ -28,6 +30,8 @@ type settings struct {
 	namespace          string
 	sessionCap         int
 	sessionRetire      int
+	fenceTable         string // sanitized, possibly schema-qualified
+	hooks              Hooks
 }
 
 func defaultSettings() settings {
@@ -39,6 +43,7 @@ func defaultSettings() settings {
 		cancelGrace:       time.Second,
 		sessionCap:        defaultSessionCap,
 		sessionRetire:     defaultSessionRetire,
+		fenceTable:        pgx.Identifier{DefaultFenceTable}.Sanitize(),
 	}
 }
 
@@ -122,6 +127,32 @@ func WithNamespace(ns string) Option {
 				ErrInvalidOption, ns, MaxNameLen/2)
 		}
 		s.namespace = ns
+		return nil
+	})
+}
+
+// DefaultFenceTable is the name of the fencing table of [Lock.Token] unless
+// [WithFenceTable] sets another.
+const DefaultFenceTable = "advisory_fence"
+
+// WithFenceTable sets the table in which [Lock.Token] counts each key's fencing tokens
+// and against which [Manager.CheckToken] checks them: a table name, or schema and table
+// ("locks", "advisory_fence"), each used as given (quoted, never interpreted as SQL). The
+// default is [DefaultFenceTable], found through the connection's search_path: give the
+// schema when writers' search_path may differ, since a writer that checks another table
+// is not fenced. Create the table with [Manager.CreateFenceTable].
+func WithFenceTable(parts ...string) Option {
+	return option(func(s *settings) error {
+		if len(parts) < 1 || len(parts) > 2 {
+			return fmt.Errorf("%w: fence table %q: want a table or a schema and a table", ErrInvalidOption, parts)
+		}
+		for _, p := range parts {
+			if p == "" || strings.ContainsRune(p, 0) || !utf8.ValidString(p) || len(p) > 63 {
+				return fmt.Errorf("%w: fence table name %q: want 1 to 63 bytes of valid UTF-8 without NUL",
+					ErrInvalidOption, p)
+			}
+		}
+		s.fenceTable = pgx.Identifier(parts).Sanitize()
 		return nil
 	})
 }

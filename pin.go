@@ -33,6 +33,7 @@ type pin struct {
 	st     statements
 	fd     int    // the socket's descriptor, for the poller
 	pollID uint64 // the poller's ID for this session's registration; 0 while not registered
+	pollFD int    // the descriptor registered with the poller: fd, or txFD in a transaction
 
 	done      chan struct{} // closed when the session has ended
 	watchDone chan struct{} // closed when the watcher goroutine has exited
@@ -48,6 +49,13 @@ type pin struct {
 	watch   watchMode
 	closing bool  // Close has begun: the session must not become held
 	err     error // why the session ended: wraps ErrLockLost on loss, else ErrNotHeld
+
+	// While a caller's transaction runs on the connection (stateInTx; see tx.go):
+	txDone    chan struct{} // closed when it ends
+	txFD      int           // the session's own duplicate of the socket's descriptor, or -1
+	announced bool          // done is closed already: a loss was seen during the transaction
+
+	fenceToken atomic.Int64 // the holding's fencing token once taken (Lock.Token); 0 before
 }
 
 type sessionState int
@@ -57,6 +65,7 @@ const (
 	stateSettling                      // the statement returned; its caller decides
 	stateHeld                          // the watcher owns the connection
 	stateReleasing                     // an Unlock (or Close) owns the connection
+	stateInTx                          // a caller's transaction owns it; the watcher sees hang-ups
 	stateEnded                         // the connection is back in the pool or closed
 )
 
@@ -66,7 +75,7 @@ func newPin(m *Manager, pc *pgxpool.Conn, t target) *pin {
 	return &pin{m: m, pc: pc, pg: pg, cancel: handlerOf(pg), pid: pid, token: token,
 		key: t.key, name: t.name, shared: t.shared, pair: t.pair, gated: t.gated,
 		st: statementsFor(t.name, t.shared, t.pair),
-		fd: socketFD(pg.Conn()), done: make(chan struct{}), watchDone: make(chan struct{})}
+		fd: socketFD(pg.Conn()), txFD: -1, done: make(chan struct{}), watchDone: make(chan struct{})}
 }
 
 // errNotHeldByServer is unlock's error when pg_advisory_unlock returned false.
@@ -137,6 +146,9 @@ func (s *pin) isClosing() bool {
 // it had already ended (ErrNotHeld, or a loss); ErrNotHeld if another release is under
 // way; else the failed statement's error (the connection is then closed).
 func (s *pin) release(ctx context.Context, endErr error) error {
+	if err := s.awaitTx(ctx); err != nil {
+		return err
+	}
 	s.mu.Lock()
 	switch s.state {
 	case stateEnded:
@@ -175,8 +187,11 @@ func (s *pin) shutdown() {
 	s.mu.Lock()
 	s.closing = true
 	st := s.state
-	if st == stateAcquiring {
+	switch {
+	case st == stateAcquiring:
 		s.cancel.interrupt()
+	case st == stateInTx && s.txFD >= 0:
+		shutdownSocket(s.txFD) // the transaction fails and is rolled back; see endTx
 	}
 	s.mu.Unlock()
 	if st == stateHeld {
@@ -199,10 +214,18 @@ func (s *pin) end(keep bool, err error) {
 		s.mu.Unlock()
 		return
 	}
+	if s.announced {
+		err = s.err // the loss seen during a transaction, which Done announced already
+	}
 	s.state, s.err = stateEnded, err
+	announced := s.announced
+	s.announced = true
 	s.mu.Unlock()
 	if !s.heldSince.IsZero() {
 		s.logEnd(err, s.heldSince)
+		if h := s.m.set.hooks.Ended; h != nil && !s.multi {
+			h(s.event(0, time.Since(s.heldSince), endReason(err), lostErr(err)))
+		}
 	}
 	if !keep {
 		s.discard()
@@ -212,7 +235,17 @@ func (s *pin) end(keep bool, err error) {
 	if s.gated {
 		s.m.gates.sessionEnded(gateKey{s.key, s.pair})
 	}
-	close(s.done) // last: when Done closes, everything the session had is given back
+	if !announced {
+		close(s.done) // last: when Done closes, everything the session had is given back
+	}
+}
+
+// lostErr is err if it is a loss, else nil: a release's ErrNotHeld is not news.
+func lostErr(err error) error {
+	if errors.Is(err, ErrLockLost) {
+		return err
+	}
+	return nil
 }
 
 // discard closes the connection without returning it to the pool's idle set.

@@ -111,7 +111,21 @@ func (p *poller) failAll() {
 // anyone else may touch the connection. The reader goroutine, which may see the
 // connection fail and close it, starts only after that.
 func (p *poller) add(s *pin) error {
-	if s.fd < 0 {
+	return p.register(s, s.fd, syscall.EPOLLIN|syscall.EPOLLRDHUP|syscall.EPOLLONESHOT)
+}
+
+// addHangup starts watching s's connection while a caller's transaction uses it (see
+// pin.beginTx): only for a hang-up or an error (EPOLLRDHUP, EPOLLHUP, EPOLLERR), never for
+// input, which is the transaction's. It watches fd, the session's own duplicate of the
+// socket's descriptor: the caller's statements may make pgx close the connection's
+// descriptor at any time, but the duplicate's number stays the session's until it closes
+// it, after remove. The caller holds s.mu.
+func (p *poller) addHangup(s *pin, fd int) error {
+	return p.register(s, fd, syscall.EPOLLRDHUP|syscall.EPOLLONESHOT)
+}
+
+func (p *poller) register(s *pin, fd int, events uint32) error {
+	if fd < 0 {
 		return errors.New("no socket descriptor")
 	}
 	p.mu.Lock()
@@ -121,18 +135,19 @@ func (p *poller) add(s *pin) error {
 	}
 	p.next++
 	id := p.next
-	ev := eventData(id, syscall.EPOLLIN|syscall.EPOLLRDHUP|syscall.EPOLLONESHOT)
-	if err := syscall.EpollCtl(p.epfd, syscall.EPOLL_CTL_ADD, s.fd, &ev); err != nil {
+	ev := eventData(id, events)
+	if err := syscall.EpollCtl(p.epfd, syscall.EPOLL_CTL_ADD, fd, &ev); err != nil {
 		return err
 	}
-	s.pollID = id
+	s.pollID, s.pollFD = id, fd
 	p.byID[id] = s
 	return nil
 }
 
 // remove stops watching s's socket (also a one-shot registration that already fired,
 // which stays in the epoll set until deleted). The caller holds s.mu, and s is still in
-// watchPolled mode: see add.
+// watchPolled mode (see add), or the descriptor is the session's own duplicate (see
+// addHangup).
 func (p *poller) remove(s *pin) {
 	if s.pollID == 0 {
 		return
@@ -143,7 +158,7 @@ func (p *poller) remove(s *pin) {
 		delete(p.byID, s.pollID)
 	}
 	s.pollID = 0
-	syscall.EpollCtl(p.epfd, syscall.EPOLL_CTL_DEL, s.fd, nil)
+	syscall.EpollCtl(p.epfd, syscall.EPOLL_CTL_DEL, s.pollFD, nil)
 }
 
 // stop ends the poller's goroutine and closes its descriptors. Call it once, after every
@@ -226,4 +241,21 @@ func pendingInput(c net.Conn) bool {
 		return false
 	}
 	return err != nil || pending
+}
+
+// shutdownSocket shuts a socket down both ways, through any descriptor of it: the server
+// sees the connection end at once (and ends the session, freeing its locks), and every
+// read or write of it fails from then on, whoever does it.
+func shutdownSocket(fd int) { syscall.Shutdown(fd, syscall.SHUT_RDWR) }
+
+func closeFD(fd int) { syscall.Close(fd) }
+
+// socketError returns the socket's pending error (SO_ERROR): ETIMEDOUT after a keepalive
+// abort, ECONNRESET after a reset; nil after an orderly close by the peer.
+func socketError(fd int) error {
+	n, err := syscall.GetsockoptInt(fd, syscall.SOL_SOCKET, syscall.SO_ERROR)
+	if err != nil || n == 0 {
+		return err
+	}
+	return syscall.Errno(n)
 }

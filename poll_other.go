@@ -15,8 +15,11 @@ type poller struct{}
 func newPoller() (*poller, error) { return nil, nil }
 
 func (p *poller) add(*pin) error { return errors.New("no poller on this platform") }
-func (p *poller) remove(*pin)    {}
-func (p *poller) stop()          {}
+func (p *poller) addHangup(*pin, int) error {
+	return errors.New("no poller on this platform")
+}
+func (p *poller) remove(*pin) {}
+func (p *poller) stop()       {}
 
 func socketFD(net.Conn) int { return -1 }
 
@@ -25,3 +28,9 @@ func dupSocket(net.Conn) (int, error) {
 }
 
 func pendingInput(net.Conn) bool { return false }
+
+func shutdownSocket(int) {}
+
+func closeFD(int) {}
+
+func socketError(int) error { return nil }

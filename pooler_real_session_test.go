@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -33,6 +34,7 @@ func TestPgBouncerSessionPooling(t *testing.T) {
 			busyClients(t, b.DSN(), load.busy)
 			t.Run("locks work", func(t *testing.T) { sessionPoolingLocksWork(t, b) })
 			t.Run("SIGKILLed holder freed within 2s", func(t *testing.T) { sessionPoolingKilledHolder(t, b) })
+			t.Run("fenced transactions", func(t *testing.T) { sessionPoolingFenced(t, b) })
 			t.Run("no lock left on a server connection", func(t *testing.T) { requireNoLockLeft(t, b) })
 			t.Run("no session setting leaks", func(t *testing.T) { requireNoSettingLeaked(t, b, nil) })
 		})
@@ -162,4 +164,36 @@ func TestPgBouncerHolderProcess(t *testing.T) {
 	fmt.Println("LOCKED", l.PID())
 	bufio.NewReader(os.Stdin).ReadString('\n')
 	os.Exit(0) // no cleanup: the process is meant to die holding the lock
+}
+
+// sessionPoolingFenced: behind session pooling a fenced transaction commits on the
+// holding backend, and one whose backend is terminated during fn commits nothing, with
+// the loss seen while fn runs (PgBouncer closes the client when its server goes).
+func sessionPoolingFenced(t *testing.T, b *pgtest.PgBouncer) {
+	ctx := ctxT(t)
+	table := fenceTable(t)
+	m, err := advisory.New(ctx, b.DSN())
+	require.NoError(t, err)
+	t.Cleanup(m.Close)
+	l, err := m.Lock(ctx, t.Name())
+	require.NoError(t, err)
+	require.NoError(t, l.BeginFunc(ctx, func(tx pgx.Tx) error {
+		var pid uint32
+		require.NoError(t, tx.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&pid))
+		require.Equal(t, l.PID(), pid, "fn runs on the holding backend")
+		return insert(ctx, tx, table, "committed")
+	}))
+	err = l.BeginFunc(ctx, func(tx pgx.Tx) error {
+		require.NoError(t, insert(ctx, tx, table, "stale"))
+		terminate(t, l.PID())
+		select {
+		case <-l.Done():
+		case <-time.After(10 * time.Second):
+			t.Fatal("loss during fn not seen behind PgBouncer")
+		}
+		return nil
+	})
+	require.ErrorIs(t, err, advisory.ErrLockLost)
+	require.Equal(t, []string{"committed"}, rowsIn(t, table))
+	requireNoAcquired(t, m)
 }

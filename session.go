@@ -293,7 +293,8 @@ func (s *Session) unlockKey(ctx context.Context, t target) error {
 // than the retire threshold (see WithSessionLimits): a backend keeps paying for every lock
 // it held until it exits. A Lock waiting on the server is interrupted (it returns
 // ErrNotHeld, holding nothing new) and calls queued behind it return ErrNotHeld; Close
-// then waits for the call in progress to finish, which is prompt. ctx governs the
+// then waits for the call in progress to finish, which is prompt, except a BeginFunc,
+// whose fn it waits for. ctx governs the
 // release. If the release cannot be confirmed the connection is closed, which frees the
 // locks. Close after Close returns ErrNotHeld; after a loss, the loss.
 func (s *Session) Close(ctx context.Context) error {

@@ -17,6 +17,7 @@ const (
 	watchNone    watchMode = iota
 	watchPolled            // the Manager's poller (epoll); no goroutine of its own
 	watchReading           // the session's readUntilLoss goroutine
+	watchHangup            // the poller, for a hang-up only, while a transaction runs
 )
 
 // aLongTimeAgo is a read deadline in the past: it wakes a blocked read at once.
@@ -30,14 +31,20 @@ func (s *pin) hold() bool {
 	if s.closing {
 		return false
 	}
-	s.state, s.heldSince = stateHeld, time.Now()
+	s.heldSince = time.Now()
+	s.watchIdle()
+	return true
+}
+
+// watchIdle makes the session held and starts its watcher. The caller holds s.mu.
+func (s *pin) watchIdle() {
+	s.state = stateHeld
 	if s.m.poller != nil && s.m.poller.add(s) == nil {
 		s.watch = watchPolled
-		return true
+		return
 	}
 	s.watch = watchReading
 	go s.readUntilLoss()
-	return true
 }
 
 // socketEvent is called by the poller when the held session's socket became readable or
@@ -45,6 +52,10 @@ func (s *pin) hold() bool {
 func (s *pin) socketEvent() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.watch == watchHangup {
+		s.hungUp()
+		return
+	}
 	if s.watch != watchPolled {
 		return // stopWatch took the connection back first
 	}
@@ -112,6 +123,8 @@ func lossReason(err error) string {
 		return "the connection was reset"
 	case errors.Is(err, errNotHeldByServer):
 		return "the session no longer held it"
+	case errors.Is(err, errPeerClosed):
+		return "the server closed the connection (pg_terminate_backend or shutdown)"
 	}
 	return "the connection failed"
 }

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"strings"
@@ -23,6 +24,8 @@ func runRole(role string) int {
 		return runHolder()
 	case "chaos":
 		return runChaosWorker()
+	case "stale":
+		return runStaleHolder()
 	}
 	fmt.Fprintf(os.Stderr, "unknown role %q\n", role)
 	return 2
@@ -60,9 +63,10 @@ func runHolder() int {
 }
 
 // helper is a running helper process; lines delivers its stdout lines with the time
-// each arrived.
+// each arrived, and stdin is the write end of its standard input.
 type helper struct {
 	cmd   *exec.Cmd
+	stdin io.WriteCloser
 	lines chan line
 	exit  chan struct{}
 }
@@ -86,8 +90,10 @@ func startHelper(t testing.TB, role string, env map[string]string, prefix ...str
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	out, err := cmd.StdoutPipe()
 	require.NoError(t, err)
+	in, err := cmd.StdinPipe()
+	require.NoError(t, err)
 	require.NoError(t, cmd.Start())
-	h := &helper{cmd: cmd, lines: make(chan line, 1024), exit: make(chan struct{})}
+	h := &helper{cmd: cmd, stdin: in, lines: make(chan line, 1024), exit: make(chan struct{})}
 	go func() {
 		sc := bufio.NewScanner(out)
 		sc.Buffer(make([]byte, 64<<10), 1<<20)

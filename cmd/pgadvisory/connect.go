@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -44,7 +45,42 @@ func (c *connFlags) connString() (dsn, source string) {
 // pg_stat_activity. ctx governs the connect, which also gives up after 30 s. Errors never
 // contain the password: they are ours, not pgx's (see parseProblem), and are redacted
 // again when printed.
-func (c *connFlags) connect(ctx context.Context, appName string) (*advisory.Manager, error) {
+func (c *connFlags) connect(ctx context.Context, appName string, opts ...advisory.Option) (*advisory.Manager, error) {
+	cfg, err := c.config(appName)
+	if err != nil {
+		return nil, err
+	}
+	cfg.MaxConns = 4 // one lock, one wait, and the status queries
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	m, err := advisory.NewWithConfig(ctx, cfg, opts...)
+	if errors.Is(err, advisory.ErrInvalidOption) {
+		return nil, fail(exitUsage, "%v", err)
+	}
+	if err != nil {
+		return nil, fail(exitUnavailable, "cannot connect to %s: %v", target(cfg), err)
+	}
+	return m, nil
+}
+
+// connectPlain returns a plain connection for statements the library does not run
+// (break's pg_terminate_backend), set up and reported as connect's.
+func (c *connFlags) connectPlain(ctx context.Context, appName string) (*pgx.Conn, error) {
+	cfg, err := c.config(appName)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	conn, err := pgx.ConnectConfig(ctx, cfg.ConnConfig)
+	if err != nil {
+		return nil, fail(exitUnavailable, "cannot connect to %s: %v", target(cfg), err)
+	}
+	return conn, nil
+}
+
+// config parses the connection settings and sets application_name to appName.
+func (c *connFlags) config(appName string) (*pgxpool.Config, error) {
 	dsn, source := c.connString()
 	cfg, err := pgxpool.ParseConfig(dsn)
 	if err != nil {
@@ -53,14 +89,7 @@ func (c *connFlags) connect(ctx context.Context, appName string) (*advisory.Mana
 	if appName != "" {
 		cfg.ConnConfig.RuntimeParams["application_name"] = appName
 	}
-	cfg.MaxConns = 4 // one lock, one wait, and the status queries
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	m, err := advisory.NewWithConfig(ctx, cfg)
-	if err != nil {
-		return nil, fail(exitUnavailable, "cannot connect to %s: %v", target(cfg), err)
-	}
-	return m, nil
+	return cfg, nil
 }
 
 // parseProblem describes why a connection string did not parse without quoting it: pgx's

@@ -1,9 +1,11 @@
 // Command pgadvisory takes PostgreSQL advisory locks from the shell: flock(1) across
 // machines, for running migrations from one pod of many.
 //
-//	pgadvisory run --key K [--wait DURATION | --no-wait] [--shared] -- CMD ARGS...
-//	pgadvisory status [--key K] [--json]
+//	pgadvisory run --key K [--wait DURATION | --no-wait] [--shared] [--token] -- CMD ARGS...
+//	pgadvisory status [--key K] [--json] [--watch[=INTERVAL]]
+//	pgadvisory break (--key KEY | --name NAME) [--yes] [--wait DURATION]
 //	pgadvisory hash K
+//	pgadvisory init-fencing [--fence-table [SCHEMA.]TABLE]
 //	pgadvisory demo
 //
 // The connection comes from --dsn (before or after the command), else DATABASE_URL, else
@@ -13,7 +15,9 @@
 //
 // run's command inherits the lock's connection as descriptor 3 (PGADVISORY_LOCK_FD=3), as
 // flock(1)'s command inherits the lock file: if pgadvisory is killed, the lock stays held
-// until the command, and whatever it started with that descriptor, has exited.
+// until the command, and whatever it started with that descriptor, has exited. It also
+// gets the lock's key (PGADVISORY_KEY) and, with --token, a fencing token
+// (PGADVISORY_TOKEN, PGADVISORY_FENCE_TABLE) taken from the table init-fencing creates.
 //
 // Exit codes (the table is in `pgadvisory run --help`): run passes on CMD's exit code
 // (128+N if CMD died of signal N); other codes are 64 (usage), 69 (server unavailable),
@@ -46,10 +50,10 @@ const (
 )
 
 func main() {
-	os.Exit(realMain(os.Args[1:], os.Stdout, os.Stderr))
+	os.Exit(realMain(os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
 }
 
-func realMain(args []string, stdout, stderr io.Writer) int {
+func realMain(args []string, stdin *os.File, stdout, stderr io.Writer) int {
 	var global connFlags
 	args, err := global.parseGlobal(args, stdout)
 	if err != nil {
@@ -64,8 +68,12 @@ func realMain(args []string, stdout, stderr io.Writer) int {
 		return runCommand(rest, global, stdout, stderr)
 	case "status":
 		err = statusCommand(rest, global, stdout)
+	case "break":
+		err = breakCommand(rest, global, stdin, stdout, stderr)
 	case "hash":
 		err = hashCommand(rest, stdout)
+	case "init-fencing":
+		err = initFencingCommand(rest, global, stdout)
 	case "demo":
 		err = demoCommand(rest, stdout)
 	case "demo-migrate":
@@ -126,9 +134,11 @@ func helpCommand(args []string, stdout io.Writer) error {
 		fmt.Fprint(stdout, mainHelp)
 		return nil
 	}
-	help, ok := map[string]string{"run": runHelp, "status": statusHelp, "hash": hashHelp, "demo": demoHelp}[args[0]]
+	help, ok := map[string]string{"run": runHelp, "status": statusHelp, "break": breakHelp, "hash": hashHelp,
+		"demo": demoHelp, "init-fencing": initFencingHelp}[args[0]]
 	if !ok || len(args) > 1 {
-		return usageError("pgadvisory", "help takes one of run, status, hash, demo; got %s", strings.Join(args, " "))
+		return usageError("pgadvisory", "help takes one of run, status, break, hash, demo, init-fencing; got %s",
+			strings.Join(args, " "))
 	}
 	fmt.Fprint(stdout, help)
 	return nil

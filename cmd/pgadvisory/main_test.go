@@ -146,9 +146,18 @@ func startEnv(t testing.TB, env []string, args ...string) *proc {
 // added to the test's environment.
 func startArgv(t testing.TB, env []string, argv ...string) *proc {
 	t.Helper()
+	return startStdin(t, nil, env, argv...)
+}
+
+// startStdin is startArgv with stdin as the program's standard input (nil: /dev/null).
+func startStdin(t testing.TB, stdin *os.File, env []string, argv ...string) *proc {
+	t.Helper()
 	p := &proc{cmd: exec.Command(argv[0], argv[1:]...), stdout: newOutput(), stderr: newOutput()}
 	p.cmd.Env = append(os.Environ(), env...)
 	p.cmd.Stdout, p.cmd.Stderr = p.stdout, p.stderr
+	if stdin != nil {
+		p.cmd.Stdin = stdin
+	}
 	p.started = time.Now()
 	require.NoError(t, p.cmd.Start())
 	t.Cleanup(func() { p.cmd.Process.Kill() })

@@ -23,6 +23,8 @@ type runner struct {
 	quiet  bool
 	grace  time.Duration
 	holder string
+	fence  fenceFlags
+	tok    int64 // the fencing token, with --token
 	argv   []string
 	stderr io.Writer
 	sigs   chan os.Signal
@@ -50,6 +52,7 @@ func parseRun(args []string, global connFlags, stdout, stderr io.Writer) (*runne
 	fs.BoolVar(&r.quiet, "quiet", false, "do not report who holds the lock while waiting")
 	fs.DurationVar(&r.grace, "grace", 10*time.Second, "time between SIGTERM and SIGKILL if the lock is lost")
 	fs.StringVar(&r.holder, "holder-name", "", "application_name other sessions see")
+	r.fence.register(fs, true)
 	r.conn.register(fs)
 	if err := parseFlags(fs, args, runHelp, stdout); err != nil {
 		return nil, err
@@ -69,8 +72,11 @@ func parseRun(args []string, global connFlags, stdout, stderr io.Writer) (*runne
 }
 
 func (r *runner) check(fs *flag.FlagSet) error {
-	keyGiven := false
-	fs.Visit(func(f *flag.Flag) { keyGiven = keyGiven || f.Name == "key" })
+	keyGiven, tableGiven := false, false
+	fs.Visit(func(f *flag.Flag) {
+		keyGiven = keyGiven || f.Name == "key"
+		tableGiven = tableGiven || f.Name == "fence-table"
+	})
 	switch {
 	case !keyGiven:
 		return usageError(fs.Name(), "--key is required")
@@ -84,8 +90,12 @@ func (r *runner) check(fs *flag.FlagSet) error {
 		return usageError(fs.Name(), "--wait and --grace cannot be negative")
 	case r.noWait && r.wait > 0:
 		return usageError(fs.Name(), "--wait and --no-wait exclude each other")
+	case r.fence.token && r.shared:
+		return usageError(fs.Name(), "--token needs an exclusive lock: shared holders would make each other's tokens stale")
+	case tableGiven && !r.fence.token:
+		return usageError(fs.Name(), "--fence-table is used only with --token")
 	}
-	return nil
+	return r.fence.check(fs.Name())
 }
 
 // run connects, takes the lock and runs CMD under it. Until the lock is held, the first
@@ -94,7 +104,7 @@ func (r *runner) check(fs *flag.FlagSet) error {
 func (r *runner) run() int {
 	ctx, in := watchInterrupts(r.sigs)
 	r.phase = "connecting"
-	m, err := r.conn.connect(ctx, r.holder)
+	m, err := r.conn.connect(ctx, r.holder, r.fence.options()...)
 	if err != nil {
 		if sig := in.end(); sig != nil {
 			return r.interrupted(sig)
@@ -104,6 +114,10 @@ func (r *runner) run() int {
 	defer m.Close()
 	r.phase = fmt.Sprintf(`waiting for lock "%s"`, r.key)
 	l, err := r.acquire(ctx, m)
+	if err == nil && r.fence.token {
+		r.phase = fmt.Sprintf(`taking the fencing token of lock "%s"`, r.key)
+		r.tok, err = r.takeToken(ctx, l)
+	}
 	if sig := in.end(); sig != nil {
 		if l != nil {
 			r.release(l) // the grant raced the signal: CMD must not run
@@ -111,6 +125,9 @@ func (r *runner) run() int {
 		return r.interrupted(sig)
 	}
 	if err != nil {
+		if l != nil {
+			r.release(l)
+		}
 		return exitCode(err, r.stderr)
 	}
 	return r.supervise(l)

@@ -35,15 +35,21 @@ func statusCommand(args []string, global connFlags, stdout io.Writer) error {
 	conn := global
 	key := fs.String("key", "", "only this lock name")
 	asJSON := fs.Bool("json", false, "print a JSON array (stable field names) instead of a table")
+	var interval time.Duration
+	fs.Var(watchValue{&interval}, "watch", "refresh every INTERVAL (default 2s) until interrupted")
 	conn.register(fs)
 	if err := parseFlags(fs, args, statusHelp, stdout); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
-		return usageError(fs.Name(), `unexpected argument "%s" (the connection string goes in --dsn)`, fs.Arg(0))
+		return usageError(fs.Name(), `unexpected argument "%s" (the connection string goes in --dsn; `+
+			`an interval goes in --watch=INTERVAL)`, fs.Arg(0))
 	}
 	if err := checkStatusKey(fs, *key); err != nil {
 		return err
+	}
+	if interval > 0 {
+		return watchStatus(conn, statusQuery{key: *key, asJSON: *asJSON}, interval, stdout)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -52,24 +58,23 @@ func statusCommand(args []string, global connFlags, stdout io.Writer) error {
 		return err
 	}
 	defer m.Close()
-	var hs []advisory.Holder
-	if *key != "" {
-		hs, err = m.Holders(ctx, *key)
-	} else {
-		hs, err = m.AllHolders(ctx)
-	}
+	return statusQuery{m: m, key: *key, asJSON: *asJSON}.render(ctx, stdout)
+}
+
+// watchStatus connects and runs q.watch until a signal ends it; a signal also ends the
+// connect at once.
+func watchStatus(conn connFlags, q statusQuery, interval time.Duration, stdout io.Writer) error {
+	sigs, stop := notifySignals()
+	defer stop()
+	ctx, in := watchInterrupts(sigs)
+	defer in.end()
+	m, err := conn.connect(ctx, "pgadvisory status")
 	if err != nil {
-		return fail(exitUnavailable, "status: %v", err)
+		return interrupted(in, "status", err)
 	}
-	rows := make([]statusRow, len(hs))
-	for i, h := range hs {
-		rows[i] = toRow(h)
-	}
-	if *asJSON {
-		return printJSON(stdout, rows)
-	}
-	printTable(stdout, rows, time.Now())
-	return nil
+	defer m.Close()
+	q.m = m
+	return q.watch(ctx, in, interval, stdout)
 }
 
 // checkStatusKey refuses an invalid --key, and an empty one: `--key "$NAME"` with NAME

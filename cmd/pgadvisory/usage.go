@@ -38,8 +38,11 @@ Usage:
 
 Commands:
   run      hold a lock while a command runs (like flock(1), across machines)
-  status   list the sessions holding or waiting for advisory locks
+  status   list the sessions holding or waiting for advisory locks (--watch: keep refreshing)
+  break    terminate the session(s) holding a lock, after confirmation
   hash     print the key of a lock name and the psql lines that take the same lock
+  init-fencing
+           create the fencing table that run --token takes tokens from
   demo     start a throwaway PostgreSQL and show workers contending for a lock
   help     print the help of a command: pgadvisory help run
 
@@ -69,6 +72,21 @@ the protection: the lock then ends with pgadvisory, and CMD, killed a moment lat
 still run when the next holder starts. When CMD exits, run releases the lock, whatever
 CMD left running.
 
+Fencing: a CMD that stalls can outlive its lock for a moment (until it is stopped). With
+--token, run takes a fencing token once the lock is held (a number greater than every
+token an earlier holder of NAME took; one row per lock in the fencing table, created once
+with pgadvisory init-fencing) and hands it to CMD, which can make its writes to this
+database conditional on it, in the same transaction:
+  SELECT token FROM $PGADVISORY_FENCE_TABLE WHERE key = $PGADVISORY_KEY FOR SHARE
+and roll back unless it returns $PGADVISORY_TOKEN (a newer holder took a newer token).
+Other stores can refuse a write whose token is smaller than one they have seen.
+
+Environment of CMD:
+  PGADVISORY_LOCK_FD      3, the lock's connection (see above)
+  PGADVISORY_KEY          the lock's 64-bit key (what pgadvisory hash NAME prints)
+  PGADVISORY_TOKEN        with --token: the fencing token
+  PGADVISORY_FENCE_TABLE  with --token: the fencing table, quoted for SQL
+
 Flags:
   --key NAME           lock name (required; any UTF-8 text without NUL, up to 4096 bytes;
                        write --key=NAME for a name that starts with '-')
@@ -81,28 +99,63 @@ Flags:
                        (default 10s)
   --holder-name NAME   application_name other sessions see
                        (default "pgadvisory HOST/PID"; HOST is the pod name in Kubernetes)
+  --token              take a fencing token and export it as PGADVISORY_TOKEN (not with
+                       --shared); if the fencing table does not exist, exit 69 and say
+                       how to create it; CMD is not started
+  --fence-table [SCHEMA.]TABLE
+                       the fencing table of --token (default advisory_fence, found
+                       through the search_path)
   --dsn DSN            connection string (default $DATABASE_URL, else the PG* variables)
 
 ` + connectionHelp + `
 ` + exitCodesHelp
 
-const statusHelp = `Usage: pgadvisory status [--key NAME] [--json] [--dsn DSN]
+const initFencingHelp = `Usage: pgadvisory init-fencing [--fence-table [SCHEMA.]TABLE] [--dsn DSN]
+
+Creates the fencing table that pgadvisory run --token (and the library's Lock.Token and
+Manager.CheckToken) counts tokens in, if it does not exist: one row per lock key that
+ever took a token (key bigint primary key, token bigint, taken_at timestamptz). Needs the
+CREATE privilege on the schema; the roles that run --token need INSERT, UPDATE and SELECT
+on the table, and the writers that check tokens SELECT and UPDATE (for FOR SHARE).
+Running it again changes nothing.
+
+Flags:
+  --fence-table [SCHEMA.]TABLE   the table (default advisory_fence, created in the first
+                                 schema of the search_path)
+  --dsn DSN                      connection string (default $DATABASE_URL, else the PG*
+                                 variables)
+
+` + connectionHelp + `
+Exit codes: 0 success (the table exists), 64 usage error, 69 server unavailable or the
+table cannot be created (e.g. no CREATE privilege).
+`
+
+const statusHelp = `Usage: pgadvisory status [--key NAME] [--json] [--watch[=INTERVAL]] [--dsn DSN]
 
 Lists the sessions holding or waiting for advisory locks in the database: key, name (for
 locks taken by this tool or library), mode, state, pid, application_name, client and for
 how long. Names and other text from the server are printed escaped (\n, \x1b, \u202e, ...).
-PID is the server's backend process id (pg_terminate_backend takes it). A lock of a
-pgadvisory run that was killed stays listed as holding, under the dead run's
-application_name, until its command (and what the command started with the lock's
-descriptor) has exited: see pgadvisory run --help.
+PID is the server's backend process id (pg_terminate_backend takes it; pgadvisory break
+does it for you). A lock of a pgadvisory run that was killed stays listed as holding,
+under the dead run's application_name, until its command (and what the command started
+with the lock's descriptor) has exited: see pgadvisory run --help.
+
+With --watch the listing is refreshed every INTERVAL (2s by default) until SIGINT or
+SIGTERM: redrawn in place when standard output is a terminal, printed as one block after
+another (each under a line with the time) when it is not; with --json, one JSON array per
+refresh. A failed query is shown in its block and retried at the next refresh.
 
 Flags:
-  --key NAME   only the lock with this name
-  --json       print a JSON array with stable field names, values exactly as on the server
-  --dsn DSN    connection string (default $DATABASE_URL, else the PG* variables)
+  --key NAME          only the lock with this name
+  --json              print a JSON array with stable field names, values exactly as on
+                      the server
+  --watch[=INTERVAL]  refresh every INTERVAL (default 2s) until interrupted; write
+                      --watch=5s (with "=")
+  --dsn DSN           connection string (default $DATABASE_URL, else the PG* variables)
 
 ` + connectionHelp + `
-Exit codes: 0 success, 64 usage error, 69 server unavailable.
+Exit codes: 0 success, 64 usage error, 69 server unavailable; with --watch, 130 or 143
+when SIGINT or SIGTERM ends it (128+N for signal N).
 `
 
 const hashHelp = `Usage: pgadvisory hash NAME

@@ -17,15 +17,20 @@ func TestHelpGoesToStdoutAndExitsZero(t *testing.T) {
 		args []string
 		want []string // in the help
 	}{
-		{[]string{"--help"}, []string{"Commands:", "run ", "status ", "hash ", "demo ", "--dsn", "Exit codes:"}},
+		{[]string{"--help"}, []string{"Commands:", "run ", "status ", "break ", "hash ", "demo ", "init-fencing", "--dsn", "Exit codes:"}},
 		{[]string{"-h"}, []string{"Commands:"}},
 		{[]string{"help"}, []string{"Commands:"}},
 		{[]string{"run", "--help"}, []string{"--key NAME", "--wait DURATION", "--no-wait", "--grace", "--holder-name", "--dsn", "Exit codes:"}},
 		{[]string{"run", "-h"}, []string{"--key NAME"}},
+		{[]string{"run", "--help"}, []string{"--token", "--fence-table", "PGADVISORY_TOKEN", "PGADVISORY_KEY", "FOR SHARE"}},
+		{[]string{"init-fencing", "--help"}, []string{"Usage: pgadvisory init-fencing", "--fence-table", "--dsn"}},
+		{[]string{"help", "init-fencing"}, []string{"Usage: pgadvisory init-fencing"}},
 		{[]string{"run", "--key", "k", "--help"}, []string{"--key NAME"}},
 		{[]string{"help", "run"}, []string{"--key NAME"}},
 		{[]string{"status", "--help"}, []string{"--json", "--key NAME", "--dsn"}},
 		{[]string{"status", "-h"}, []string{"--json"}},
+		{[]string{"break", "--help"}, []string{"--key KEY", "--name NAME", "--yes", "--wait", "pg_signal_backend", "Exit codes:"}},
+		{[]string{"help", "break"}, []string{"--key KEY"}},
 		{[]string{"hash", "--help"}, []string{"Usage: pgadvisory hash NAME", "standard_conforming_strings"}},
 		{[]string{"hash", "-h"}, []string{"Usage: pgadvisory hash NAME"}},
 		{[]string{"demo", "--help"}, []string{"Usage: pgadvisory demo", "pg_terminate_backend", "SIGKILL"}},
@@ -87,7 +92,7 @@ func TestUsageErrorsSayWhy(t *testing.T) {
 		{[]string{"--dsn"}, "--dsn needs a value"},
 		{[]string{"nosuchcommand"}, `unknown command "nosuchcommand"`},
 		{[]string{}, "no command given"},
-		{[]string{"help", "nosuch"}, "help takes one of run, status, hash, demo"},
+		{[]string{"help", "nosuch"}, "help takes one of run, status, break, hash, demo"},
 	} {
 		r := noDB(t, tc.args...)
 		assert.Equal(t, 64, r.code, "%q: %s", tc.args, r.stderr)

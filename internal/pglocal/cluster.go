@@ -24,6 +24,7 @@ type Cluster struct {
 	cred *syscall.Credential // nil unless running as root
 	cmd  *exec.Cmd
 	exit chan struct{} // closed when cmd has been waited for
+	dog  *watchdog     // removes dir if the caller dies without Close
 }
 
 // DSN returns a keyword/value connection string for the superuser postgres over TCP on
@@ -42,14 +43,35 @@ func (c *Cluster) Restart(ctx context.Context) error {
 	return c.start(ctx)
 }
 
+// Crash stops the server the way a crash does, and starts it again, which runs crash
+// recovery. It sends SIGQUIT (PostgreSQL's immediate shutdown): every server process
+// exits at once, without a checkpoint and without writing its WAL buffers, which are lost
+// with its shared memory, as in a crash of the server (though not of the OS, whose page
+// cache survives). SIGKILL would not do: each backend leads a process group of its own,
+// and a new postmaster refuses to start while one still lingers. It blocks until the
+// server accepts connections again.
+func (c *Cluster) Crash(ctx context.Context) error {
+	if c.cmd != nil {
+		c.cmd.Process.Signal(syscall.SIGQUIT) // the postmaster exits after its children
+		<-c.exit
+		c.cmd = nil
+	}
+	return c.start(ctx)
+}
+
 // Close stops the server and removes its directory. A second Close only removes the
-// directory again, which is gone: it returns nil.
+// directory again, which is gone: it returns nil. A caller that dies without Close leaves
+// nothing behind either: the server gets a parent-death signal and a watchdog process
+// removes the directory.
 func (c *Cluster) Close() error {
 	c.stopServer()
 	if c.dir == "" {
 		return nil
 	}
-	return os.RemoveAll(c.dir)
+	err := os.RemoveAll(c.dir)
+	c.dog.stop()
+	c.dog = nil
+	return err
 }
 
 // start runs postgres in its own process group and waits until it accepts connections.

@@ -1,7 +1,8 @@
 // Package pglocal runs a throwaway PostgreSQL cluster from the local server binaries
 // (initdb + postgres): in a temporary directory, on a free loopback port, with fsync off,
 // as the postgres OS user when the caller is root, and tied to the calling process so that
-// it dies with it.
+// it dies with it: the postmaster gets a parent-death signal, and a watchdog shell that
+// outlives the caller removes the directory once the caller is gone, however it ended.
 //
 // It is the part of the test harness (internal/pgtest) that the pgadvisory binary needs
 // for its demo, kept apart so that the binary links no container code.
@@ -119,6 +120,9 @@ func (c *Cluster) prepare() error {
 		return err
 	}
 	c.dir = dir
+	if c.dog, err = startWatchdog(dir); err != nil {
+		return err
+	}
 	if c.cred, err = OwnDir(dir); err != nil {
 		return err
 	}

@@ -17,5 +17,5 @@ func startLocal(ctx context.Context, opts Options) (*Server, error) {
 }
 
 func localServer(c *pglocal.Cluster, kind string) *Server {
-	return &Server{dsn: c.DSN(), kind: kind, port: c.Port(), restart: c.Restart, stop: c.Close}
+	return &Server{dsn: c.DSN(), kind: kind, port: c.Port(), restart: c.Restart, crash: c.Crash, stop: c.Close}
 }

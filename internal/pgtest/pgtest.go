@@ -62,6 +62,7 @@ type Server struct {
 	kind    string
 	port    int
 	restart func(ctx context.Context) error
+	crash   func(ctx context.Context) error
 	stop    func() error
 }
 
@@ -81,6 +82,17 @@ func (s *Server) Restart(ctx context.Context) error {
 		return ErrNoRestart
 	}
 	return s.restart(ctx)
+}
+
+// Crash stops the server with an immediate shutdown (no checkpoint, WAL buffers lost) and
+// starts it again (crash recovery):
+// see pglocal.Cluster.Crash. Only a server from local binaries can; others return
+// ErrNoRestart.
+func (s *Server) Crash(ctx context.Context) error {
+	if s.crash == nil {
+		return ErrNoRestart
+	}
+	return s.crash(ctx)
 }
 
 // Close stops the server and removes its files. It is a no-op for a server from EnvDSN.

@@ -1,0 +1,135 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/pgadvisory/advisory"
+)
+
+// Environment variables run sets for CMD besides lockFDEnv.
+const (
+	keyEnv        = "PGADVISORY_KEY"         // the lock's int64 key, in decimal
+	tokenEnv      = "PGADVISORY_TOKEN"       // the fencing token (--token only)
+	fenceTableEnv = "PGADVISORY_FENCE_TABLE" // the fencing table, quoted for SQL (--token only)
+)
+
+// fenceFlags are the fencing flags: --token (run only) and --fence-table.
+type fenceFlags struct {
+	token bool
+	table string // as given: "table" or "schema.table"; "" for the default
+}
+
+func (f *fenceFlags) register(fs *flag.FlagSet, withToken bool) {
+	if withToken {
+		fs.BoolVar(&f.token, "token", false, "take a fencing token and export it as "+tokenEnv)
+	}
+	fs.StringVar(&f.table, "fence-table", "", "fencing table, [schema.]table (default "+advisory.DefaultFenceTable+")")
+}
+
+// parts splits --fence-table into the schema and table names WithFenceTable takes.
+func (f *fenceFlags) parts() []string {
+	if f.table == "" {
+		return []string{advisory.DefaultFenceTable}
+	}
+	return strings.Split(f.table, ".")
+}
+
+// check validates --fence-table as WithFenceTable would, so that a bad name is a usage
+// error found before connecting.
+func (f *fenceFlags) check(cmd string) error {
+	parts := f.parts()
+	if len(parts) > 2 {
+		return usageError(cmd, "--fence-table %s: want TABLE or SCHEMA.TABLE", f.table)
+	}
+	for _, p := range parts {
+		if p == "" || len(p) > 63 || !utf8.ValidString(p) || strings.ContainsRune(p, 0) {
+			return usageError(cmd, "--fence-table %s: each name must be 1 to 63 bytes of UTF-8 without NUL", f.table)
+		}
+	}
+	return nil
+}
+
+func (f *fenceFlags) options() []advisory.Option {
+	return []advisory.Option{advisory.WithFenceTable(f.parts()...)}
+}
+
+// sql is the table's name as SQL, quoted: what PGADVISORY_FENCE_TABLE holds.
+func (f *fenceFlags) sql() string { return pgx.Identifier(f.parts()).Sanitize() }
+
+// createHint is the command that creates the table named by the flags.
+func (f *fenceFlags) createHint() string {
+	if f.table == "" {
+		return "pgadvisory init-fencing"
+	}
+	return "pgadvisory init-fencing --fence-table " + f.table
+}
+
+// takeToken takes the lock's fencing token (--token). ctx ends it (a signal). On failure
+// the caller releases the lock; a missing table says how to create it.
+func (r *runner) takeToken(ctx context.Context, l *advisory.Lock) (int64, error) {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	tok, err := l.Token(ctx)
+	switch {
+	case err == nil:
+		return tok, nil
+	case errors.Is(err, advisory.ErrNoFenceTable):
+		return 0, &exitError{code: exitUnavailable,
+			err: fmt.Errorf(`lock "%s": --token: the fencing table %s does not exist; the command was not started`,
+				r.key, r.fence.sql()),
+			hint: "Create it once (it needs the CREATE privilege on the schema) with: " + r.fence.createHint()}
+	case errors.Is(err, advisory.ErrLockLost):
+		return 0, fail(exitLost, `lock "%s" was lost while taking its fencing token: %v; the command was not started`, r.key, err)
+	}
+	return 0, fail(exitUnavailable, `lock "%s": cannot take a fencing token: %v; the command was not started`, r.key, err)
+}
+
+// commandEnv is what run adds to CMD's environment besides lockFDEnv.
+func (r *runner) commandEnv(l *advisory.Lock) []string {
+	env := []string{keyEnv + "=" + l.Key().String()}
+	if r.fence.token {
+		env = append(env, tokenEnv+"="+strconv.FormatInt(r.tok, 10), fenceTableEnv+"="+r.fence.sql())
+	}
+	return env
+}
+
+// initFencingCommand creates the fencing table if it does not exist.
+func initFencingCommand(args []string, global connFlags, stdout io.Writer) error {
+	fs := flag.NewFlagSet("pgadvisory init-fencing", flag.ContinueOnError)
+	conn := global
+	var fence fenceFlags
+	fence.register(fs, false)
+	conn.register(fs)
+	if err := parseFlags(fs, args, initFencingHelp, stdout); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return usageError(fs.Name(), `unexpected argument "%s"`, fs.Arg(0))
+	}
+	if err := fence.check(fs.Name()); err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	m, err := conn.connect(ctx, "pgadvisory init-fencing", fence.options()...)
+	if err != nil {
+		return err
+	}
+	defer m.Close()
+	if err := m.CreateFenceTable(ctx); err != nil {
+		return fail(exitUnavailable, "%v", err)
+	}
+	fmt.Fprintln(stdout, display(fmt.Sprintf("fencing table %s is ready; pgadvisory run --token%s takes tokens from it",
+		fence.sql(), strings.TrimPrefix(fence.createHint(), "pgadvisory init-fencing"))))
+	return nil
+}

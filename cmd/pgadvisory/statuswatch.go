@@ -1,0 +1,119 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"time"
+
+	"github.com/pgadvisory/advisory"
+)
+
+// defaultWatch is the refresh interval of a bare --watch.
+const defaultWatch = 2 * time.Second
+
+// watchValue is --watch[=INTERVAL]: a boolean flag that may carry a duration. 0 is off.
+type watchValue struct{ interval *time.Duration }
+
+func (w watchValue) String() string {
+	if w.interval == nil || *w.interval == 0 {
+		return "false"
+	}
+	return w.interval.String()
+}
+
+func (w watchValue) Set(s string) error {
+	switch s {
+	case "true":
+		*w.interval = defaultWatch
+		return nil
+	case "false":
+		*w.interval = 0
+		return nil
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		return err
+	}
+	if d <= 0 {
+		return errors.New("the interval must be positive")
+	}
+	*w.interval = d
+	return nil
+}
+
+func (w watchValue) Get() any         { return *w.interval }
+func (w watchValue) IsBoolFlag() bool { return true }
+
+// statusQuery is one status listing: what to ask, how to print it.
+type statusQuery struct {
+	m      *advisory.Manager
+	key    string // "" for every lock
+	asJSON bool
+}
+
+// render queries the server and prints the listing on w.
+func (q statusQuery) render(ctx context.Context, w io.Writer) error {
+	var hs []advisory.Holder
+	var err error
+	if q.key != "" {
+		hs, err = q.m.Holders(ctx, q.key)
+	} else {
+		hs, err = q.m.AllHolders(ctx)
+	}
+	if err != nil {
+		return fail(exitUnavailable, "status: %v", err)
+	}
+	rows := make([]statusRow, len(hs))
+	for i, h := range hs {
+		rows[i] = toRow(h)
+	}
+	if q.asJSON {
+		return printJSON(w, rows)
+	}
+	printTable(w, rows, time.Now())
+	return nil
+}
+
+// watch prints the listing every interval until a signal: redrawn in place (cursor home,
+// clear screen) on a terminal, as a plain block after the last one otherwise (a log, a
+// pipe). A failed query is shown in its block and tried again at the next refresh. It
+// ends with 128+N for signal N.
+func (q statusQuery) watch(ctx context.Context, in *interrupter, interval time.Duration, stdout io.Writer) error {
+	f, ok := stdout.(*os.File)
+	redraw := ok && isTerminal(f) && !q.asJSON
+	for {
+		var block bytes.Buffer
+		if !q.asJSON {
+			fmt.Fprintf(&block, "%s every %s; %s\n", display(q.title()), interval,
+				time.Now().Format("2006-01-02 15:04:05 MST"))
+		}
+		if err := q.render(ctx, &block); err != nil && ctx.Err() == nil {
+			fmt.Fprintln(&block, "error: "+display(err.Error()))
+		}
+		if redraw {
+			io.WriteString(stdout, "\x1b[H\x1b[2J")
+		} else if !q.asJSON {
+			block.WriteString("\n")
+		}
+		if ctx.Err() == nil {
+			stdout.Write(block.Bytes())
+		}
+		select {
+		case <-ctx.Done():
+			sig := in.end()
+			return fail(signalExitCode(sig), "status --watch: stopped by %s", signalName(sig))
+		case <-time.After(interval):
+		}
+	}
+}
+
+func (q statusQuery) title() string {
+	if q.key != "" {
+		return fmt.Sprintf("pgadvisory status --key %q", q.key)
+	}
+	return "pgadvisory status"
+}

@@ -1,0 +1,90 @@
+package main_test
+
+import (
+	"context"
+	"io"
+	"os"
+	"os/exec"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/pgadvisory/advisory"
+	"github.com/pgadvisory/advisory/internal/pgtest"
+)
+
+// TestStatusWatchRepeatsAndFollowsChanges: with stdout not a terminal, --watch prints
+// plain blocks (no escape sequences), shows a change of holder, keeps names escaped, and
+// SIGINT or SIGTERM ends it with 130 or 143.
+func TestStatusWatchRepeatsAndFollowsChanges(t *testing.T) {
+	t.Parallel()
+	for _, sig := range []syscall.Signal{syscall.SIGINT, syscall.SIGTERM} {
+		name := nasty + t.Name() + sig.String()
+		ctx := context.Background()
+		a, err := advisory.New(ctx, pgtest.WithPairs(dsn(t), "application_name=first-holder"))
+		require.NoError(t, err)
+		defer a.Close()
+		b, err := advisory.New(ctx, pgtest.WithPairs(dsn(t), "application_name=second-holder"))
+		require.NoError(t, err)
+		defer b.Close()
+		l, err := a.Lock(ctx, name)
+		require.NoError(t, err)
+
+		p := start(t, "status", "--watch=50ms", "--key", name)
+		p.stdout.waitFor(t, "first-holder", 30*time.Second)
+		require.NoError(t, l.Unlock(ctx))
+		_, err = b.Lock(ctx, name)
+		require.NoError(t, err)
+		out := p.stdout.waitFor(t, "second-holder", 30*time.Second)
+		require.NoError(t, p.cmd.Process.Signal(sig))
+		r := wait(t, p)
+
+		assert.Equal(t, 128+int(sig), r.code, r.stderr)
+		assert.GreaterOrEqual(t, strings.Count(out, "pgadvisory status --key"), 2, "repeated blocks:\n%s", out)
+		assert.NotContains(t, r.stdout, "\x1b", "no terminal control sequences (and names escaped)")
+		assertTerminalSafe(t, r.stdout)
+		assert.Contains(t, r.stdout, nastyEscaped+t.Name())
+		assert.Contains(t, r.stderr, "stopped by")
+	}
+}
+
+func TestStatusWatchFlag(t *testing.T) {
+	t.Parallel()
+	for _, bad := range []string{"--watch=0s", "--watch=-1s", "--watch=abc", "--watch=5"} {
+		r := noDB(t, "status", bad)
+		assert.Equal(t, 64, r.code, "%s: %s", bad, r.stderr)
+	}
+	r := noDB(t, "status", "--watch", "5s")
+	assert.Equal(t, 64, r.code)
+	assert.Contains(t, r.stderr, "--watch=INTERVAL")
+	p := start(t, "status", "--watch")
+	p.stdout.waitFor(t, "pgadvisory status every 2s", 30*time.Second)
+	require.NoError(t, p.cmd.Process.Signal(syscall.SIGINT))
+	assert.Equal(t, 130, wait(t, p).code)
+}
+
+// TestStatusWatchRedrawsOnATerminal: on a terminal each refresh homes the cursor and
+// clears the screen before the block.
+func TestStatusWatchRedrawsOnATerminal(t *testing.T) {
+	t.Parallel()
+	master, slave := newPTY(t)
+	p := &proc{started: time.Now(), cmd: exec.Command(bin, "status", "--watch=50ms", "--key", t.Name()), stdout: newOutput(),
+		stderr: newOutput()}
+	p.cmd.Env = append(os.Environ(), "DATABASE_URL="+dsn(t))
+	p.cmd.Stdout, p.cmd.Stderr = slave, p.stderr
+	require.NoError(t, p.cmd.Start())
+	t.Cleanup(func() { p.cmd.Process.Kill() })
+	go io.Copy(p.stdout, master)
+	const clear = "\x1b[H\x1b[2J"
+	require.Eventually(t, func() bool { return strings.Count(p.stdout.String(), clear) >= 2 },
+		30*time.Second, 10*time.Millisecond, "no redraw: %q", p.stdout)
+	out := p.stdout.String()
+	assert.True(t, strings.HasPrefix(out, clear), "%q", out)
+	assert.Contains(t, out, "no advisory locks held or awaited")
+	require.NoError(t, p.cmd.Process.Signal(syscall.SIGTERM))
+	assert.Equal(t, 143, wait(t, p).code)
+}

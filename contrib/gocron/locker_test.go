@@ -1,0 +1,114 @@
+package advisorygocron_test
+
+import (
+	"runtime"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/pgadvisory/advisory"
+	advisorygocron "github.com/pgadvisory/advisory/contrib/gocron"
+	"github.com/pgadvisory/advisory/internal/leak"
+)
+
+func newLocker(t *testing.T, m *advisory.Manager, atLeast time.Duration) *advisorygocron.Locker {
+	t.Helper()
+	lk, err := advisorygocron.NewLocker(m, atLeast)
+	require.NoError(t, err)
+	return lk
+}
+
+func TestLockerSkipsWhenHeld(t *testing.T) {
+	t.Parallel()
+	ctx := ctxT(t)
+	name := t.Name()
+	a, b := newLocker(t, newManager(t), 0), newLocker(t, newManager(t), 0)
+	held, err := a.Lock(ctx, name)
+	require.NoError(t, err)
+	require.Len(t, holders(t, name), 1)
+	_, err = b.Lock(ctx, name)
+	require.ErrorIs(t, err, advisory.ErrLocked)
+	_, err = a.Lock(ctx, name) // the same Locker: not reentrant, skips too
+	require.ErrorIs(t, err, advisory.ErrLocked)
+	require.NoError(t, held.Unlock(ctx))
+	require.Empty(t, holders(t, name), "atLeast 0: released before Unlock returns")
+	require.ErrorIs(t, held.Unlock(ctx), advisory.ErrNotHeld)
+}
+
+// TestLockerHoldsAtLeast: Unlock returns at once, the lock stays held (pg_locks) until
+// atLeast has passed since Lock, and a late replica's Lock fails meanwhile.
+func TestLockerHoldsAtLeast(t *testing.T) {
+	t.Parallel()
+	ctx := ctxT(t)
+	name := t.Name()
+	const atLeast = 1500 * time.Millisecond
+	m := newManager(t)
+	lk, late := newLocker(t, m, atLeast), newLocker(t, newManager(t), 0)
+	start := time.Now()
+	held, err := lk.Lock(ctx, name)
+	require.NoError(t, err)
+	pids := holders(t, name)
+	require.Len(t, pids, 1)
+	require.NoError(t, held.Unlock(ctx))
+	require.Less(t, time.Since(start), atLeast, "Unlock blocked for the hold")
+	_, err = late.Lock(ctx, name)
+	require.ErrorIs(t, err, advisory.ErrLocked, "a late replica took the lock during the hold")
+	require.Equal(t, pids, holders(t, name))
+	require.ErrorIs(t, held.Unlock(ctx), advisory.ErrNotHeld)
+
+	eventually(t, 30*time.Second, func() bool { return len(holders(t, name)) == 0 }, "released after the hold")
+	held2 := time.Since(start)
+	require.GreaterOrEqual(t, held2, atLeast, "released before atLeast")
+	require.Eventually(t, func() bool { return m.Stat().AcquiredConns() == 0 }, 5*time.Second, time.Millisecond)
+	t.Logf("held %v for atLeast %v", held2, atLeast)
+}
+
+// TestLockerHoldEndsOnLossAndClose: a hold in progress ends when the lock is lost or the
+// Manager closed, and leaves no goroutine behind.
+func TestLockerHoldEndsOnLossAndClose(t *testing.T) {
+	ctx := ctxT(t)
+	name := t.Name()
+	m := newManager(t)
+	before := runtime.NumGoroutine()
+	lk := newLocker(t, m, time.Hour)
+
+	held, err := lk.Lock(ctx, name)
+	require.NoError(t, err)
+	pid := holders(t, name)[0]
+	require.NoError(t, held.Unlock(ctx))
+	terminate(t, pid)
+	leak.Goroutines(t, before)
+
+	held, err = lk.Lock(ctx, name)
+	require.NoError(t, err)
+	require.NoError(t, held.Unlock(ctx))
+	require.Len(t, holders(t, name), 1)
+	m.Close()
+	leak.Goroutines(t, before)
+	eventually(t, 10*time.Second, func() bool { return len(holders(t, name)) == 0 }, "released on Close")
+}
+
+func TestLockerReportsLoss(t *testing.T) {
+	t.Parallel()
+	ctx := ctxT(t)
+	name := t.Name()
+	m := newManager(t)
+	lk := newLocker(t, m, time.Hour)
+	held, err := lk.Lock(ctx, name)
+	require.NoError(t, err)
+	terminate(t, holders(t, name)[0])
+	// The lost connection is destroyed once the loss is seen.
+	eventually(t, 10*time.Second, func() bool { return m.Stat().AcquiredConns() == 0 }, "loss seen")
+	require.ErrorIs(t, held.Unlock(ctx), advisory.ErrLockLost)
+}
+
+func TestLockerBadInput(t *testing.T) {
+	t.Parallel()
+	m := newManager(t)
+	_, err := advisorygocron.NewLocker(m, -time.Second)
+	require.ErrorIs(t, err, advisory.ErrInvalidOption)
+	_, err = newLocker(t, m, 0).Lock(ctxT(t), "")
+	require.ErrorIs(t, err, advisory.ErrInvalidKey)
+	require.Panics(t, func() { advisorygocron.NewLocker(nil, 0) })
+}

@@ -1,0 +1,128 @@
+package advisorygocron_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/go-co-op/gocron/v2"
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/pgadvisory/advisory"
+	advisorygocron "github.com/pgadvisory/advisory/contrib/gocron"
+)
+
+// A replica is this test binary re-executed by TestReplicas: TestMain sees envReplica
+// and runs replicaMain instead of the tests. It runs a real gocron scheduler with one job
+// every interval, records each run (and, with the Locker, each skip) in a table, and
+// stops when its stdin reaches EOF.
+const (
+	envReplica = "ADVISORY_GOCRON_REPLICA" // the replica's number
+	envDSN     = "ADVISORY_GOCRON_DSN"
+	envMode    = "ADVISORY_GOCRON_MODE"  // "locker" or "elector"
+	envTable   = "ADVISORY_GOCRON_TABLE" // where runs are recorded; also the job's and the lock's name
+
+	interval = 2 * time.Second
+	cronSpec = "*/2 * * * * *" // every interval, on the wall clock's even seconds
+	atLeast  = time.Second     // the Locker's hold: interval/2 of skew tolerated either side
+)
+
+func replicaMain() int {
+	if err := runReplica(); err != nil {
+		fmt.Fprintf(os.Stderr, "replica %s: %v\n", os.Getenv(envReplica), err)
+		return 1
+	}
+	return 0
+}
+
+// recorder inserts one row per run or skip, and keeps the first error it meets.
+type recorder struct {
+	pool    *pgxpool.Pool
+	table   string
+	replica string
+	mu      sync.Mutex
+	err     error
+}
+
+func (r *recorder) record(kind string) {
+	// The occurrence the timer fired for: the schedule is on the wall clock, and a replica
+	// runs late by far less than the interval.
+	occ := time.Now().Truncate(interval)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_, err := r.pool.Exec(ctx, fmt.Sprintf(`INSERT INTO %s (occurrence, replica, kind) VALUES ($1, $2, $3)`, r.table),
+		occ, r.replica, kind)
+	r.fail(err)
+}
+
+func (r *recorder) fail(err error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.err == nil {
+		r.err = err
+	}
+}
+
+func runReplica() error {
+	ctx := context.Background()
+	dsn, table := os.Getenv(envDSN), os.Getenv(envTable)
+	m, err := advisory.New(ctx, dsn)
+	if err != nil {
+		return err
+	}
+	defer m.Close()
+	pool, err := pgxpool.New(ctx, dsn)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	rec := &recorder{pool: pool, table: table, replica: os.Getenv(envReplica)}
+
+	dist, stop, err := distribution(m, os.Getenv(envMode), table)
+	if err != nil {
+		return err
+	}
+	defer stop()
+	s, err := gocron.NewScheduler(dist)
+	if err != nil {
+		return err
+	}
+	_, err = s.NewJob(gocron.CronJob(cronSpec, true), gocron.NewTask(func() { rec.record("run") }),
+		gocron.WithName(table), gocron.WithEventListeners(gocron.AfterLockError(func(_ uuid.UUID, _ string, err error) {
+			if !errors.Is(err, advisory.ErrLocked) {
+				rec.fail(fmt.Errorf("lock: %w", err))
+			}
+			rec.record("skip")
+		})))
+	if err != nil {
+		return err
+	}
+	s.Start()
+	fmt.Println("ready")
+	io.Copy(io.Discard, os.Stdin) // until the test closes our stdin, or dies
+	if err := s.Shutdown(); err != nil {
+		return err
+	}
+	return rec.err
+}
+
+// distribution returns the scheduler option for mode, and what stops it.
+func distribution(m *advisory.Manager, mode, name string) (gocron.SchedulerOption, func(), error) {
+	switch mode {
+	case "locker":
+		lk, err := advisorygocron.NewLocker(m, atLeast)
+		return gocron.WithDistributedLocker(lk), func() {}, err
+	case "elector":
+		e, err := advisorygocron.NewElector(m, name)
+		if err != nil {
+			return nil, nil, err
+		}
+		return gocron.WithDistributedElector(e), e.Close, nil
+	}
+	return nil, nil, fmt.Errorf("unknown mode %q", mode)
+}

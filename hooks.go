@@ -1,0 +1,101 @@
+package advisory
+
+import (
+	"context"
+	"errors"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// Hooks are functions a Manager calls on lock events, for metrics and tracing: see
+// [WithHooks], and contrib/otel for an OpenTelemetry adapter. Each is optional; one left
+// nil costs a nil check. They are called synchronously on the goroutine where the event
+// happens (the caller's, or the loss watcher's), possibly from many goroutines at once:
+// they must be safe for concurrent use, return quickly, and not call the Manager.
+//
+// Locks taken with Manager calls (Lock, TryLock and their Shared and Key forms, Do, DoTx,
+// Lead) are reported; a Session's locks are not, one by one.
+type Hooks struct {
+	// Acquired is called when a Lock or TryLock call returns a held lock.
+	Acquired func(LockEvent)
+	// NotAcquired is called when a Lock or TryLock call returns an error; the event's
+	// Reason says why.
+	NotAcquired func(LockEvent)
+	// Ended is called when a held lock ends: released (Unlock, Close of a Do) or lost.
+	Ended func(LockEvent)
+}
+
+// A LockEvent describes one lock event for [Hooks].
+type LockEvent struct {
+	Name   string // the lock's name (with the Manager's namespace), "" for a raw key
+	Key    Key
+	Shared bool
+	Try    bool // a TryLock call (Acquired, NotAcquired)
+	// Wait is how long the call took, from its start to its return (Acquired,
+	// NotAcquired): for Lock, the time spent waiting for the lock.
+	Wait time.Duration
+	// Held is how long the lock was held (Ended).
+	Held time.Duration
+	// Reason is why a call failed (NotAcquired): "locked" (held elsewhere, TryLock),
+	// "canceled" (ctx ended), "pool_exhausted", "pooler", "standby", "closed" or "error";
+	// or why a lock ended (Ended): "released", or for a loss "terminated", "server_closed",
+	// "keepalive", "reset", "manager_closed" or "connection_failed".
+	Reason string
+	// Err is the error returned (NotAcquired) or the loss (Ended); nil otherwise.
+	Err error
+}
+
+// Lost reports whether an Ended event is a loss.
+func (e LockEvent) Lost() bool { return e.Reason != "released" && e.Err != nil }
+
+// WithHooks makes the Manager call h's functions on lock events (see [Hooks]). The
+// default is none.
+func WithHooks(h Hooks) Option {
+	return option(func(s *settings) error { s.hooks = h; return nil })
+}
+
+func (s *pin) event(wait, held time.Duration, reason string, err error) LockEvent {
+	return LockEvent{Name: s.name, Key: s.key, Shared: s.shared, Wait: wait, Held: held, Reason: reason, Err: err}
+}
+
+// failReason classifies a failed Lock or TryLock call for NotAcquired.
+func failReason(ctx context.Context, err error) string {
+	var locked *LockedError
+	switch {
+	case errors.As(err, &locked):
+		return "locked"
+	case ctx.Err() != nil && errors.Is(err, ctx.Err()):
+		return "canceled"
+	case errors.Is(err, ErrPoolExhausted):
+		return "pool_exhausted"
+	case errors.Is(err, ErrPooler):
+		return "pooler"
+	case errors.Is(err, ErrStandby):
+		return "standby"
+	case errors.Is(err, ErrClosed):
+		return "closed"
+	}
+	return "error"
+}
+
+// endReason classifies how a held lock ended, for Ended.
+func endReason(err error) string {
+	var pgErr *pgconn.PgError
+	switch {
+	case !errors.Is(err, ErrLockLost):
+		return "released"
+	case errors.Is(err, ErrClosed):
+		return "manager_closed"
+	case errors.As(err, &pgErr) && pgErr.Code == "57P01", errors.Is(err, errPeerClosed):
+		return "terminated"
+	case errors.As(err, &pgErr):
+		return "server_closed"
+	case errors.Is(err, syscall.ETIMEDOUT):
+		return "keepalive"
+	case errors.Is(err, syscall.ECONNRESET), errors.Is(err, syscall.EPIPE):
+		return "reset"
+	}
+	return "connection_failed"
+}

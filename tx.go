@@ -1,0 +1,235 @@
+package advisory
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// A caller's transaction on a held lock's connection (Lock.BeginFunc, Session.BeginFunc)
+// takes the connection from the watcher for its duration, and gives it back after.
+// Meanwhile the poller still watches the socket, for a hang-up only (see
+// poller.addHangup): the server ending the session (pg_terminate_backend, a shutdown) or
+// the network failing closes Done at once, even while fn does other work, and makes every
+// later statement of the transaction fail, so nothing commits after a loss.
+
+// errPeerClosed is the cause of a loss seen as the server closing the connection.
+var errPeerClosed = errors.New("the server closed the connection")
+
+// runTx runs fn in a transaction on the held session's connection. It commits if fn
+// returns nil and ctx has not ended. It returns the session's end error (wrapping
+// ErrLockLost) if the session ended before or during the transaction, unless the commit
+// succeeded: a commit on the session proves it held the lock then.
+func (s *pin) runTx(ctx context.Context, opts pgx.TxOptions, fn func(pgx.Tx) error) error {
+	if err := s.beginTx(ctx); err != nil {
+		return err
+	}
+	var tx pgx.Tx
+	returned := false
+	defer func() {
+		if !returned { // fn panicked or called runtime.Goexit: roll back, keep the lock
+			s.endTx(rollback(tx))
+		}
+	}()
+	committed, err := s.inTx(ctx, opts, fn, &tx)
+	returned = true
+	if err != nil && ctx.Err() != nil && !errors.Is(err, ctx.Err()) {
+		err = fmt.Errorf("%w: %w", ctx.Err(), err) // a statement the server cancelled for ctx
+	}
+	if lerr := s.endTx(err); lerr != nil && !committed {
+		if err != nil && !errors.Is(err, ErrLockLost) {
+			return fmt.Errorf("%w (the transaction failed: %w)", lerr, err)
+		}
+		return lerr
+	}
+	return err
+}
+
+// inTx begins, runs fn and commits or rolls back. It reports whether the commit succeeded.
+func (s *pin) inTx(ctx context.Context, opts pgx.TxOptions, fn func(pgx.Tx) error, txp *pgx.Tx) (bool, error) {
+	tx, err := s.pc.BeginTx(ctx, opts)
+	if err != nil {
+		return false, err
+	}
+	*txp = tx
+	if err := fn(tx); err != nil {
+		rollback(tx)
+		return false, err
+	}
+	if err := ctx.Err(); err != nil {
+		rollback(tx)
+		return false, err
+	}
+	if err := tx.Commit(ctx); err != nil && !errors.Is(err, pgx.ErrTxClosed) {
+		return false, err
+	}
+	return true, nil
+}
+
+// rollback rolls tx back (nil: nothing to do), bounded by cleanupTimeout: the caller's
+// ctx may have ended. If it fails, pgx closes the connection, which ends the session.
+func rollback(tx pgx.Tx) error {
+	if tx == nil {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
+	defer cancel()
+	if err := tx.Rollback(ctx); err != nil && !errors.Is(err, pgx.ErrTxClosed) {
+		return err
+	}
+	return nil
+}
+
+// beginTx takes the held session's connection from the watcher for a transaction, and
+// has the poller watch it for a hang-up. It waits (bounded by ctx) for a transaction
+// already running on it. It fails with the session's end error if it has ended, and
+// with ErrNotHeld if it is being released.
+func (s *pin) beginTx(ctx context.Context) error {
+	for {
+		s.mu.Lock()
+		if s.state == stateHeld && !s.closing {
+			break // s.mu stays locked
+		}
+		wait, err := s.txBusy()
+		s.mu.Unlock()
+		if err != nil {
+			return err
+		}
+		select {
+		case <-wait:
+		case <-ctx.Done():
+			return fmt.Errorf("advisory: waiting for the transaction in progress on %s: %w", s.describe(), ctx.Err())
+		}
+	}
+	s.state, s.txDone = stateInTx, make(chan struct{})
+	s.mu.Unlock()
+	if !s.stopWatch() {
+		s.closeTxDone()
+		return s.endErr()
+	}
+	fd, err := dupSocket(s.pg.Conn())
+	s.mu.Lock()
+	if err == nil {
+		s.txFD = fd
+		if s.m.poller != nil && s.m.poller.addHangup(s, fd) == nil {
+			s.watch = watchHangup
+		}
+	}
+	closing := s.closing
+	s.mu.Unlock()
+	if closing { // Close began before the socket could be shut down: see shutdown
+		return s.endTx(nil)
+	}
+	s.cancel.gentle.Store(true)
+	return nil
+}
+
+// txBusy says what keeps beginTx (and release, see awaitTx) from taking the connection:
+// a channel to wait on, or an error to return. The caller holds s.mu.
+func (s *pin) txBusy() (<-chan struct{}, error) {
+	switch {
+	case s.state == stateEnded:
+		return nil, s.err
+	case s.announced:
+		return nil, s.err // lost during a transaction that has not yet returned
+	case s.closing:
+		return nil, &opError{s.op(), s.describe(), fmt.Errorf("%w: %w", ErrLockLost, ErrClosed)}
+	case s.state == stateInTx:
+		return s.txDone, nil
+	}
+	return nil, ErrNotHeld
+}
+
+// awaitTx waits, bounded by ctx, until no transaction runs on the connection, for a
+// release. It returns the loss if the session was lost during the transaction.
+func (s *pin) awaitTx(ctx context.Context) error {
+	for {
+		s.mu.Lock()
+		if s.state != stateInTx {
+			s.mu.Unlock()
+			return nil
+		}
+		wait, err := s.txBusy()
+		s.mu.Unlock()
+		if err != nil {
+			return err
+		}
+		select {
+		case <-wait:
+		case <-ctx.Done():
+			return fmt.Errorf("advisory: waiting for the transaction in progress on %s: %w", s.describe(), ctx.Err())
+		}
+	}
+}
+
+// endTx takes the connection back after a transaction and hands it to the watcher, or
+// ends the session if it was lost, Close began, or the connection is not clean (pgx
+// closed it, or a transaction is still open): cause is the transaction's last error,
+// for the message. It returns nil, or the session's end error.
+func (s *pin) endTx(cause error) error {
+	s.cancel.gentle.Store(false)
+	sent := s.cancel.settle()
+	s.mu.Lock()
+	if s.pollID != 0 {
+		s.m.poller.remove(s)
+	}
+	if s.txFD >= 0 {
+		closeFD(s.txFD) // the connection's own descriptor keeps the socket open, if pgx has not closed it
+		s.txFD = -1
+	}
+	s.watch = watchNone
+	lost, closing := s.announced, s.closing
+	s.mu.Unlock()
+	clean := !lost && !closing && !s.pg.IsClosed() && s.pg.TxStatus() == 'I'
+	if clean && sent {
+		clean = s.absorbCancel() == nil
+	}
+	if !clean {
+		err := &opError{s.op(), s.describe(), fmt.Errorf("%w: %w", ErrLockLost, ErrClosed)}
+		if !closing {
+			if cause == nil {
+				cause = errors.New("the connection was left unusable")
+			}
+			err = &opError{s.op(), s.describe(), fmt.Errorf("%w: %s during a transaction: %w", ErrLockLost, lossReason(cause), cause)}
+		}
+		s.end(false, err)
+		s.closeTxDone()
+		return s.endErr()
+	}
+	s.mu.Lock()
+	s.watchIdle()
+	s.mu.Unlock()
+	s.closeTxDone()
+	return nil
+}
+
+func (s *pin) closeTxDone() {
+	s.mu.Lock()
+	ch := s.txDone
+	s.txDone = nil
+	s.mu.Unlock()
+	if ch != nil {
+		close(ch)
+	}
+}
+
+// hungUp is the poller's report, during a transaction, that the connection hung up or
+// failed: the session, and so the lock, is gone. It shuts the socket down so that the
+// transaction's statements fail at once, and closes Done. The connection is given back
+// when the transaction returns (endTx). The caller holds s.mu.
+func (s *pin) hungUp() {
+	s.watch = watchNone // the one-shot registration fired; endTx removes it
+	cause := socketError(s.txFD)
+	if cause == nil {
+		cause = errPeerClosed
+	}
+	shutdownSocket(s.txFD)
+	s.err = &opError{s.op(), s.describe(), fmt.Errorf("%w: %s (seen during a transaction): %w", ErrLockLost, lossReason(cause), cause)}
+	if s.closing { // the hang-up is shutdown's own
+		s.err = &opError{s.op(), s.describe(), fmt.Errorf("%w: %w", ErrLockLost, ErrClosed)}
+	}
+	s.announced = true
+	close(s.done)
+}
