@@ -16,7 +16,11 @@ import (
 // they must be safe for concurrent use, return quickly, and not call the Manager.
 //
 // Locks taken with Manager calls (Lock, TryLock and their Shared and Key forms, Do, DoTx,
-// Lead) are reported; a Session's locks are not, one by one.
+// Lead) are reported; a Session's locks are not, one by one. A [Semaphore]'s Acquire and
+// TryAcquire calls are reported once each, as Lock and TryLock calls: Acquired with the
+// slot's name and key, NotAcquired with the semaphore's name and its turnstile key; the
+// slot's Lock then ends like any other. The locks a Semaphore takes on its own behalf
+// (the turnstile, tries of slots found held, waits that time out) are not reported.
 type Hooks struct {
 	// Acquired is called when a Lock or TryLock call returns a held lock.
 	Acquired func(LockEvent)
@@ -64,7 +68,7 @@ func (s *pin) event(wait, held time.Duration, reason string, err error) LockEven
 func failReason(ctx context.Context, err error) string {
 	var locked *LockedError
 	switch {
-	case errors.As(err, &locked):
+	case errors.As(err, &locked), errors.Is(err, ErrLocked):
 		return "locked"
 	case ctx.Err() != nil && errors.Is(err, ctx.Err()):
 		return "canceled"

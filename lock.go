@@ -112,6 +112,8 @@ type target struct {
 	shared bool
 	pair   bool // the two-int4 form: pg_advisory_lock(key>>32, int32(key))
 	gated  bool // queued in the Manager's gate for the key (see gate)
+	quiet  bool // a Semaphore's own call: no Acquired or NotAcquired hook (it reports its call)
+	hidden bool // and no Ended hook either: the Semaphore's turnstile
 }
 
 func named(name string, shared bool) (target, error) {
@@ -222,7 +224,7 @@ func (m *Manager) attempt(ctx context.Context, t target, try, waitPool bool) (*L
 		}
 		if err == nil {
 			s.logAcquired(start)
-			if h := m.set.hooks.Acquired; h != nil {
+			if h := m.set.hooks.Acquired; h != nil && !t.quiet {
 				ev := s.event(time.Since(start), 0, "", nil)
 				ev.Try = try
 				h(ev)
@@ -243,7 +245,7 @@ func (m *Manager) attempt(ctx context.Context, t target, try, waitPool bool) (*L
 // notAcquired reports a failed Lock or TryLock call to the NotAcquired hook, and returns
 // its error.
 func (m *Manager) notAcquired(ctx context.Context, t target, try bool, start time.Time, err error) error {
-	if h := m.set.hooks.NotAcquired; h != nil {
+	if h := m.set.hooks.NotAcquired; h != nil && !t.quiet {
 		h(LockEvent{Name: t.name, Key: t.key, Shared: t.shared, Try: try, Wait: time.Since(start),
 			Reason: failReason(ctx, err), Err: err})
 	}

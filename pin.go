@@ -42,6 +42,7 @@ type pin struct {
 	heldSince time.Time   // when the lock was granted, for the logs
 	gated     bool        // counted in the Manager's gate for the key
 	multi     bool        // a multi-lock Session's connection: key and st are unused
+	hidden    atomic.Bool // no Ended hook: a Semaphore's turnstile, or a slot it let go unused
 	retire    atomic.Bool // close the connection at release instead of keeping it
 
 	mu      sync.Mutex
@@ -72,10 +73,12 @@ const (
 func newPin(m *Manager, pc *pgxpool.Conn, t target) *pin {
 	pg := pc.Conn().PgConn()
 	pid, token := ownership(pg)
-	return &pin{m: m, pc: pc, pg: pg, cancel: handlerOf(pg), pid: pid, token: token,
+	s := &pin{m: m, pc: pc, pg: pg, cancel: handlerOf(pg), pid: pid, token: token,
 		key: t.key, name: t.name, shared: t.shared, pair: t.pair, gated: t.gated,
 		st: statementsFor(t.name, t.shared, t.pair),
 		fd: socketFD(pg.Conn()), txFD: -1, done: make(chan struct{}), watchDone: make(chan struct{})}
+	s.hidden.Store(t.hidden)
+	return s
 }
 
 // errNotHeldByServer is unlock's error when pg_advisory_unlock returned false.
@@ -223,7 +226,7 @@ func (s *pin) end(keep bool, err error) {
 	s.mu.Unlock()
 	if !s.heldSince.IsZero() {
 		s.logEnd(err, s.heldSince)
-		if h := s.m.set.hooks.Ended; h != nil && !s.multi {
+		if h := s.m.set.hooks.Ended; h != nil && !s.multi && !s.hidden.Load() {
 			h(s.event(0, time.Since(s.heldSince), endReason(err), lostErr(err)))
 		}
 	}

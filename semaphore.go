@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"strconv"
 	"sync"
+	"time"
 )
 
 // MaxSemaphoreLimit is the largest limit [Manager.Semaphore] accepts. A full semaphore is
@@ -53,10 +54,12 @@ func (m *Manager) Semaphore(name string, limit int) (*Semaphore, error) {
 		if s.slots[i], err = named(slotName(base.name, i), false); err != nil {
 			return nil, err
 		}
+		s.slots[i].quiet = true
 	}
 	if s.turnstile, err = named(base.name+"#turnstile", false); err != nil {
 		return nil, err
 	}
+	s.turnstile.quiet, s.turnstile.hidden = true, true
 	return s, nil
 }
 
@@ -90,12 +93,32 @@ func (s *Semaphore) TurnstileKey() Key { return s.turnstile.key }
 // ordinary lock on the slot's name: Unlock it to free the slot; Done and Err report its
 // loss.
 func (s *Semaphore) TryAcquire(ctx context.Context) (*Lock, error) {
+	start := time.Now()
 	l, err := s.tryAll(ctx, false)
 	switch {
 	case err != nil:
-		return nil, s.error("try acquire", err)
+		err = s.error("try acquire", err)
 	case l == nil:
-		return nil, s.error("try acquire", fmt.Errorf("all %d slots are held: %w", s.limit, ErrLocked))
+		err = s.error("try acquire", fmt.Errorf("all %d slots are held: %w", s.limit, ErrLocked))
+	}
+	return s.report(ctx, true, start, l, err)
+}
+
+// report tells the Manager's hooks about one Acquire or TryAcquire call, and returns its
+// result.
+func (s *Semaphore) report(ctx context.Context, try bool, start time.Time, l *Lock, err error) (*Lock, error) {
+	hooks := s.m.set.hooks
+	switch {
+	case err != nil && hooks.NotAcquired != nil:
+		hooks.NotAcquired(LockEvent{Name: s.name, Key: s.turnstile.key, Try: try, Wait: time.Since(start),
+			Reason: failReason(ctx, err), Err: err})
+	case err == nil && hooks.Acquired != nil:
+		ev := l.s.event(time.Since(start), 0, "", nil)
+		ev.Try = try
+		hooks.Acquired(ev)
+	}
+	if err != nil {
+		return nil, err
 	}
 	return l, nil
 }

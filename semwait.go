@@ -43,6 +43,12 @@ const SemaphoreRecheck = time.Second
 // turnstile, as [Manager.Lock] guarantees for each. On a closed Manager, or one closed
 // while Acquire waits, it returns [ErrClosed].
 func (s *Semaphore) Acquire(ctx context.Context) (*Lock, error) {
+	start := time.Now()
+	l, err := s.acquire(ctx)
+	return s.report(ctx, false, start, l, err)
+}
+
+func (s *Semaphore) acquire(ctx context.Context) (*Lock, error) {
 	l, err := s.tryAll(ctx, false)
 	switch {
 	case l != nil:
@@ -61,6 +67,7 @@ func (s *Semaphore) Acquire(ctx context.Context) (*Lock, error) {
 	if err == nil && s.m.isClosed() {
 		// Close released the slot the wait was granted as Close began: report the
 		// Close, not a Lock that has already ended.
+		l.s.hidden.Store(true)
 		unlockDetached(ctx, l)
 		err = ErrClosed
 	}
@@ -130,6 +137,7 @@ func (s *Semaphore) waitFor(ctx context.Context, t target, ln *listener) (*Lock,
 		cancel()
 		end := func() {
 			if r := <-granted; r.l != nil { // granted as the wait was cancelled
+				r.l.s.hidden.Store(true) // never handed out: no Ended hook
 				s.watchEnd(r.l)
 				unlockDetached(context.WithoutCancel(ctx), r.l)
 			}
