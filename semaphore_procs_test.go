@@ -36,28 +36,7 @@ func TestSemaphoreBoundAcrossProcesses(t *testing.T) {
 	for i, k := range s.SlotKeys() {
 		keys[i] = int64(k)
 	}
-	var wg sync.WaitGroup
-	outs := make([][]string, procs)
-	errs := make([]error, procs)
-	for p := range procs {
-		cmd := exec.Command(os.Args[0], "-test.run=^TestSemaphoreWorkerProcess$")
-		cmd.Env = append(os.Environ(), fmt.Sprintf("%s=%s %d %d %d", semWorkerEnv, t.Name(), limit, goroutines, rounds))
-		cmd.Stderr = os.Stderr
-		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-		out, err := cmd.StdoutPipe()
-		require.NoError(t, err)
-		require.NoError(t, cmd.Start())
-		t.Cleanup(func() { syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) })
-		wg.Go(func() {
-			sc := bufio.NewScanner(out)
-			for sc.Scan() {
-				outs[p] = append(outs[p], sc.Text())
-			}
-			errs[p] = cmd.Wait()
-		})
-	}
-	done := make(chan struct{})
-	go func() { wg.Wait(); close(done) }()
+	outs, errs, done := startSemWorkers(t, procs, fmt.Sprintf("%s %d %d %d", t.Name(), limit, goroutines, rounds))
 	maxHeld, samples, start := 0, 0, time.Now()
 	for finished := false; !finished; {
 		select {
@@ -85,6 +64,33 @@ func TestSemaphoreBoundAcrossProcesses(t *testing.T) {
 		t.Logf("worker %d: %s", p, outs[p][goroutines])
 	}
 	requireFree(t, s.TurnstileKey())
+}
+
+// startSemWorkers starts procs worker processes (TestSemaphoreWorkerProcess) with spec.
+// Each one's stdout lines and exit error are in outs and errs once done is closed.
+func startSemWorkers(t *testing.T, procs int, spec string) (outs [][]string, errs []error, done chan struct{}) {
+	var wg sync.WaitGroup
+	outs, errs = make([][]string, procs), make([]error, procs)
+	for p := range procs {
+		cmd := exec.Command(os.Args[0], "-test.run=^TestSemaphoreWorkerProcess$")
+		cmd.Env = append(os.Environ(), semWorkerEnv+"="+spec)
+		cmd.Stderr = os.Stderr
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+		out, err := cmd.StdoutPipe()
+		require.NoError(t, err)
+		require.NoError(t, cmd.Start())
+		t.Cleanup(func() { syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) })
+		wg.Go(func() {
+			sc := bufio.NewScanner(out)
+			for sc.Scan() {
+				outs[p] = append(outs[p], sc.Text())
+			}
+			errs[p] = cmd.Wait()
+		})
+	}
+	done = make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	return outs, errs, done
 }
 
 // TestSemaphoreWorkerProcess is not a test: it is a worker of
