@@ -95,6 +95,8 @@ func (o *op) call(ctx context.Context) {
 		r.victim, r.err = terminateAHolder(o.apps, o.pick)
 	case opClose:
 		o.closeAndRenew()
+	case opBegin, opSBegin, opDoTx, opToken, opCheckToken:
+		o.fenceCall(ctx)
 	default:
 		o.sessionCall(ctx)
 	}
@@ -206,7 +208,9 @@ func terminateAHolder(apps []string, pick float64) (uint32, error) {
 // closeAndRenew closes the Manager, checks that every call on it then returns
 // ErrClosed, and opens a new one in its place.
 func (o *op) closeAndRenew() {
+	o.res.fence.closeStart = time.Now()
 	o.m.Close()
+	o.res.fence.closedAt = time.Now()
 	o.m.Close() // a second Close returns at once
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -231,7 +235,7 @@ func (o *op) closeAndRenew() {
 	if ran {
 		o.res.bad = append(o.res.bad, "Do or Lead after Close ran fn")
 	}
-	o.res.newMgr, o.res.err = advisory.New(ctx, o.dsn, advisory.WithCancelGrace(cancelGrace))
+	o.res.newMgr, o.res.err = advisory.New(ctx, o.dsn, modelOptions()...)
 }
 
 // callCtx is one call's context, and when it ended.

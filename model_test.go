@@ -98,7 +98,7 @@ func newWorld(t *testing.T, seed uint64) *world {
 		app := fmt.Sprintf("advmodel-%d-m%d", os.Getpid(), i)
 		s := &mgrSlot{idx: i, app: app, dsn: dsn(t, "application_name="+app)}
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		m, err := advisory.New(ctx, s.dsn, advisory.WithCancelGrace(cancelGrace))
+		m, err := advisory.New(ctx, s.dsn, modelOptions()...)
 		cancel()
 		if err != nil {
 			t.Fatalf("New: %v", err)
@@ -106,6 +106,7 @@ func newWorld(t *testing.T, seed uint64) *world {
 		s.m = m
 		w.slots = append(w.slots, s)
 	}
+	w.setupFence()
 	// On failure, Close releases whatever is left (also what a bug leaked).
 	t.Cleanup(func() {
 		if w.hung {
@@ -138,6 +139,9 @@ func (w *world) runStep() {
 		t1 := time.Now()
 		bad = w.settle()
 		w.settling += time.Since(t1)
+	}
+	if len(bad) == 0 {
+		bad = w.judgeFence(ops)
 	}
 	if len(bad) > 0 {
 		w.fail(bad)
@@ -203,7 +207,7 @@ func (w *world) stats() string {
 	}
 	sort.Strings(kinds)
 	var b strings.Builder
-	fmt.Fprintf(&b, "  ctx checks seen per call: %v\n", w.checks)
+	fmt.Fprintf(&b, "  ctx checks seen per call: %v\n  %s\n", w.checks, w.fence.stats())
 	for _, k := range kinds {
 		var parts []string
 		for class, n := range w.outcomes[k] {
