@@ -21,11 +21,13 @@ type fenceState struct {
 	inDoubt   int              // calls that reported a loss although their row committed
 	ctxLoss   int              // fenced calls and Tokens that lost the lock because their ctx ended
 	fresh     int              // tokens taken
+	// ctxLossSeen: the first few of the ctxLoss calls, for the log.
+	ctxLossSeen []string
 }
 
 func (f *fenceState) stats() string {
 	return fmt.Sprintf("fenced rows: %d committed, %d absent; in-doubt commits (loss reported, row committed): %d; "+
-		"losses from an ended ctx: %d; tokens taken: %d", f.committed, f.absent, f.inDoubt, f.ctxLoss, f.fresh)
+		"losses from an ended ctx: %d %q; tokens taken: %d", f.committed, f.absent, f.inDoubt, f.ctxLoss, f.ctxLossSeen, f.fresh)
 }
 
 // setupFence creates the row table and the fencing table, empty.

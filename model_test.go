@@ -24,7 +24,9 @@ import (
 // from a seeded generator: Lock, TryLock and their shared forms, Lock.Unlock (also twice,
 // and after a loss), Session and its Lock, TryLock, LockAll, TryLockAll, Unlock and Close,
 // Do and Lead with a function that returns nil, an error, panics or waits, Holders,
-// pg_terminate_backend of a random holder, and Manager.Close followed by a new Manager.
+// pg_terminate_backend of a random holder, and Manager.Close followed by a new Manager;
+// and the fencing API: Lock.BeginFunc, Session.BeginFunc and DoTx (fn as for Do, after
+// inserting a row), Lock.Token and CheckToken (see model_fence_*_test.go).
 // Few lock names, so calls contend. Each call's ctx is already done, cancelled by a timer
 // at a random instant, given a random deadline, cancelled at its n-th Err check (see
 // checkCtx), or only bounded (2.5 s).
@@ -37,7 +39,9 @@ import (
 // Then the invariants are polled until the server agrees (see model_check_test.go): every
 // live handle's locks are granted in pg_locks to its backend; every lock of our backends is
 // reported by a live handle; no waiters; holders of one key are compatible; each Manager's
-// acquired connections equal its live Locks and Sessions. At the end, after closing
+// acquired connections equal its live Locks and Sessions. Then the fenced calls' rows: committed
+// if and only if the call returned nil (a loss overlapping the COMMIT may be in doubt),
+// on the lock's backend, which held the keys at COMMIT; and the tokens against the table. At the end, after closing
 // everything: nothing in pg_locks, no goroutine left. The Managers use a short
 // WithCancelGrace (see cancelGrace): the 1 s bound is about calls that ignore their ctx,
 // not about PostgreSQL dropping a CancelRequest under load.
