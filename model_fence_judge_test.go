@@ -16,7 +16,7 @@ import (
 // so the connection was closed, as documented) as dead: that loss is explained.
 func (w *world) beforeJudge(ops []*op) {
 	for _, o := range ops {
-		if (!o.fenced() && o.kind != opToken) || o.res.ctxErr == nil || !errors.Is(o.res.err, advisory.ErrLockLost) {
+		if (!o.fenced() && o.kind != opToken) || o.pre != hLive || o.res.ctxErr == nil || !errors.Is(o.res.err, advisory.ErrLockLost) {
 			continue
 		}
 		switch {

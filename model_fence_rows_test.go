@@ -21,13 +21,14 @@ type fenceState struct {
 	inDoubt   int              // calls that reported a loss although their row committed
 	ctxLoss   int              // fenced calls and Tokens that lost the lock because their ctx ended
 	fresh     int              // tokens taken
+	lostInFn  int              // fenced calls whose fn ran and that reported a loss
 	// ctxLossSeen: the first few of the ctxLoss calls, for the log.
 	ctxLossSeen []string
 }
 
 func (f *fenceState) stats() string {
-	return fmt.Sprintf("fenced rows: %d committed, %d absent; in-doubt commits (loss reported, row committed): %d; "+
-		"losses from an ended ctx: %d %q; tokens taken: %d", f.committed, f.absent, f.inDoubt, f.ctxLoss, f.ctxLossSeen, f.fresh)
+	return fmt.Sprintf("fenced rows: %d committed, %d absent; lost after fn began: %d; in-doubt commits (loss reported, row committed): %d; "+
+		"losses from an ended ctx: %d %q; tokens taken: %d", f.committed, f.absent, f.lostInFn, f.inDoubt, f.ctxLoss, f.ctxLossSeen, f.fresh)
 }
 
 // setupFence creates the row table and the fencing table, empty.
@@ -172,6 +173,9 @@ func (w *world) judgeRow(o *op, row fenceRow, present bool) []string {
 		bad = append(bad, fmt.Sprintf("call %d, %v: ", o.idx, o)+fmt.Sprintf(format, args...))
 	}
 	ok := r.panicked == nil && r.err == nil
+	if r.fnCalls > 0 && errors.Is(r.err, advisory.ErrLockLost) {
+		w.fence.lostInFn++
+	}
 	switch {
 	case ok && !present:
 		fail("returned nil, but its row #%d is not committed", o.fin.opID)
