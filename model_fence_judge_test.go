@@ -135,7 +135,14 @@ func (v *verdict) heldAfter() {
 		v.markLost()
 		return
 	}
-	if isClosed(done()) && !v.lossOK && !o.rivalClose {
+	switch {
+	case !isClosed(done()), v.lossOK, o.rivalClose:
+	case o.res.ctxErr != nil && errors.Is(errOf(), advisory.ErrLockLost):
+		// ctx ended during COMMIT or the statement, and the server did not answer the
+		// CancelRequest within the cancel grace: the connection was closed (documented).
+		v.w.fence.ctxLoss++
+		v.markLost()
+	default:
 		v.fail("returned %v, not a loss, but Done is closed: Err %v", o.res.err, errOf())
 	}
 }
