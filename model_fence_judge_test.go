@@ -25,6 +25,9 @@ func (w *world) beforeJudge(ops []*op) {
 		case o.sh != nil:
 			w.dead[o.sh.pid] = true
 		}
+		if o.disrupted {
+			continue // perhaps the termination or Close
+		}
 		w.fence.ctxLoss++
 		if len(w.fence.ctxLossSeen) < 3 {
 			w.fence.ctxLossSeen = append(w.fence.ctxLossSeen, fmt.Sprintf("step %d: %v → %s", o.step, o, o.outcome()))

@@ -45,6 +45,9 @@ type fenceInput struct {
 	// witness: the names whose keys the row's backend must hold at COMMIT: the Lock's;
 	// a Session's held names if no other call of the batch may change them, else none.
 	witness []string
+	// prefer: opTerminate: the backend of the batch's first call, if it is a fenced call
+	// on a live Lock or Session, so that the termination lands during its fn.
+	prefer uint32
 }
 
 // fenceResult is what a fencing call did, beyond op.res.
@@ -102,6 +105,17 @@ func (w *world) genFn(o *op) {
 		w.fence.nextOp++
 		o.fin.opID = w.fence.nextOp
 	}
+}
+
+func preferVictim(focus *op) uint32 {
+	switch {
+	case focus == nil || !focus.fenced() || focus.pre != hLive:
+	case focus.lh != nil:
+		return focus.lh.pid
+	case focus.sh != nil:
+		return focus.sh.pid
+	}
+	return 0
 }
 
 // witnessOf returns the names a fenced call's backend must hold from fn to COMMIT.

@@ -44,6 +44,9 @@ func (w *world) genBatch() []*op {
 
 func (w *world) genOp(focus *op, batch []*op) *op {
 	kind := w.pickKind(batch)
+	if focus != nil && focus.fenced() && w.rng.IntN(2) == 0 && w.possible(opTerminate, batch) {
+		kind = opTerminate // so that terminations land during fn
+	}
 	o := &op{kind: kind}
 	switch kind {
 	case opLock, opTryLock, opDo, opLead, opHolders, opSession, opDoTx:
@@ -59,6 +62,7 @@ func (w *world) genOp(focus *op, batch []*op) *op {
 		w.genCheckToken(o, focus)
 	case opTerminate:
 		o.pick, o.after, o.apps = w.rng.Float64(), time.Duration(w.rng.IntN(40))*time.Millisecond, w.apps()
+		o.fin.prefer = preferVictim(focus)
 	case opClose:
 		s := w.slots[w.rng.IntN(len(w.slots))]
 		o.slot, o.m, o.app, o.dsn = s.String(), s.m, s.app, s.dsn

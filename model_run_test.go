@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"slices"
 	"sync"
 	"time"
 
@@ -92,7 +93,7 @@ func (o *op) call(ctx context.Context) {
 	case opHolders:
 		r.holders, r.err = o.m.Holders(ctx, o.full[0])
 	case opTerminate:
-		r.victim, r.err = terminateAHolder(o.apps, o.pick)
+		r.victim, r.err = terminateAHolder(o.apps, o.pick, o.fin.prefer)
 	case opClose:
 		o.closeAndRenew()
 	case opBegin, opSBegin, opDoTx, opToken, opCheckToken:
@@ -173,8 +174,8 @@ func exclusiveHolder(key advisory.Key, app string) (uint32, error) {
 }
 
 // terminateAHolder terminates one of the backends of apps that hold an advisory lock,
-// chosen by pick in [0, 1). It returns 0 if there is none.
-func terminateAHolder(apps []string, pick float64) (uint32, error) {
+// chosen by pick in [0, 1), or prefer if it is one. It returns 0 if there is none.
+func terminateAHolder(apps []string, pick float64, prefer uint32) (uint32, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	rows, err := admin.Query(ctx, `
@@ -195,6 +196,9 @@ func terminateAHolder(apps []string, pick float64) (uint32, error) {
 		return 0, err
 	}
 	pid := pids[int(pick*float64(len(pids)))]
+	if slices.Contains(pids, prefer) {
+		pid = prefer
+	}
 	var ok bool
 	if err := admin.QueryRow(ctx, "SELECT pg_terminate_backend($1)", int32(pid)).Scan(&ok); err != nil {
 		return 0, err
