@@ -15,11 +15,12 @@ import (
 // docs/fencing.md.
 //
 // It blocks until fn has returned and the transaction has ended. ctx governs the
-// transaction's statements (BEGIN, COMMIT), and fn should pass it to its own: a cancelled
-// statement fails the transaction, which is rolled back, but the connection, and so the
-// lock, is kept (the server is asked to cancel, as for a Lock wait; only if it does not
-// answer within the grace period is the connection closed, which frees the lock). If ctx
-// ends while fn runs, the transaction is rolled back, not committed. It waits for another
+// transaction, and fn should pass it to its own statements: if ctx has ended before the
+// call, or ends during BEGIN, fn is not run, ctx's error is returned and the lock is kept
+// (BEGIN itself is not interrupted); a cancelled statement of fn fails the transaction,
+// which is rolled back, but the connection, and so the lock, is kept (the server is asked
+// to cancel, as for a Lock wait; only if it does not answer within the grace period is
+// the connection closed, which frees the lock). If ctx ends while fn runs, the transaction is rolled back, not committed. It waits for another
 // BeginFunc running on the same Lock, bounded by ctx; Unlock waits for it too.
 //
 // It returns nil if the transaction committed. If fn returns an error, the transaction

@@ -6,7 +6,7 @@ package advisory_test
 // mayWait reports whether the call may wait for a lock.
 func (w *world) mayWait(o *op) bool {
 	switch o.kind {
-	case opLock, opDo, opLead, opSLock, opSLockAll:
+	case opLock, opDo, opLead, opSLock, opSLockAll, opDoTx, opBegin, opSBegin, opToken:
 		return true
 	}
 	return false
@@ -44,6 +44,9 @@ func (w *world) analyse(ops []*op) {
 		}
 		if o.kind == opSUnlock {
 			o.preHeld = o.sh.held[o.names[0]]
+		}
+		if o.fenced() {
+			o.fin.witness = witnessOf(o, ops)
 		}
 		if !o.isolated && w.mayWait(o) && o.plan.d == 0 && (o.plan.kind == ctxLive || o.plan.kind == ctxCheck) {
 			// It may wait for a call of its own batch: bound the wait, to keep steps short.

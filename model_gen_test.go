@@ -12,6 +12,7 @@ var opWeights = map[opKind]int{
 	opLock: 12, opTryLock: 10, opUnlock: 12, opSession: 4,
 	opSLock: 8, opSTryLock: 6, opSLockAll: 4, opSTryLockAll: 4, opSUnlock: 8, opSClose: 3,
 	opDo: 5, opLead: 5, opHolders: 2, opTerminate: 3, opClose: 1,
+	opBegin: 7, opSBegin: 3, opDoTx: 4, opToken: 4, opCheckToken: 2,
 }
 
 // genBatch returns 1 to 3 calls to run at once. Later calls are often about the same
@@ -43,15 +44,25 @@ func (w *world) genBatch() []*op {
 
 func (w *world) genOp(focus *op, batch []*op) *op {
 	kind := w.pickKind(batch)
+	if focus != nil && focus.fenced() && w.rng.IntN(2) == 0 && w.possible(opTerminate, batch) {
+		kind = opTerminate // so that terminations land during fn
+	}
 	o := &op{kind: kind}
 	switch kind {
-	case opLock, opTryLock, opDo, opLead, opHolders, opSession:
+	case opLock, opTryLock, opDo, opLead, opHolders, opSession, opDoTx:
 		w.genManagerCall(o, focus, batch)
-	case opUnlock:
+	case opUnlock, opBegin, opToken:
 		o.lh = w.pickLock(focus)
+		if o.kind != opUnlock && o.lh.state != hLive && w.rng.IntN(2) == 0 {
+			o.lh = w.pickLock(focus) // ended Locks less often: their calls fail at once
+		}
 		o.pre, o.names, o.app = o.lh.state, []string{o.lh.name}, o.lh.app
+		w.genFn(o)
+	case opCheckToken:
+		w.genCheckToken(o, focus)
 	case opTerminate:
 		o.pick, o.after, o.apps = w.rng.Float64(), time.Duration(w.rng.IntN(40))*time.Millisecond, w.apps()
+		o.fin.prefer = preferVictim(focus)
 	case opClose:
 		s := w.slots[w.rng.IntN(len(w.slots))]
 		o.slot, o.m, o.app, o.dsn = s.String(), s.m, s.app, s.dsn
@@ -70,7 +81,7 @@ func (w *world) genOp(focus *op, batch []*op) *op {
 func (w *world) pickKind(batch []*op) opKind {
 	var kinds []opKind
 	total := 0
-	for k := opLock; k <= opClose; k++ {
+	for k := opLock; k < opKinds; k++ {
 		if w.possible(k, batch) {
 			kinds = append(kinds, k)
 			total += opWeights[k]
@@ -87,9 +98,9 @@ func (w *world) pickKind(batch []*op) opKind {
 
 func (w *world) possible(k opKind, batch []*op) bool {
 	switch k {
-	case opUnlock:
+	case opUnlock, opBegin, opToken:
 		return len(w.locks) > 0
-	case opSLock, opSTryLock, opSLockAll, opSTryLockAll, opSUnlock, opSClose:
+	case opSLock, opSTryLock, opSLockAll, opSTryLockAll, opSUnlock, opSClose, opSBegin:
 		return len(w.sessions) > 0
 	case opTerminate, opClose:
 		for _, o := range batch {
@@ -97,7 +108,7 @@ func (w *world) possible(k opKind, batch []*op) bool {
 				return false
 			}
 		}
-	case opLock, opTryLock, opDo, opLead, opSession:
+	case opLock, opTryLock, opDo, opLead, opSession, opDoTx:
 		return len(w.roomySlots(batch)) > 0
 	}
 	return true
@@ -135,6 +146,7 @@ func (w *world) genManagerCall(o *op, focus *op, batch []*op) {
 		o.fn = fnKind(w.pickWeighted([]int{30, 25, 20, 25}))
 		o.fnWait = time.Duration(w.rng.IntN(80)) * time.Millisecond
 	}
+	w.genFn(o)
 }
 
 func (w *world) genSessionCall(o *op, focus *op) {
@@ -150,6 +162,9 @@ func (w *world) genSessionCall(o *op, focus *op) {
 			o.names = []string{w.pickName(focus)}
 		}
 	case opSClose:
+	case opSBegin:
+		o.names = o.sh.heldNames() // the locks that fence its transaction
+		w.genFn(o)
 	default:
 		o.names = []string{w.pickName(focus)}
 	}
@@ -232,7 +247,7 @@ func (w *world) pickSession(focus *op) *sessH {
 func (w *world) genPlan(o *op) ctxPlan {
 	blocks := w.wouldBlock(o)
 	r := w.rng.IntN(100)
-	if (o.kind == opDo || o.kind == opLead) && r >= 65 && w.rng.IntN(2) == 0 {
+	if (o.kind == opDo || o.kind == opLead || o.fenced()) && r >= 65 && w.rng.IntN(2) == 0 {
 		r = 50 // Do and Lead check ctx in several phases: land on each more often
 	}
 	switch {
@@ -273,7 +288,7 @@ func (w *world) shortWait() ctxPlan {
 // wouldBlock reports whether the model expects a blocking call to wait for a holder.
 func (w *world) wouldBlock(o *op) bool {
 	switch o.kind {
-	case opLock, opDo, opLead:
+	case opLock, opDo, opLead, opDoTx:
 		return !w.compatible(o.names[0], o.shared, nil)
 	case opSLock, opSLockAll:
 		for _, n := range o.names {

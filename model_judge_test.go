@@ -49,6 +49,7 @@ func (w *world) judge(ops []*op) []string {
 	}
 	sorted := slices.Clone(ops)
 	sort.SliceStable(sorted, func(i, j int) bool { return judgeOrder(sorted[i].kind) < judgeOrder(sorted[j].kind) })
+	w.beforeJudge(ops)
 	var bad []string
 	for _, o := range sorted {
 		m, pid := o.m, uint32(0)
@@ -70,7 +71,7 @@ func (w *world) judge(ops []*op) []string {
 
 func (v *verdict) judge() {
 	o, r := v.o, &v.o.res
-	if r.panicked != nil && !((o.kind == opDo || o.kind == opLead) && o.fn == fnPanic) {
+	if r.panicked != nil && !((o.kind == opDo || o.kind == opLead || o.fenced()) && o.fn == fnPanic) {
 		v.fail("panicked: %v", r.panicked)
 	}
 	if r.ctxEnded && o.kind != opSClose && o.kind != opClose && o.kind != opTerminate {
@@ -103,6 +104,8 @@ func (v *verdict) judge() {
 		}
 	case opClose:
 		v.close()
+	default:
+		v.fenceCall()
 	}
 }
 

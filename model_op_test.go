@@ -32,10 +32,17 @@ const (
 	opHolders                   // Manager.Holders
 	opTerminate                 // pg_terminate_backend of a random holder, from the admin pool
 	opClose                     // Manager.Close, calls after it, and a new Manager in its place
+	opBegin                     // Lock.BeginFunc (live, unlocked or lost Locks); see model_fence_op_test.go
+	opSBegin                    // Session.BeginFunc
+	opDoTx                      // Manager.DoTx
+	opToken                     // Lock.Token
+	opCheckToken                // Manager.CheckToken in a transaction of the admin pool
+	opKinds                     // the number of kinds
 )
 
 var opNames = [...]string{"Lock", "TryLock", "Unlock", "Session", "S.Lock", "S.TryLock", "S.LockAll",
-	"S.TryLockAll", "S.Unlock", "S.Close", "Do", "Lead", "Holders", "terminate", "Close"}
+	"S.TryLockAll", "S.Unlock", "S.Close", "Do", "Lead", "Holders", "terminate", "Close",
+	"BeginFunc", "S.BeginFunc", "DoTx", "Token", "CheckToken"}
 
 func (k opKind) String() string { return opNames[k] }
 
@@ -141,6 +148,7 @@ type op struct {
 	pick   float64       // opTerminate: which holder
 	after  time.Duration // the call starts this long after the batch does
 	apps   []string      // opTerminate: our application_names
+	fin    fenceInput    // the fenced calls', Token's and CheckToken's
 
 	// From the model, before the batch runs.
 	pre        hState          // the target Lock or Session's state
@@ -172,6 +180,7 @@ type result struct {
 	bad      []string // opClose: calls after Close that did not return ErrClosed
 	newMgr   *advisory.Manager
 	holders  []advisory.Holder
+	fence    fenceResult // the fenced calls' and Token's results
 }
 
 // isCtx reports whether err is the call's ctx's error (so the ctx did end), and only
@@ -213,6 +222,8 @@ func (o *op) String() string {
 		return fmt.Sprintf("terminate(after %v)", o.after)
 	case opClose:
 		return o.slot + ".Close+New"
+	default:
+		call = o.fenceString()
 	}
 	iso := ""
 	if o.isolated {
@@ -241,6 +252,7 @@ func (o *op) outcome() string {
 	default:
 		s = "ok"
 	}
+	s += r.fence.String()
 	if r.fnCalls > 0 {
 		s += fmt.Sprintf(" fn ran %dx (pids %v)", r.fnCalls, r.fnPIDs)
 	}

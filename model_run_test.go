@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"slices"
 	"sync"
 	"time"
 
@@ -92,9 +93,11 @@ func (o *op) call(ctx context.Context) {
 	case opHolders:
 		r.holders, r.err = o.m.Holders(ctx, o.full[0])
 	case opTerminate:
-		r.victim, r.err = terminateAHolder(o.apps, o.pick)
+		r.victim, r.err = terminateAHolder(o.apps, o.pick, o.fin.prefer)
 	case opClose:
 		o.closeAndRenew()
+	case opBegin, opSBegin, opDoTx, opToken, opCheckToken:
+		o.fenceCall(ctx)
 	default:
 		o.sessionCall(ctx)
 	}
@@ -171,8 +174,8 @@ func exclusiveHolder(key advisory.Key, app string) (uint32, error) {
 }
 
 // terminateAHolder terminates one of the backends of apps that hold an advisory lock,
-// chosen by pick in [0, 1). It returns 0 if there is none.
-func terminateAHolder(apps []string, pick float64) (uint32, error) {
+// chosen by pick in [0, 1), or prefer if it is one. It returns 0 if there is none.
+func terminateAHolder(apps []string, pick float64, prefer uint32) (uint32, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	rows, err := admin.Query(ctx, `
@@ -193,6 +196,9 @@ func terminateAHolder(apps []string, pick float64) (uint32, error) {
 		return 0, err
 	}
 	pid := pids[int(pick*float64(len(pids)))]
+	if slices.Contains(pids, prefer) {
+		pid = prefer
+	}
 	var ok bool
 	if err := admin.QueryRow(ctx, "SELECT pg_terminate_backend($1)", int32(pid)).Scan(&ok); err != nil {
 		return 0, err
@@ -206,7 +212,9 @@ func terminateAHolder(apps []string, pick float64) (uint32, error) {
 // closeAndRenew closes the Manager, checks that every call on it then returns
 // ErrClosed, and opens a new one in its place.
 func (o *op) closeAndRenew() {
+	o.res.fence.closeStart = time.Now()
 	o.m.Close()
+	o.res.fence.closedAt = time.Now()
 	o.m.Close() // a second Close returns at once
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -231,7 +239,7 @@ func (o *op) closeAndRenew() {
 	if ran {
 		o.res.bad = append(o.res.bad, "Do or Lead after Close ran fn")
 	}
-	o.res.newMgr, o.res.err = advisory.New(ctx, o.dsn, advisory.WithCancelGrace(cancelGrace))
+	o.res.newMgr, o.res.err = advisory.New(ctx, o.dsn, modelOptions()...)
 }
 
 // callCtx is one call's context, and when it ended.

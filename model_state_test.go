@@ -69,6 +69,7 @@ type lockH struct {
 	l      *advisory.Lock
 	pid    uint32
 	state  hState
+	token  int64 // its fencing token, once Token returned one
 }
 
 func (h *lockH) String() string {
@@ -120,6 +121,7 @@ type world struct {
 	dead     map[uint32]bool // backends terminated so far
 	batch    []*op           // the calls of the current step
 	checks   map[opKind]int  // the most ctx.Err checks seen in one call of each kind
+	fence    fenceState      // the fencing table, the rows, and counts
 
 	verbose  bool
 	hung     bool // a batch did not return
@@ -279,6 +281,8 @@ func errClass(err error) string {
 		return "lost"
 	case errors.Is(err, advisory.ErrClosed):
 		return "closed"
+	case errors.Is(err, advisory.ErrStaleToken):
+		return "stale"
 	case errors.Is(err, errModelFn):
 		return "fnerr"
 	case isDeadlock(err):

@@ -24,7 +24,9 @@ import (
 // from a seeded generator: Lock, TryLock and their shared forms, Lock.Unlock (also twice,
 // and after a loss), Session and its Lock, TryLock, LockAll, TryLockAll, Unlock and Close,
 // Do and Lead with a function that returns nil, an error, panics or waits, Holders,
-// pg_terminate_backend of a random holder, and Manager.Close followed by a new Manager.
+// pg_terminate_backend of a random holder, and Manager.Close followed by a new Manager;
+// and the fencing API: Lock.BeginFunc, Session.BeginFunc and DoTx (fn as for Do, after
+// inserting a row), Lock.Token and CheckToken (see model_fence_*_test.go).
 // Few lock names, so calls contend. Each call's ctx is already done, cancelled by a timer
 // at a random instant, given a random deadline, cancelled at its n-th Err check (see
 // checkCtx), or only bounded (2.5 s).
@@ -37,7 +39,9 @@ import (
 // Then the invariants are polled until the server agrees (see model_check_test.go): every
 // live handle's locks are granted in pg_locks to its backend; every lock of our backends is
 // reported by a live handle; no waiters; holders of one key are compatible; each Manager's
-// acquired connections equal its live Locks and Sessions. At the end, after closing
+// acquired connections equal its live Locks and Sessions. Then the fenced calls' rows: committed
+// if and only if the call returned nil (a loss overlapping the COMMIT may be in doubt),
+// on the lock's backend, which held the keys at COMMIT; and the tokens against the table. At the end, after closing
 // everything: nothing in pg_locks, no goroutine left. The Managers use a short
 // WithCancelGrace (see cancelGrace): the 1 s bound is about calls that ignore their ctx,
 // not about PostgreSQL dropping a CancelRequest under load.
@@ -98,7 +102,7 @@ func newWorld(t *testing.T, seed uint64) *world {
 		app := fmt.Sprintf("advmodel-%d-m%d", os.Getpid(), i)
 		s := &mgrSlot{idx: i, app: app, dsn: dsn(t, "application_name="+app)}
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		m, err := advisory.New(ctx, s.dsn, advisory.WithCancelGrace(cancelGrace))
+		m, err := advisory.New(ctx, s.dsn, modelOptions()...)
 		cancel()
 		if err != nil {
 			t.Fatalf("New: %v", err)
@@ -106,6 +110,7 @@ func newWorld(t *testing.T, seed uint64) *world {
 		s.m = m
 		w.slots = append(w.slots, s)
 	}
+	w.setupFence()
 	// On failure, Close releases whatever is left (also what a bug leaked).
 	t.Cleanup(func() {
 		if w.hung {
@@ -138,6 +143,9 @@ func (w *world) runStep() {
 		t1 := time.Now()
 		bad = w.settle()
 		w.settling += time.Since(t1)
+	}
+	if len(bad) == 0 {
+		bad = w.judgeFence(ops)
 	}
 	if len(bad) > 0 {
 		w.fail(bad)
@@ -203,7 +211,7 @@ func (w *world) stats() string {
 	}
 	sort.Strings(kinds)
 	var b strings.Builder
-	fmt.Fprintf(&b, "  ctx checks seen per call: %v\n", w.checks)
+	fmt.Fprintf(&b, "  ctx checks seen per call: %v\n  %s\n", w.checks, w.fence.stats())
 	for _, k := range kinds {
 		var parts []string
 		for class, n := range w.outcomes[k] {

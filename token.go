@@ -59,12 +59,17 @@ func (m *Manager) CreateFenceTable(ctx context.Context) error {
 // key's row in the fencing table and waits for its commit to be flushed (about one disk
 // flush). Later calls return the same token at once. ctx governs that statement; a
 // cancelled call takes no token and keeps the lock. It fails with an error wrapping
-// [ErrLockLost] or [ErrNotHeld] if the lock has ended, and with one wrapping
-// [ErrNoFenceTable] if the table does not exist.
+// [ErrLockLost] or [ErrNotHeld] if the lock has ended, even if a token was taken before,
+// and with one wrapping [ErrNoFenceTable] if the table does not exist.
 func (l *Lock) Token(ctx context.Context) (int64, error) {
 	s := l.s
 	if tok := s.fenceToken.Load(); tok != 0 {
-		return tok, nil
+		select {
+		case <-s.done: // the holding has ended: its token no longer fences anything
+			return 0, s.endErr()
+		default:
+			return tok, nil
+		}
 	}
 	if err := s.beginTx(ctx); err != nil {
 		return 0, err

@@ -154,3 +154,38 @@ func TestCheckTokenRefusesStaleWriters(t *testing.T) {
 	require.NoError(t, unknown.Rollback(ctx))
 	require.NoError(t, b.Unlock(ctx))
 }
+
+// TestTokenAfterTheLockEnded: once a token was taken, Token still fails after Unlock
+// (ErrNotHeld) and after a loss (ErrLockLost), as documented: a cached token is not handed
+// out by a Lock that no longer holds its key.
+func TestTokenAfterTheLockEnded(t *testing.T) {
+	t.Parallel()
+	ms := fenceManagers(t, 1)
+	m := ms[0]
+	ctx := ctxT(t)
+	l, err := m.Lock(ctx, t.Name())
+	require.NoError(t, err)
+	first, err := l.Token(ctx)
+	require.NoError(t, err)
+	again, err := l.Token(ctx)
+	require.NoError(t, err)
+	require.Equal(t, first, again, "a second call returns the cached token")
+	require.NoError(t, l.Unlock(ctx))
+	_, err = l.Token(ctx)
+	require.ErrorIs(t, err, advisory.ErrNotHeld, "Token after Unlock")
+
+	l, err = m.Lock(ctx, t.Name())
+	require.NoError(t, err)
+	_, err = l.Token(ctx)
+	require.NoError(t, err)
+	terminate(t, l.PID())
+	select {
+	case <-l.Done():
+	case <-ctx.Done():
+		t.Fatal("Done not closed after the backend was terminated")
+	}
+	_, err = l.Token(ctx)
+	require.ErrorIs(t, err, advisory.ErrLockLost, "Token after a loss")
+	require.ErrorIs(t, l.Unlock(ctx), advisory.ErrLockLost)
+	requireNoAcquired(t, m)
+}

@@ -49,7 +49,7 @@ func (s *pin) runTx(ctx context.Context, opts pgx.TxOptions, fn func(pgx.Tx) err
 
 // inTx begins, runs fn and commits or rolls back. It reports whether the commit succeeded.
 func (s *pin) inTx(ctx context.Context, opts pgx.TxOptions, fn func(pgx.Tx) error, txp *pgx.Tx) (bool, error) {
-	tx, err := s.pc.BeginTx(ctx, opts)
+	tx, err := s.begin(ctx, opts)
 	if err != nil {
 		return false, err
 	}
@@ -66,6 +66,27 @@ func (s *pin) inTx(ctx context.Context, opts pgx.TxOptions, fn func(pgx.Tx) erro
 		return false, err
 	}
 	return true, nil
+}
+
+// begin sends BEGIN, if ctx has not ended. Not under ctx itself: pgx closes the
+// connection, and so frees the lock, when BEGIN fails with anything but a server error,
+// "context already done" included, which a ctx ending at the wrong instant would cause.
+// BEGIN is one round trip; cleanupTimeout bounds it if the connection stalls. If ctx
+// ended meanwhile, the transaction is rolled back and ctx's error returned.
+func (s *pin) begin(ctx context.Context, opts pgx.TxOptions) (pgx.Tx, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	bctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+	defer cancel()
+	tx, err := s.pc.BeginTx(bctx, opts)
+	if err != nil {
+		return nil, err
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, errors.Join(err, rollback(tx))
+	}
+	return tx, nil
 }
 
 // rollback rolls tx back (nil: nothing to do), bounded by cleanupTimeout: the caller's
