@@ -20,8 +20,11 @@ import (
 // (BEGIN itself is not interrupted); a cancelled statement of fn fails the transaction,
 // which is rolled back, but the connection, and so the lock, is kept (the server is asked
 // to cancel, as for a Lock wait; only if it does not answer within the grace period is
-// the connection closed, which frees the lock). If ctx ends while fn runs, the transaction is rolled back, not committed. It waits for another
-// BeginFunc running on the same Lock, bounded by ctx; Unlock waits for it too.
+// the connection closed, which frees the lock). If ctx ends while fn runs, the
+// transaction is rolled back, not committed. Once fn has returned nil with ctx live, the
+// COMMIT is sent and not interrupted by ctx (5 s bound its round trip, as for BEGIN). It
+// waits for another BeginFunc running on the same Lock, bounded by ctx; Unlock waits for
+// it too.
 //
 // It returns nil if the transaction committed. If fn returns an error, the transaction
 // is rolled back and that error returned. If the lock was lost before the call or is lost

@@ -62,7 +62,11 @@ func (s *pin) inTx(ctx context.Context, opts pgx.TxOptions, fn func(pgx.Tx) erro
 		rollback(tx)
 		return false, err
 	}
-	if err := tx.Commit(ctx); err != nil && !errors.Is(err, pgx.ErrTxClosed) {
+	// COMMIT is sent as BEGIN is, not under ctx: ctx ending between the check above and
+	// the send would make pgx close the connection, losing the lock for nothing.
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+	defer cancel()
+	if err := tx.Commit(cctx); err != nil && !errors.Is(err, pgx.ErrTxClosed) {
 		return false, err
 	}
 	return true, nil
