@@ -213,7 +213,7 @@ func (m *Manager) take(ctx context.Context, t target, try bool) (*Lock, error) {
 		}
 		if err == nil {
 			s.logAcquired(start)
-			return &Lock{s: s, name: t.name}, nil
+			return &s.handle, nil
 		}
 		s.end(true, ErrNotHeld)
 		var locked *LockedError

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -31,7 +32,17 @@ type pin struct {
 	shared bool
 	pair   bool
 	st     statements
-	fd     int    // the socket's descriptor, for the poller
+	fd     int  // the socket's descriptor, for the poller
+	handle Lock // what Manager.Lock returns: one allocation with the pin
+
+	// args are the lock statements' arguments ($1 the key, $2 the token), boxed once per
+	// pin; their (pid, result) rows are scanned into rowPID and rowOK through dst. Only
+	// the goroutine that owns the connection (see above) runs them, so a lock cycle
+	// allocates nothing for its arguments and results.
+	args   [2]any
+	dst    [2]any
+	rowPID uint32
+	rowOK  pgtype.Bool
 	pollID uint64 // the poller's ID for this session's registration; 0 while not registered
 
 	done      chan struct{} // closed when the session has ended
@@ -63,10 +74,31 @@ const (
 func newPin(m *Manager, pc *pgxpool.Conn, t target) *pin {
 	pg := pc.Conn().PgConn()
 	pid, token := ownership(pg)
-	return &pin{m: m, pc: pc, pg: pg, cancel: handlerOf(pg), pid: pid, token: token,
+	s := &pin{m: m, pc: pc, pg: pg, cancel: handlerOf(pg), pid: pid, token: token,
 		key: t.key, name: t.name, shared: t.shared, pair: t.pair, gated: t.gated,
 		st: statementsFor(t.name, t.shared, t.pair),
-		fd: socketFD(pg.Conn()), done: make(chan struct{}), watchDone: make(chan struct{})}
+		fd: connFD(pg), done: make(chan struct{}), watchDone: make(chan struct{})}
+	s.handle = Lock{s: s, name: t.name}
+	tok := pg.CustomData()[tokenKey] // already boxed: the token as any, without a copy
+	if _, ok := tok.(string); !ok {
+		tok = token
+	}
+	s.args = [2]any{int64(t.key), tok}
+	s.dst = [2]any{&s.rowPID, &s.rowOK}
+	return s
+}
+
+// row runs one of the key's statements (lock, tryLock, unlock: $1 the key, $2 the
+// token) and returns its row: the backend pid, and the result, nil when the statement
+// ran on a backend that is not the connection's own (see ownedBy). The result points
+// into the pin: read it before the next statement.
+func (s *pin) row(ctx context.Context, sql string) (uint32, *bool, error) {
+	s.rowPID, s.rowOK = 0, pgtype.Bool{}
+	err := s.pc.QueryRow(ctx, sql, s.args[:]...).Scan(s.dst[:]...)
+	if !s.rowOK.Valid {
+		return s.rowPID, nil, err
+	}
+	return s.rowPID, &s.rowOK.Bool, err
 }
 
 // lock runs pg_advisory_lock and makes the outcome exact: on return with nil the session
@@ -74,10 +106,8 @@ func newPin(m *Manager, pc *pgxpool.Conn, t target) *pin {
 // the lock, as verified with the server or by closing the connection.
 func (s *pin) lock(ctx context.Context) error {
 	key := s.key
-	var pid uint32
-	var owned *bool
 	disarm := s.logWaitLater(ctx)
-	err := s.pc.QueryRow(waitCtx(ctx), s.st.lock, int64(key), s.token).Scan(&pid, &owned)
+	pid, owned, err := s.row(waitCtx(ctx), s.st.lock)
 	disarm()
 	s.setState(stateSettling)
 	interrupted := s.cancel.settle()
@@ -114,9 +144,7 @@ func (s *pin) lock(ctx context.Context) error {
 // usable and holds nothing. On any other error the connection is closed (the server frees
 // anything it may hold).
 func (s *pin) tryLock(ctx context.Context) error {
-	var got *bool
-	var pid uint32
-	err := s.pc.QueryRow(ctx, s.st.tryLock, int64(s.key), s.token).Scan(&pid, &got)
+	pid, got, err := s.row(ctx, s.st.tryLock)
 	s.setState(stateSettling)
 	if perr := s.checkBackend(pid, got, err); perr != nil {
 		return perr
@@ -175,14 +203,7 @@ var errNotHeldByServer = errors.New("the server reports the lock was not held by
 // unlock runs pg_advisory_unlock on a session whose watcher has been stopped. It returns
 // nil only if the server confirmed the release.
 func (s *pin) unlock(ctx context.Context) error {
-	var ok *bool
-	var pid uint32
-	var err error
-	if s.multi {
-		err = s.pc.QueryRow(ctx, unlockAllSQL, s.token).Scan(&pid, &ok)
-	} else {
-		err = s.pc.QueryRow(ctx, s.st.unlock, int64(s.key), s.token).Scan(&pid, &ok)
-	}
+	pid, ok, err := s.unlockRow(ctx)
 	if err == nil {
 		err = s.checkOwned(pid, ok)
 	}
@@ -190,6 +211,16 @@ func (s *pin) unlock(ctx context.Context) error {
 		return errNotHeldByServer
 	}
 	return err
+}
+
+func (s *pin) unlockRow(ctx context.Context) (uint32, *bool, error) {
+	if !s.multi {
+		return s.row(ctx, s.st.unlock)
+	}
+	var ok *bool
+	var pid uint32
+	err := s.pc.QueryRow(ctx, unlockAllSQL, s.token).Scan(&pid, &ok)
+	return pid, ok, err
 }
 
 // unlockFailure says what a failed unlock means. If the connection failed by itself (the

@@ -1,0 +1,109 @@
+//go:build linux
+
+package advisory
+
+import (
+	"context"
+	"errors"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/pgadvisory/advisory/internal/pgtest"
+)
+
+// BenchmarkCycleAblation splits the uncontended Lock+Unlock cycle into layers, measured
+// interleaved in one loop, each as a ratio to the raw floor, so that the cost of each
+// layer can be read off:
+//
+//	x-shape:   our statement texts (ownership CASE, pg_backend_pid, two parameters) on one
+//	           pool connection held throughout: the statement cost alone.
+//	x-pool:    the same, plus pool Acquire and Release around each cycle.
+//	x-lock:    Manager.Lock + Lock.Unlock: everything.
+func BenchmarkCycleAblation(b *testing.B) {
+	dsn := os.Getenv(pgtest.EnvDSN)
+	if dsn == "" {
+		pgtest.Need(b, nil, errors.New("TestMain found no server"))
+	}
+	ctx := context.Background()
+	raw, err := pgx.Connect(ctx, dsn)
+	require.NoError(b, err)
+	defer raw.Close(ctx)
+	m, err := New(ctx, dsn+" pool_max_conns=2")
+	require.NoError(b, err)
+	defer m.Close()
+	held, err := m.pool.Acquire(ctx)
+	require.NoError(b, err)
+	defer held.Release()
+	name := b.Name()
+	st := statementsFor(name, false, false)
+	key := int64(KeyOf(name))
+	shape := func(c interface {
+		QueryRow(context.Context, string, ...any) pgx.Row
+	}, token string) {
+		var pid uint32
+		var ok *bool
+		if err := c.QueryRow(ctx, st.lock, key, token).Scan(&pid, &ok); err != nil || ok == nil || !*ok {
+			b.Fatal(ok, err)
+		}
+		if err := c.QueryRow(ctx, st.unlock, key, token).Scan(&pid, &ok); err != nil || ok == nil || !*ok {
+			b.Fatal(ok, err)
+		}
+	}
+	_, heldToken := ownership(held.Conn().PgConn())
+	rows := []func(){
+		func() {
+			var ok bool
+			if err := raw.QueryRow(ctx, "SELECT pg_try_advisory_lock($1)", key+1).Scan(&ok); err != nil || !ok {
+				b.Fatal(ok, err)
+			}
+			if err := raw.QueryRow(ctx, "SELECT pg_advisory_unlock($1)", key+1).Scan(&ok); err != nil || !ok {
+				b.Fatal(ok, err)
+			}
+		},
+		func() { shape(held, heldToken) },
+		func() {
+			pc, err := m.pool.Acquire(ctx)
+			if err != nil {
+				b.Fatal(err)
+			}
+			_, token := ownership(pc.Conn().PgConn())
+			shape(pc, token)
+			pc.Release()
+		},
+		func() {
+			l, err := m.Lock(ctx, name)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if err := l.Unlock(ctx); err != nil {
+				b.Fatal(err)
+			}
+		},
+	}
+	if only := os.Getenv("ADVISORY_BENCH_LAYER"); only != "" { // one layer alone, for perf stat
+		n := map[string]int{"raw": 0, "shape": 1, "pool": 2, "lock": 3}[only]
+		b.ResetTimer()
+		for i := 0; i < b.N; i++ {
+			rows[n]()
+		}
+		return
+	}
+	took := make([]time.Duration, len(rows))
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		for j := range rows {
+			k := (i + j) % len(rows)
+			start := time.Now()
+			rows[k]()
+			took[k] += time.Since(start)
+		}
+	}
+	b.ReportMetric(float64(took[0].Nanoseconds())/float64(b.N), "raw-ns/cycle")
+	for i, unit := range []string{"x-shape", "x-pool", "x-lock"} {
+		b.ReportMetric(float64(took[i+1])/float64(took[0]), unit)
+	}
+}
