@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"os"
+	"syscall"
 	"testing"
 	"time"
 
@@ -84,12 +85,16 @@ func BenchmarkCycleAblation(b *testing.B) {
 			}
 		},
 	}
-	if only := os.Getenv("ADVISORY_BENCH_LAYER"); only != "" { // one layer alone, for perf stat
+	// ADVISORY_BENCH_LAYER=raw|shape|pool|lock runs one layer alone (for perf stat or
+	// strace -c) and reports the process's CPU time per cycle (user + system, all threads).
+	if only := os.Getenv("ADVISORY_BENCH_LAYER"); only != "" {
 		n := map[string]int{"raw": 0, "shape": 1, "pool": 2, "lock": 3}[only]
+		cpu0 := cpuTime()
 		b.ResetTimer()
 		for i := 0; i < b.N; i++ {
 			rows[n]()
 		}
+		b.ReportMetric(float64((cpuTime()-cpu0).Microseconds())/float64(b.N), "cpu-µs/cycle")
 		return
 	}
 	took := make([]time.Duration, len(rows))
@@ -106,4 +111,10 @@ func BenchmarkCycleAblation(b *testing.B) {
 	for i, unit := range []string{"x-shape", "x-pool", "x-lock"} {
 		b.ReportMetric(float64(took[i+1])/float64(took[0]), unit)
 	}
+}
+
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

@@ -6,6 +6,7 @@ import (
 	"runtime"
 	"runtime/metrics"
 	"sort"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -111,38 +112,41 @@ func sessionCycle(b *bench) error {
 	return b.session.Unlock(ctx, "bench/session-cycle")
 }
 
-// counts are per-cycle figures that machine load hardly changes: context switches of
-// the whole client process (all its threads, voluntary and involuntary), goroutines
-// started, and heap allocations.
+// counts are per-cycle figures that machine load changes far less than it changes
+// latency: context switches of the whole client process (all its threads, voluntary and
+// involuntary), goroutines started, heap allocations, and the client's CPU time (user and
+// system, all threads, in µs; it includes the Go scheduler's spinning while it waits).
 type counts struct {
 	CtxSwitches float64 `json:"ctx_switches"`
 	Goroutines  float64 `json:"goroutines"`
 	Allocs      float64 `json:"allocs"`
+	CPU         float64 `json:"cpu_us"`
 }
 
 // readCounters reads the counters. Allocations come from ReadMemStats (exact; it stops
 // the world, but only between blocks), not runtime/metrics, whose heap counters lag.
-func readCounters() (cs, gor, allocs uint64) {
+func readCounters() (cs, gor, allocs uint64, cpu time.Duration) {
 	var ru unix.Rusage
 	unix.Getrusage(unix.RUSAGE_SELF, &ru)
+	cpu = time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 	s := []metrics.Sample{{Name: "/sched/goroutines-created:goroutines"}}
 	metrics.Read(s)
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
-	return uint64(ru.Nvcsw + ru.Nivcsw), s[0].Value.Uint64(), ms.Mallocs
+	return uint64(ru.Nvcsw + ru.Nivcsw), s[0].Value.Uint64(), ms.Mallocs, cpu
 }
 
 // countCycles runs op n times and returns the counts per cycle.
 func countCycles(b *bench, op func(*bench) error, n int) (counts, error) {
-	cs0, g0, a0 := readCounters()
+	cs0, g0, a0, c0 := readCounters()
 	for i := 0; i < n; i++ {
 		if err := op(b); err != nil {
 			return counts{}, err
 		}
 	}
-	cs1, g1, a1 := readCounters()
+	cs1, g1, a1, c1 := readCounters()
 	f := float64(n)
-	return counts{float64(cs1-cs0) / f, float64(g1-g0) / f, float64(a1-a0) / f}, nil
+	return counts{float64(cs1-cs0) / f, float64(g1-g0) / f, float64(a1-a0) / f, float64(c1-c0) / f / 1e3}, nil
 }
 
 // countRound takes one block of counts for every row that has an op, in its placement.
@@ -179,6 +183,6 @@ func medianCounts(cs []counts) *counts {
 		sort.Float64s(v)
 		return v[len(v)/2]
 	}
-	return &counts{med(func(c counts) float64 { return c.CtxSwitches }),
-		med(func(c counts) float64 { return c.Goroutines }), med(func(c counts) float64 { return c.Allocs })}
+	return &counts{med(func(c counts) float64 { return c.CtxSwitches }), med(func(c counts) float64 { return c.Goroutines }),
+		med(func(c counts) float64 { return c.Allocs }), med(func(c counts) float64 { return c.CPU })}
 }

@@ -178,12 +178,12 @@ func (res results) cycleSection(b *strings.Builder) {
 	b.WriteString("Median per cycle (one lock, one unlock) in each placement; in parentheses the ratio to the raw floor " +
 		"with the same kind of ctx, then to the other floor. Targets: ≤ 1.10x unpinned, ≤ 1.05x pinned " +
 		"(✅/❌ against the first ratio). Per cycle, unpinned: context switches of the whole client process, " +
-		"goroutines started, heap allocations.\n\n| cycle |")
+		"goroutines started, heap allocations, client CPU time (µs, all threads, user + system).\n\n| cycle |")
 	for _, p := range pls {
 		fmt.Fprintf(b, " %s |", p)
 	}
-	b.WriteString(" ctx switches | goroutines | allocs |\n|---|")
-	b.WriteString(strings.Repeat("---|", len(pls)+3) + "\n")
+	b.WriteString(" ctx switches | goroutines | allocs | CPU µs |\n|---|")
+	b.WriteString(strings.Repeat("---|", len(pls)+4) + "\n")
 	for _, k := range res.kinds(func(r result) bool { return r.Counts != nil || strings.Contains(r.Kind, "cycle") }) {
 		fmt.Fprintf(b, "| %s |", k)
 		for _, p := range pls {
@@ -194,9 +194,10 @@ func (res results) cycleSection(b *strings.Builder) {
 			}
 		}
 		if r := res.find(k, pls[0]); r != nil && r.Counts != nil {
-			fmt.Fprintf(b, " %.2f | %.2f | %.1f |\n", r.Counts.CtxSwitches, r.Counts.Goroutines, r.Counts.Allocs)
+			c := r.Counts
+			fmt.Fprintf(b, " %.2f | %.2f | %.1f | %.0f |\n", c.CtxSwitches, c.Goroutines, c.Allocs, c.CPU)
 		} else {
-			b.WriteString(" | | |\n")
+			b.WriteString(" | | | |\n")
 		}
 	}
 	b.WriteString("\n")
