@@ -24,6 +24,8 @@ import (
 //	           pool connection held throughout: the statement cost alone.
 //	x-pool:    the same, plus pool Acquire and Release around each cycle.
 //	x-lock:    Manager.Lock + Lock.Unlock: everything.
+//	x-raw-on-ours:    the raw statements on our pool connection (our session settings).
+//	x-shape-on-plain: our statement texts on a plain pgx connection given a token.
 func BenchmarkCycleAblation(b *testing.B) {
 	dsn := os.Getenv(pgtest.EnvDSN)
 	if dsn == "" {
@@ -55,16 +57,25 @@ func BenchmarkCycleAblation(b *testing.B) {
 		}
 	}
 	_, heldToken := ownership(held.Conn().PgConn())
+	// A plain connection that carries a token, for our statements without our settings.
+	plain, err := pgx.Connect(ctx, dsn)
+	require.NoError(b, err)
+	defer plain.Close(ctx)
+	_, err = plain.Exec(ctx, "SELECT set_config('"+ownerSetting+"', 'bench', false)")
+	require.NoError(b, err)
+	rawStatements := func(c interface {
+		QueryRow(context.Context, string, ...any) pgx.Row
+	}) {
+		var ok bool
+		if err := c.QueryRow(ctx, "SELECT pg_try_advisory_lock($1)", key+1).Scan(&ok); err != nil || !ok {
+			b.Fatal(ok, err)
+		}
+		if err := c.QueryRow(ctx, "SELECT pg_advisory_unlock($1)", key+1).Scan(&ok); err != nil || !ok {
+			b.Fatal(ok, err)
+		}
+	}
 	rows := []func(){
-		func() {
-			var ok bool
-			if err := raw.QueryRow(ctx, "SELECT pg_try_advisory_lock($1)", key+1).Scan(&ok); err != nil || !ok {
-				b.Fatal(ok, err)
-			}
-			if err := raw.QueryRow(ctx, "SELECT pg_advisory_unlock($1)", key+1).Scan(&ok); err != nil || !ok {
-				b.Fatal(ok, err)
-			}
-		},
+		func() { rawStatements(raw) },
 		func() { shape(held, heldToken) },
 		func() {
 			pc, err := m.pool.Acquire(ctx)
@@ -84,11 +95,13 @@ func BenchmarkCycleAblation(b *testing.B) {
 				b.Fatal(err)
 			}
 		},
+		func() { rawStatements(held) },
+		func() { shape(plain, "bench") },
 	}
 	// ADVISORY_BENCH_LAYER=raw|shape|pool|lock runs one layer alone (for perf stat or
 	// strace -c) and reports the process's CPU time per cycle (user + system, all threads).
 	if only := os.Getenv("ADVISORY_BENCH_LAYER"); only != "" {
-		n := map[string]int{"raw": 0, "shape": 1, "pool": 2, "lock": 3}[only]
+		n := map[string]int{"raw": 0, "shape": 1, "pool": 2, "lock": 3, "raw-on-ours": 4, "shape-on-plain": 5}[only]
 		cpu0 := cpuTime()
 		b.ResetTimer()
 		for i := 0; i < b.N; i++ {
@@ -108,7 +121,7 @@ func BenchmarkCycleAblation(b *testing.B) {
 		}
 	}
 	b.ReportMetric(float64(took[0].Nanoseconds())/float64(b.N), "raw-ns/cycle")
-	for i, unit := range []string{"x-shape", "x-pool", "x-lock"} {
+	for i, unit := range []string{"x-shape", "x-pool", "x-lock", "x-raw-on-ours", "x-shape-on-plain"} {
 		b.ReportMetric(float64(took[i+1])/float64(took[0]), unit)
 	}
 }
