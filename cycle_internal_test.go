@@ -131,3 +131,25 @@ func cpuTime() time.Duration {
 	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
+
+// BenchmarkPoolAcquireRelease is the pool's part of a cycle alone: Acquire (with the
+// ShouldPing peek at the idle connection's socket) and Release, no statement.
+func BenchmarkPoolAcquireRelease(b *testing.B) {
+	dsn := os.Getenv(pgtest.EnvDSN)
+	if dsn == "" {
+		pgtest.Need(b, nil, errors.New("TestMain found no server"))
+	}
+	ctx := context.Background()
+	m, err := New(ctx, dsn+" pool_max_conns=1")
+	require.NoError(b, err)
+	defer m.Close()
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		pc, err := m.pool.Acquire(ctx)
+		if err != nil {
+			b.Fatal(err)
+		}
+		pc.Release()
+	}
+}

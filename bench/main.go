@@ -15,6 +15,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"flag"
 	"fmt"
 	"os"
@@ -40,7 +41,15 @@ func main() {
 	readme := flag.String("readme", "../README.md", "README whose figures block is rewritten (\"\": none)")
 	peers := flag.Bool("peers", true, "also measure the peers (goose, lease tables): about 5 more minutes")
 	only := flag.String("only", "", "measure only the rows whose name matches this regular expression (and their floors)")
+	render := flag.Bool("render", false, "measure nothing: write benchmarks.md, the plots and the README block from -docs's benchmarks.json")
 	flag.Parse()
+	if *render {
+		if err := renderFrom(*docs, *readme); err != nil {
+			fmt.Fprintln(os.Stderr, "bench:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
 	filter, err := regexp.Compile(*only)
@@ -87,6 +96,12 @@ func run(ctx context.Context, rounds int, docs, readme string, peers bool, only 
 	if err := res.writeJSON(filepath.Join(docs, "benchmarks.json")); err != nil {
 		return err
 	}
+	return res.render(docs, readme)
+}
+
+// render writes everything that is derived from the results: the plots,
+// benchmarks.md and the README's block.
+func (res results) render(docs, readme string) error {
 	if err := res.plot(docs); err != nil {
 		return err
 	}
@@ -97,6 +112,19 @@ func run(ctx context.Context, rounds int, docs, readme string, peers bool, only 
 		return nil
 	}
 	return res.writeReadme(readme)
+}
+
+// renderFrom renders a run's stored results again (after a change to the report's form).
+func renderFrom(docs, readme string) error {
+	b, err := os.ReadFile(filepath.Join(docs, "benchmarks.json"))
+	if err != nil {
+		return err
+	}
+	var res results
+	if err := json.Unmarshal(b, &res); err != nil {
+		return err
+	}
+	return res.render(docs, readme)
 }
 
 func machine(srv *pgtest.Server) string {
