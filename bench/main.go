@@ -18,6 +18,7 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -134,32 +135,30 @@ func machine(srv *pgtest.Server) string {
 
 // measureRound takes each row's samples for one round, interleaved: every pass takes one
 // sample of every row still owed one, so neighbouring rows see the same machine state.
-// With settle, each sample waits 50 ms for the machine to quiet down first.
+// With settle (the heavy rows), each sample waits 50 ms for the machine to quiet down
+// first. Without it (the sub-millisecond rows), each timed sample follows one untimed
+// run of the same row: every row is timed on a backend that has just served it, as in a
+// loop. Rows that share a backend would otherwise be timed warm or cold depending on which
+// row ran before them (a fixed order made one cycle row 1.3x slower than its twin).
 func measureRound(ctx context.Context, b *bench, rows []*row, settle bool) error {
 	most := 0
 	for _, r := range rows {
 		most = max(most, r.per)
 	}
 	for i := 0; i < most; i++ {
-		// Rotate the order each pass: a row never always follows the same neighbour (one
-		// that used another backend, leaving this one's cold).
-		for j := range rows {
-			r := rows[(i+j)%len(rows)]
+		for _, r := range passOrder(b, rows, i) {
 			if i >= r.per {
 				continue
 			}
-			if moved, err := b.moveFor(r); err != nil {
+			if _, err := b.moveFor(r); err != nil {
 				return err
-			} else if moved && !settle {
-				// The first sample after the threads moved pays for the move: drop it.
-				if _, err := r.sample(ctx, b); err != nil {
-					return fmt.Errorf("%s: %w", r.Name, err)
-				}
 			}
 			if settle {
 				// Let the previous heavy sample's aftermath (a killed process, backends
 				// exiting) pass, so it does not land on this one.
 				time.Sleep(50 * time.Millisecond)
+			} else if _, err := r.sample(ctx, b); err != nil { // warm up, untimed
+				return fmt.Errorf("%s: %w", r.Name, err)
 			}
 			v, err := r.sample(ctx, b)
 			if err != nil {
@@ -169,6 +168,28 @@ func measureRound(ctx context.Context, b *bench, rows []*row, settle bool) error
 		}
 	}
 	return nil
+}
+
+// passOrder returns the rows in pass i's order: grouped by placement (so threads move
+// only a few times a pass), groups in turn first, rows shuffled within each group.
+func passOrder(b *bench, rows []*row, i int) []*row {
+	var names []string
+	groups := map[string][]*row{}
+	for _, r := range rows {
+		n := b.placementOf(r).Name
+		if groups[n] == nil {
+			names = append(names, n)
+		}
+		groups[n] = append(groups[n], r)
+	}
+	var out []*row
+	for j := range names {
+		g := groups[names[(i+j)%len(names)]]
+		for _, k := range rand.Perm(len(g)) {
+			out = append(out, g[k])
+		}
+	}
+	return out
 }
 
 // moveFor places the client and server for r, and reports whether they moved.
