@@ -285,19 +285,21 @@ alone, with the server started separately; the goroutine and allocation columns 
   wakes the watcher's thread, and a disarmed one costs the same call to re-arm.
 - **Goroutines started**: none per cycle.
 - **Allocations**: 19 per Lock or TryLock cycle (44 and 47 before issue 14's changes);
-  raw pgx makes 12, its own per-statement allocations, which ours include.
+  raw pgx makes 9 to 12 (its own per-statement allocations, which ours include).
 - **CPU work**: pool Acquire + Release about 1.3 µs (BenchmarkPoolAcquireRelease). Every
   lock statement also returns pg_backend_pid() and calls the lock function only on a
   backend that carries the connection's ownership token (the protection against
-  transaction-pooling proxies): one more parameter and column. In the root package,
-  ` + "`go test -run '^$' -bench CycleAblation -benchtime 3000x`" + ` times these layers side by side.
+  transaction-pooling proxies): one more parameter and column.
 
-So what a cycle adds to raw pgx is microseconds of CPU and no wake-ups; on a small
-machine what moves a sub-millisecond cycle by tens of microseconds is where the client
-and the backend run. Compare a row across the placement columns, and a ratio above its
-target in one placement only with the pinned columns: a gap that appears only unpinned
-is placement, not work. Timings taken while other jobs load the machine mean little:
-the load average at the start and the end of the run is printed above.
+Compare a row across the placement columns: a gap that is the same in every placement is
+work on the cycle's path, not where the threads ran. In the root package,
+` + "`go test -run '^$' -bench CycleAblation -benchtime 3000x -count 4`" + ` (on an idle machine)
+splits a Lock + Unlock cycle into layers, each timed side by side with the raw floor:
+the raw statements on our connection (our session settings), our statement texts (the
+ownership check and pg_backend_pid()), those plus pool Acquire and Release, and the whole
+cycle (plus the pinned-session bookkeeping, the in-process queue and the epoll
+registration). Timings taken while other jobs load the machine mean little: the load
+average at the start and the end of the run is printed above.
 
 ## What the rows measure
 
