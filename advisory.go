@@ -28,6 +28,9 @@ type Manager struct {
 	set    settings
 	proxy  *proxyState
 	poller *poller // nil where epoll is not available
+	// maxConns is the pool's size. (pgxpool's Config() returns a deep copy: far too
+	// costly for every Lock call.)
+	maxConns int
 
 	gates gates // in-process queues of Lock calls, per key
 
@@ -134,8 +137,8 @@ func NewWithConfig(ctx context.Context, cfg *pgxpool.Config, opts ...Option) (*M
 		pool.Close()
 		return nil, fmt.Errorf("advisory: start socket poller: %w", err)
 	}
-	return &Manager{pool: pool, set: set, proxy: ps, poller: p, closing: make(chan struct{}), closeDone: make(chan struct{}),
-		sessions: make(map[*pin]struct{})}, nil
+	return &Manager{pool: pool, set: set, proxy: ps, poller: p, maxConns: int(pool.Config().MaxConns),
+		closing: make(chan struct{}), closeDone: make(chan struct{}), sessions: make(map[*pin]struct{})}, nil
 }
 
 // defaultApplicationName is "PROGRAM HOST/PID", shortened at the program's name to fit

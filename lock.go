@@ -229,7 +229,7 @@ func (m *Manager) attempt(ctx context.Context, t target, try, waitPool bool) (*L
 				ev.Try = try
 				h(ev)
 			}
-			return &Lock{s: s, name: t.name}, nil
+			return &s.handle, nil
 		}
 		s.end(true, ErrNotHeld)
 		var locked *LockedError

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -31,7 +32,17 @@ type pin struct {
 	shared bool
 	pair   bool
 	st     statements
-	fd     int    // the socket's descriptor, for the poller
+	fd     int  // the socket's descriptor, for the poller
+	handle Lock // what Manager.Lock returns: one allocation with the pin
+
+	// args are the lock statements' arguments ($1 the key, $2 the token), boxed once per
+	// pin; their (pid, result) rows are scanned into rowPID and rowOK through dst. Only
+	// the goroutine that owns the connection (see above) runs them, so a lock cycle
+	// allocates nothing for its arguments and results.
+	args   [2]any
+	dst    [2]any
+	rowPID uint32
+	rowOK  pgtype.Bool
 	pollID uint64 // the poller's ID for this session's registration; 0 while not registered
 	pollFD int    // the descriptor registered with the poller: fd, or txFD in a transaction
 
@@ -76,9 +87,29 @@ func newPin(m *Manager, pc *pgxpool.Conn, t target) *pin {
 	s := &pin{m: m, pc: pc, pg: pg, cancel: handlerOf(pg), pid: pid, token: token,
 		key: t.key, name: t.name, shared: t.shared, pair: t.pair, gated: t.gated,
 		st: statementsFor(t.name, t.shared, t.pair),
-		fd: socketFD(pg.Conn()), txFD: -1, done: make(chan struct{}), watchDone: make(chan struct{})}
+		fd: connFD(pg), txFD: -1, done: make(chan struct{}), watchDone: make(chan struct{})}
 	s.hidden.Store(t.hidden)
+	s.handle = Lock{s: s, name: t.name}
+	tok := pg.CustomData()[tokenKey] // already boxed: the token as any, without a copy
+	if _, ok := tok.(string); !ok {
+		tok = token
+	}
+	s.args = [2]any{int64(t.key), tok}
+	s.dst = [2]any{&s.rowPID, &s.rowOK}
 	return s
+}
+
+// row runs one of the key's statements (lock, tryLock, unlock: $1 the key, $2 the
+// token) and returns its row: the backend pid, and the result, nil when the statement
+// ran on a backend that is not the connection's own (see ownedBy). The result points
+// into the pin: read it before the next statement.
+func (s *pin) row(ctx context.Context, sql string) (uint32, *bool, error) {
+	s.rowPID, s.rowOK = 0, pgtype.Bool{}
+	err := s.pc.QueryRow(ctx, sql, s.args[:]...).Scan(s.dst[:]...)
+	if !s.rowOK.Valid {
+		return s.rowPID, nil, err
+	}
+	return s.rowPID, &s.rowOK.Bool, err
 }
 
 // errNotHeldByServer is unlock's error when pg_advisory_unlock returned false.
@@ -87,14 +118,7 @@ var errNotHeldByServer = errors.New("the server reports the lock was not held by
 // unlock runs pg_advisory_unlock on a session whose watcher has been stopped. It returns
 // nil only if the server confirmed the release.
 func (s *pin) unlock(ctx context.Context) error {
-	var ok *bool
-	var pid uint32
-	var err error
-	if s.multi {
-		err = s.pc.QueryRow(ctx, unlockAllSQL, s.token).Scan(&pid, &ok)
-	} else {
-		err = s.pc.QueryRow(ctx, s.st.unlock, int64(s.key), s.token).Scan(&pid, &ok)
-	}
+	pid, ok, err := s.unlockRow(ctx)
 	if err == nil {
 		err = s.checkOwned(pid, ok)
 	}
@@ -102,6 +126,16 @@ func (s *pin) unlock(ctx context.Context) error {
 		return errNotHeldByServer
 	}
 	return err
+}
+
+func (s *pin) unlockRow(ctx context.Context) (uint32, *bool, error) {
+	if !s.multi {
+		return s.row(ctx, s.st.unlock)
+	}
+	var ok *bool
+	var pid uint32
+	err := s.pc.QueryRow(ctx, unlockAllSQL, s.token).Scan(&pid, &ok)
+	return pid, ok, err
 }
 
 // unlockFailure says what a failed unlock means. If the connection failed by itself (the

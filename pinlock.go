@@ -11,11 +11,8 @@ import (
 // holds the lock, ctx was not done, and the watcher runs; on any error it does not hold
 // the lock, as verified with the server or by closing the connection.
 func (s *pin) lock(ctx context.Context) error {
-	key := s.key
-	var pid uint32
-	var owned *bool
 	disarm := s.logWaitLater(ctx)
-	err := s.pc.QueryRow(waitCtx(ctx), s.st.lock, int64(key), s.token).Scan(&pid, &owned)
+	pid, owned, err := s.row(waitCtx(ctx), s.st.lock)
 	disarm()
 	s.setState(stateSettling)
 	interrupted := s.cancel.settle()
@@ -59,9 +56,7 @@ func (s *pin) abandon(ctx context.Context, err error, interrupted bool) error {
 // as lock's is and the outcome made exact the same way (see abandon). On any other error
 // the connection is closed (the server frees anything it may hold).
 func (s *pin) tryLock(ctx context.Context) error {
-	var got *bool
-	var pid uint32
-	err := s.pc.QueryRow(waitCtx(ctx), s.st.tryLock, int64(s.key), s.token).Scan(&pid, &got)
+	pid, got, err := s.row(waitCtx(ctx), s.st.tryLock)
 	s.setState(stateSettling)
 	interrupted := s.cancel.settle()
 	if perr := s.checkBackend(pid, got, err); perr != nil {

@@ -49,9 +49,9 @@ func (m *Manager) forget(s *pin) {
 func (m *Manager) reserve(wait bool) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if !wait && m.pinned >= int(m.pool.Config().MaxConns) {
+	if !wait && m.pinned >= m.maxConns {
 		return fmt.Errorf("%w: all %d connections are pinned by this Manager's locks and waits",
-			ErrPoolExhausted, m.pool.Config().MaxConns)
+			ErrPoolExhausted, m.maxConns)
 	}
 	m.pinned++
 	return nil
@@ -89,14 +89,14 @@ func (m *Manager) acquire(ctx context.Context, t target, wait bool) (*pin, error
 
 func (m *Manager) acquireError(ctx context.Context, err error) error {
 	m.mu.Lock()
-	full := len(m.sessions) >= int(m.pool.Config().MaxConns) // every connection is a session of ours
+	full := len(m.sessions) >= m.maxConns // every connection is a session of ours
 	m.mu.Unlock()
 	switch {
 	case m.isClosed():
 		return ErrClosed
 	case ctx.Err() != nil && full:
 		return fmt.Errorf("%w: all %d connections stayed pinned by this Manager's locks and waits: %w",
-			ErrPoolExhausted, m.pool.Config().MaxConns, ctx.Err())
+			ErrPoolExhausted, m.maxConns, ctx.Err())
 	case ctx.Err() != nil:
 		return fmt.Errorf("connect: %w", ctx.Err())
 	}

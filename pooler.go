@@ -9,11 +9,23 @@ import (
 
 // Keys of a connection's PgConn.CustomData set by its setup (see setup.go): the backend
 // pid as pg_backend_pid() reported it (a proxy answers the startup with a BackendKeyData
-// of its own, so PgConn.PID is not to be trusted for this), and the ownership token.
+// of its own, so PgConn.PID is not to be trusted for this), the ownership token, and the
+// socket's descriptor (see connFD).
 const (
 	backendPIDKey = "advisory.backendPID"
 	tokenKey      = "advisory.token"
+	fdKey         = "advisory.fd"
 )
+
+// connFD returns the descriptor of the connection's socket (-1 if it has none), found
+// once at setup: a connection keeps its socket for life, and asking the runtime for it
+// on every Lock cost two allocations.
+func connFD(pg *pgconn.PgConn) int {
+	if fd, ok := pg.CustomData()[fdKey].(int); ok {
+		return fd
+	}
+	return socketFD(pg.Conn())
+}
 
 func ownership(pg *pgconn.PgConn) (pid uint32, token string) {
 	pid, ok := pg.CustomData()[backendPIDKey].(uint32)

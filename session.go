@@ -226,6 +226,12 @@ func (s *Session) count() int {
 func (s *Session) fresh(ts []target) []target {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if len(ts) == 1 { // Lock and TryLock: no set, no sort
+		if s.held[ts[0]] > 0 {
+			return nil
+		}
+		return ts
+	}
 	seen := make(map[target]bool, len(ts))
 	var out []target
 	for _, t := range ts {

@@ -91,6 +91,7 @@ func setUp(ctx context.Context, conn *pgx.Conn, set *settings, ps *proxyState) e
 	}
 	pg.CustomData()[backendPIDKey] = pid
 	pg.CustomData()[tokenKey] = token
+	pg.CustomData()[fdKey] = socketFD(pg.Conn())
 	return nil
 }
 

@@ -24,7 +24,38 @@ type statements struct {
 	reconcile     string // $3: classid, $4: objid; returns (owned, count)
 }
 
+// baseStatements are the unnamed statements of each mode, [shared][pair], built once:
+// a lock cycle then builds no SQL text unless the lock has a name.
+var baseStatements = func() (b [2][2]statements) {
+	for i, shared := range []bool{false, true} {
+		for j, pair := range []bool{false, true} {
+			b[i][j] = buildStatements(shared, pair)
+		}
+	}
+	return b
+}()
+
 func statementsFor(name string, shared, pair bool) statements {
+	st := baseStatements[b2i(shared)][b2i(pair)]
+	// With a name the statement text differs per name. pgx prepares and caches each text
+	// per connection (statement_cache_capacity, 512 by default): the first lock of a name on
+	// a connection costs one more round trip; later ones cost nothing extra. Sent unprepared
+	// instead, every lock would be parsed and planned again: 15-20% slower here.
+	if name != "" {
+		c := nameComment(name)
+		st.lock, st.tryLock = c+st.lock, c+st.tryLock
+	}
+	return st
+}
+
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+func buildStatements(shared, pair bool) statements {
 	suffix, mode := "", "ExclusiveLock"
 	if shared {
 		suffix, mode = "_shared", "ShareLock"
@@ -38,7 +69,7 @@ func statementsFor(name string, shared, pair bool) statements {
 	// never evaluated ahead of time). lock, tryLock and unlock also return
 	// pg_backend_pid(): a different backend than the connection's own is a proxy, too.
 	when := "SELECT pg_backend_pid(), CASE WHEN " + ownedBy + " THEN "
-	st := statements{
+	return statements{
 		lock:    when + "pg_advisory_lock" + suffix + args + " IS NOT NULL END",
 		tryLock: when + "pg_try_advisory_lock" + suffix + args + " END",
 		unlock:  when + "pg_advisory_unlock" + suffix + args + " END",
@@ -48,15 +79,6 @@ func statementsFor(name string, shared, pair bool) statements {
 			ownedBy + " AND locktype = 'advisory' AND pid = pg_backend_pid() AND granted AND mode = '" + mode +
 			"' AND classid = $3 AND objid = $4 AND objsubid = " + subid,
 	}
-	// With a name the statement text differs per name. pgx prepares and caches each text
-	// per connection (statement_cache_capacity, 512 by default): the first lock of a name on
-	// a connection costs one more round trip; later ones cost nothing extra. Sent unprepared
-	// instead, every lock would be parsed and planned again: 15-20% slower here.
-	if name != "" {
-		c := nameComment(name)
-		st.lock, st.tryLock = c+st.lock, c+st.tryLock
-	}
-	return st
 }
 
 // commentPrefix starts the comment that records a lock's name in the statement text, so

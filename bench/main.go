@@ -1,8 +1,12 @@
 // Command bench measures advisory beside the physical floor and its peers, in one run,
-// and writes the results: a JSON file, docs/benchmarks.md and PNG plots.
+// and writes the results: docs/benchmarks.json, docs/benchmarks.md, the PNG plots and the
+// README's figures block, all from the same samples.
 //
-//	cd bench && go run .            # about 6 minutes; -peers=false: under a minute
+//	cd bench && go run .            # about 7 minutes; -peers=false: about 1 minute
 //
+// The sub-millisecond rows are measured in every placement of client and server on the
+// CPUs (unpinned, one core, two cores: see placements), interleaved; moving the server's
+// processes needs root (or CAP_SYS_NICE), else only the unpinned rows are measured.
 // It starts a throwaway PostgreSQL with the test harness (ADVISORY_TEST_DSN, testcontainers,
 // or the local binaries), so it needs nothing else. Every row is measured a few times in
 // each round, and rounds interleave all rows, so that machine drift hits every row alike;
@@ -11,13 +15,16 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"flag"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"os/signal"
 	"path/filepath"
 	"regexp"
 	"runtime"
+	"strings"
 	"time"
 
 	"github.com/pgadvisory/advisory/internal/pgtest"
@@ -32,9 +39,18 @@ func main() {
 	}
 	rounds := flag.Int("rounds", 5, "interleaved rounds (at least 5 for the report)")
 	docs := flag.String("docs", "../docs", "directory for benchmarks.md, benchmarks.json and the plots")
+	readme := flag.String("readme", "../README.md", "README whose figures block is rewritten (\"\": none)")
 	peers := flag.Bool("peers", true, "also measure the peers (goose, lease tables): about 5 more minutes")
 	only := flag.String("only", "", "measure only the rows whose name matches this regular expression (and their floors)")
+	render := flag.Bool("render", false, "measure nothing: write benchmarks.md, the plots and the README block from -docs's benchmarks.json")
 	flag.Parse()
+	if *render {
+		if err := renderFrom(*docs, *readme); err != nil {
+			fmt.Fprintln(os.Stderr, "bench:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
 	filter, err := regexp.Compile(*only)
@@ -42,14 +58,14 @@ func main() {
 		fmt.Fprintln(os.Stderr, "bench: -only:", err)
 		os.Exit(64)
 	}
-	if err := run(ctx, *rounds, *docs, *peers, filter); err != nil {
+	if err := run(ctx, *rounds, *docs, *readme, *peers, filter); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
 	}
 }
 
-func run(ctx context.Context, rounds int, docs string, peers bool, only *regexp.Regexp) error {
-	start := time.Now()
+func run(ctx context.Context, rounds int, docs, readme string, peers bool, only *regexp.Regexp) error {
+	start, load := time.Now(), loadAverage()
 	srv, err := pgtest.Start(ctx)
 	if err != nil {
 		return err
@@ -68,17 +84,48 @@ func run(ctx context.Context, rounds int, docs string, peers bool, only *regexp.
 			if err := measureRound(ctx, b, phase(rows, light), !light); err != nil {
 				return err
 			}
+			if light {
+				if err := countRound(b, rows); err != nil {
+					return err
+				}
+			}
 		}
 		fmt.Fprintf(os.Stderr, "round %d/%d done (%v)\n", r, rounds, time.Since(start).Round(time.Second))
 	}
-	res := results{Machine: machine(srv), Rounds: rounds, Took: time.Since(start).Round(time.Second).String(), Rows: summarize(rows)}
+	b.placer.place(placement{Name: "unpinned"})
+	res := results{Machine: machine(srv), Load: load + " → " + loadAverage(), Rounds: rounds, Took: time.Since(start).Round(time.Second).String(), Rows: summarize(rows)}
 	if err := res.writeJSON(filepath.Join(docs, "benchmarks.json")); err != nil {
 		return err
 	}
+	return res.render(docs, readme)
+}
+
+// render writes everything that is derived from the results: the plots,
+// benchmarks.md and the README's block.
+func (res results) render(docs, readme string) error {
 	if err := res.plot(docs); err != nil {
 		return err
 	}
-	return res.writeMarkdown(filepath.Join(docs, "benchmarks.md"))
+	if err := res.writeMarkdown(filepath.Join(docs, "benchmarks.md")); err != nil {
+		return err
+	}
+	if readme == "" {
+		return nil
+	}
+	return res.writeReadme(readme)
+}
+
+// renderFrom renders a run's stored results again (after a change to the report's form).
+func renderFrom(docs, readme string) error {
+	b, err := os.ReadFile(filepath.Join(docs, "benchmarks.json"))
+	if err != nil {
+		return err
+	}
+	var res results
+	if err := json.Unmarshal(b, &res); err != nil {
+		return err
+	}
+	return res.render(docs, readme)
 }
 
 func machine(srv *pgtest.Server) string {
@@ -88,24 +135,30 @@ func machine(srv *pgtest.Server) string {
 
 // measureRound takes each row's samples for one round, interleaved: every pass takes one
 // sample of every row still owed one, so neighbouring rows see the same machine state.
-// With settle, each sample waits 50 ms for the machine to quiet down first.
+// With settle (the heavy rows), each sample waits 50 ms for the machine to quiet down
+// first. Without it (the sub-millisecond rows), each timed sample follows one untimed
+// run of the same row: every row is timed on a backend that has just served it, as in a
+// loop. Rows that share a backend would otherwise be timed warm or cold depending on which
+// row ran before them (a fixed order made one cycle row 1.3x slower than its twin).
 func measureRound(ctx context.Context, b *bench, rows []*row, settle bool) error {
 	most := 0
 	for _, r := range rows {
 		most = max(most, r.per)
 	}
 	for i := 0; i < most; i++ {
-		// Rotate the order each pass: a row never always follows the same neighbour (one
-		// that used another backend, leaving this one's cold).
-		for j := range rows {
-			r := rows[(i+j)%len(rows)]
+		for _, r := range passOrder(b, rows, i) {
 			if i >= r.per {
 				continue
+			}
+			if _, err := b.moveFor(r); err != nil {
+				return err
 			}
 			if settle {
 				// Let the previous heavy sample's aftermath (a killed process, backends
 				// exiting) pass, so it does not land on this one.
 				time.Sleep(50 * time.Millisecond)
+			} else if _, err := r.sample(ctx, b); err != nil { // warm up, untimed
+				return fmt.Errorf("%s: %w", r.Name, err)
 			}
 			v, err := r.sample(ctx, b)
 			if err != nil {
@@ -117,12 +170,46 @@ func measureRound(ctx context.Context, b *bench, rows []*row, settle bool) error
 	return nil
 }
 
+// passOrder returns the rows in pass i's order: grouped by placement (so threads move
+// only a few times a pass), groups in turn first, rows shuffled within each group.
+func passOrder(b *bench, rows []*row, i int) []*row {
+	var names []string
+	groups := map[string][]*row{}
+	for _, r := range rows {
+		n := b.placementOf(r).Name
+		if groups[n] == nil {
+			names = append(names, n)
+		}
+		groups[n] = append(groups[n], r)
+	}
+	var out []*row
+	for j := range names {
+		g := groups[names[(i+j)%len(names)]]
+		for _, k := range rand.Perm(len(g)) {
+			out = append(out, g[k])
+		}
+	}
+	return out
+}
+
+// moveFor places the client and server for r, and reports whether they moved.
+func (b *bench) moveFor(r *row) (bool, error) {
+	if b.placer == nil {
+		return false, nil
+	}
+	pl := b.placementOf(r)
+	if b.placer.current == pl.Name {
+		return false, nil
+	}
+	return true, b.placer.place(pl)
+}
+
 // selectRows keeps the rows matching only, and the floors they are compared with.
 func selectRows(rows []*row, only *regexp.Regexp) []*row {
 	keep := map[string]bool{}
 	for _, r := range rows {
 		if only.MatchString(r.Name) {
-			keep[r.Name], keep[r.Floor] = true, true
+			keep[r.Name], keep[r.Floor], keep[r.Floor2] = true, true, true
 		}
 	}
 	var out []*row
@@ -144,4 +231,13 @@ func phase(rows []*row, light bool) []*row {
 		}
 	}
 	return out
+}
+
+// loadAverage returns the first three fields of /proc/loadavg, or "unknown".
+func loadAverage() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if f := strings.Fields(string(b)); err == nil && len(f) >= 3 {
+		return strings.Join(f[:3], " ")
+	}
+	return "unknown"
 }

@@ -22,8 +22,9 @@ const (
 )
 
 func peerRows() []*row {
-	const ref, handoff, kill = "REF: raw pg_try_advisory_lock + pg_advisory_unlock",
-		"raw handoff (waiter in pg_advisory_lock)", "raw SIGKILL takeover"
+	// Peers run unpinned: their floors are the unpinned rows.
+	unpinned := placement{Name: "unpinned"}
+	ref, handoff, kill := at(floorBackground, unpinned), at(handoffFloor, unpinned), "raw SIGKILL takeover"
 	rows := []*row{
 		{Name: "goose SessionLocker: lock + unlock", Group: "peer", Floor: ref, Unit: "ms", per: 5, sample: gooseSessionCycle},
 		{Name: "goose SessionLocker: handoff (polls every 5 s)", Group: "peer", Floor: handoff, Unit: "ms", per: 1, sample: gooseSessionHandoff},

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"fmt"
+	"math"
 	"path/filepath"
 	"strings"
 
@@ -9,30 +11,65 @@ import (
 	"gonum.org/v1/plot/vg"
 )
 
-// plot draws the two figures of docs/benchmarks.md, both box plots on a log scale: the
-// handoff and takeover latency of each system, and its uncontended lock cycle.
+// plot draws the figures of docs/benchmarks.md, one per question, each a box plot on a
+// log scale whose ticks are labelled down to 0.01 ms.
 func (res results) plot(dir string) error {
-	if err := res.boxes(filepath.Join(dir, "benchmarks-handoff.png"), "Handoff latency (waiter already queued)",
-		func(r result) bool {
-			return strings.Contains(r.Name, "handoff") || strings.Contains(r.Name, "takeover")
-		}); err != nil {
-		return err
+	figures := []struct {
+		file, title string
+		keep        func(result) bool
+	}{
+		{"benchmarks-cycle.png", "Uncontended lock + unlock, by placement", func(r result) bool {
+			return r.Placement != "" && !strings.Contains(r.Kind, "handoff")
+		}},
+		{"benchmarks-handoff.png", "Contended handoff (waiter already queued), by placement", func(r result) bool {
+			return r.Placement != "" && strings.Contains(r.Kind, "handoff")
+		}},
+		{"benchmarks-loss.png", "Loss detection: pg_terminate_backend → holder told", func(r result) bool {
+			return strings.Contains(r.Name, "loss")
+		}},
+		{"benchmarks-takeover.png", "Takeover: holder killed → waiter holds the lock", func(r result) bool {
+			return strings.Contains(r.Name, "takeover")
+		}},
 	}
-	return res.boxes(filepath.Join(dir, "benchmarks-cycle.png"), "Uncontended lock + unlock",
-		func(r result) bool {
-			return strings.Contains(r.Name, "lock + unlock") || strings.Contains(r.Name, "Lock + Unlock") ||
-				strings.HasPrefix(r.Name, "REF")
-		})
+	for _, f := range figures {
+		if err := res.boxes(filepath.Join(dir, f.file), f.title, f.keep); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // short makes a row name fit under an axis.
 func short(name string) string {
-	name = strings.NewReplacer("REF: raw pg_try_advisory_lock + pg_advisory_unlock", "raw REF",
+	return strings.NewReplacer(
+		"raw pgx cycle, Background ctx", "raw pgx\nBackground",
+		"raw pgx cycle, cancellable ctx", "raw pgx\ncancellable",
+		"advisory Lock + Unlock, cancellable ctx", "Lock\ncancellable",
+		"advisory Session Lock + Unlock", "Session\nLock",
+		"advisory Lock + Unlock", "Lock",
+		"advisory TryLock + Unlock", "TryLock",
 		"lease table (INSERT … ON CONFLICT … WHERE expired)", "lease INSERT",
 		"lease table (UPDATE … WHERE owner OR expired)", "lease UPDATE",
 		" (waiter in pg_advisory_lock)", "", " (polls every 5 s)", "", " (polls every 1 s)", "",
-		"advisory ", "advisory\n", ": ", "\n").Replace(name)
-	return name
+		" (WaitForNotification after pg_terminate_backend)", "", " (Done after pg_terminate_backend)", "",
+		" · ", "\n", "advisory ", "advisory\n", ": ", "\n").Replace(name)
+}
+
+// ticks labels a log axis 1-2-5 per decade, so values down to 0.01 ms can be read.
+type ticks struct{}
+
+func (ticks) Ticks(lo, hi float64) []plot.Tick {
+	var out []plot.Tick
+	for e := math.Floor(math.Log10(lo)); math.Pow(10, e) <= hi*10; e++ {
+		for _, m := range []float64{1, 2, 5} {
+			v := m * math.Pow(10, e)
+			if v < lo || v > hi {
+				continue
+			}
+			out = append(out, plot.Tick{Value: v, Label: fmt.Sprintf("%g", v)})
+		}
+	}
+	return out
 }
 
 func (res results) boxes(path, title string, keep func(result) bool) error {
@@ -40,9 +77,10 @@ func (res results) boxes(path, title string, keep func(result) bool) error {
 	p.Title.Text = title
 	p.Y.Label.Text = "ms (log scale)"
 	p.Y.Scale = plot.LogScale{}
-	p.Y.Tick.Marker = plot.LogTicks{Prec: -1}
+	p.Y.Tick.Marker = ticks{}
 	var names []string
 	w := vg.Points(18)
+	lo, hi := math.Inf(1), 0.0
 	for _, r := range res.Rows {
 		if !keep(r) {
 			continue
@@ -50,6 +88,7 @@ func (res results) boxes(path, title string, keep func(result) bool) error {
 		vals := make(plotter.Values, len(r.Samples))
 		for i, v := range r.Samples {
 			vals[i] = max(v, 0.001)
+			lo, hi = min(lo, vals[i]), max(hi, vals[i])
 		}
 		b, err := plotter.NewBoxPlot(w, float64(len(names)), vals)
 		if err != nil {
@@ -61,6 +100,8 @@ func (res results) boxes(path, title string, keep func(result) bool) error {
 	if len(names) == 0 {
 		return nil // no row of this figure was measured (-only)
 	}
+	// Whole 1-2-5 steps around the data, so the axis has labelled ticks at both ends.
+	p.Y.Min, p.Y.Max = math.Pow(10, math.Floor(math.Log10(lo))), math.Pow(10, math.Ceil(math.Log10(hi)))
 	p.NominalX(names...)
-	return p.Save(vg.Length(110*len(names))+vg.Points(80), 6*vg.Inch, path)
+	return p.Save(vg.Length(80*len(names))+vg.Points(100), 6*vg.Inch, path)
 }

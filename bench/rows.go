@@ -17,16 +17,21 @@ import (
 
 // row is one line of the report: a measurement sampled per times in every round.
 type row struct {
-	Name   string
-	Group  string  // "floor", "advisory", "peer", "scale"
-	Floor  string  // the row its ratio is taken against ("" for none)
-	Unit   string  // "ms", "conns", "B/lock"
-	Target float64 // the ratio to the floor we aim at (0: none)
-	Limit  float64 // an absolute target in Unit (0: none)
-	Note   string
-	per    int
-	sample func(ctx context.Context, b *bench) (float64, error)
-	values []float64
+	Name      string
+	Kind      string  // the measurement, without the placement ("" if not placed)
+	Placement string  // placements(); "" for unpinned rows measured only so
+	Group     string  // "floor", "advisory", "peer", "scale"
+	Floor     string  // the row its ratio is taken against ("" for none)
+	Floor2    string  // a second floor (the other raw cycle), or ""
+	Unit      string  // "ms", "conns", "B/lock"
+	Target    float64 // the ratio to the floor we aim at (0: none)
+	Limit     float64 // an absolute target in Unit (0: none)
+	Note      string
+	per       int
+	sample    func(ctx context.Context, b *bench) (float64, error)
+	op        func(b *bench) error // one cycle, for the counts; nil if not counted
+	values    []float64
+	counts    []counts
 }
 
 // bench holds the connections the rows share.
@@ -36,9 +41,17 @@ type bench struct {
 	raw1, raw2 *pgx.Conn
 	m1, m2     *advisory.Manager
 	cycles     *advisory.Manager // for the uncontended cycles alone: steady state
-	db         *sql.DB           // database/sql over pgx, for goose
-	self       string
-	seq        atomic.Int64
+	sessions   *advisory.Manager // holds session, for the Session cycle
+	session    *advisory.Session
+	// cancellable is a ctx that can be cancelled (never is), created once, as a caller's
+	// request context would be: pgx and we watch it during every statement.
+	cancellable context.Context
+	stop        context.CancelFunc
+	placer      *placer // nil where the server's processes cannot be moved
+	placements  []placement
+	db          *sql.DB // database/sql over pgx, for goose
+	self        string
+	seq         atomic.Int64
 }
 
 func newBench(ctx context.Context, dsn string) (*bench, error) {
@@ -68,6 +81,18 @@ func newBench(ctx context.Context, dsn string) (*bench, error) {
 	if b.cycles, err = advisory.New(ctx, dsn+" pool_max_conns=1"); err != nil {
 		return nil, err
 	}
+	if b.sessions, err = advisory.New(ctx, dsn+" pool_max_conns=1"); err != nil {
+		return nil, err
+	}
+	if b.session, err = b.sessions.Session(ctx); err != nil {
+		return nil, err
+	}
+	b.cancellable, b.stop = context.WithCancel(context.Background())
+	b.placements = placements()
+	if b.placer, err = newPlacer(ctx, b); err != nil {
+		fmt.Fprintf(os.Stderr, "bench: cannot move the server's processes (%v): unpinned rows only\n", err)
+		b.placer, b.placements = nil, b.placements[:1]
+	}
 	cfg, err := pgx.ParseConfig(dsn)
 	if err != nil {
 		return nil, err
@@ -80,6 +105,9 @@ func (b *bench) close() {
 	b.m1.Close()
 	b.m2.Close()
 	b.cycles.Close()
+	b.session.Close(context.Background())
+	b.sessions.Close()
+	b.stop()
 	b.raw1.Close(context.Background())
 	b.raw2.Close(context.Background())
 	b.db.Close()
@@ -103,11 +131,6 @@ func timed(f func() error) (float64, error) {
 func (b *bench) rows(peers bool) []*row {
 	rows := []*row{
 		{Name: "SELECT 1 round trip", Group: "floor", Unit: "ms", per: 100, sample: selectOne},
-		{Name: "REF: raw pg_try_advisory_lock + pg_advisory_unlock", Group: "floor", Unit: "ms", per: 100, sample: rawCycle},
-		{Name: "advisory Lock + Unlock", Group: "advisory", Floor: "REF: raw pg_try_advisory_lock + pg_advisory_unlock", Unit: "ms", Target: 1.10, per: 100, sample: oursLockCycle},
-		{Name: "advisory TryLock + Unlock", Group: "advisory", Floor: "REF: raw pg_try_advisory_lock + pg_advisory_unlock", Unit: "ms", Target: 1.10, per: 100, sample: oursTryCycle},
-		{Name: "raw handoff (waiter in pg_advisory_lock)", Group: "floor", Unit: "ms", per: 20, sample: rawHandoff},
-		{Name: "advisory contended handoff", Group: "advisory", Floor: "raw handoff (waiter in pg_advisory_lock)", Unit: "ms", Target: 1.5, per: 20, sample: oursHandoff},
 		{Name: "raw loss floor (WaitForNotification after pg_terminate_backend)", Group: "floor", Unit: "ms", per: 10, sample: rawLoss},
 		{Name: "advisory loss detection (Done after pg_terminate_backend)", Group: "advisory", Floor: "raw loss floor (WaitForNotification after pg_terminate_backend)", Unit: "ms", Target: 2, per: 10, sample: oursLoss},
 		{Name: "raw SIGKILL takeover", Group: "floor", Unit: "ms", per: 5, sample: rawKill},
@@ -116,51 +139,26 @@ func (b *bench) rows(peers bool) []*row {
 		{Name: "100 goroutines on one key: connections used", Group: "scale", Unit: "conns", Limit: 2, per: 1, sample: conns100},
 		{Name: "client memory per lock held on a Session", Group: "scale", Unit: "B/lock", Limit: 1024, per: 1, sample: memPerLock},
 	}
+	rows = append(placedRows(b.placements), rows...)
 	if peers {
 		rows = append(rows, peerRows()...)
 	}
 	return rows
 }
 
-// The sub-millisecond rows all run under context.Background, like the in-package
-// BenchmarkCycleRatio: a cancellable context adds the same small cost to each, but keeps
-// their comparison plainer.
+// placementOf returns the placement a row is measured in: unpinned unless it says.
+func (b *bench) placementOf(r *row) placement {
+	for _, pl := range b.placements {
+		if pl.Name == r.Placement {
+			return pl
+		}
+	}
+	return placement{Name: "unpinned"}
+}
+
 func selectOne(_ context.Context, b *bench) (float64, error) {
 	ctx := context.Background()
 	return timed(func() error { _, err := b.raw1.Exec(ctx, "SELECT 1"); return err })
-}
-
-func rawCycle(_ context.Context, b *bench) (float64, error) {
-	ctx := context.Background()
-	return timed(func() error {
-		var ok bool
-		if err := b.raw1.QueryRow(ctx, "SELECT pg_try_advisory_lock(42)").Scan(&ok); err != nil || !ok {
-			return fmt.Errorf("try lock: %v %v", ok, err)
-		}
-		return b.raw1.QueryRow(ctx, "SELECT pg_advisory_unlock(42)").Scan(&ok)
-	})
-}
-
-func oursLockCycle(_ context.Context, b *bench) (float64, error) {
-	ctx := context.Background()
-	return timed(func() error {
-		l, err := b.cycles.Lock(ctx, "bench/cycle")
-		if err != nil {
-			return err
-		}
-		return l.Unlock(ctx)
-	})
-}
-
-func oursTryCycle(_ context.Context, b *bench) (float64, error) {
-	ctx := context.Background()
-	return timed(func() error {
-		l, err := b.cycles.TryLock(ctx, "bench/cycle")
-		if err != nil {
-			return err
-		}
-		return l.Unlock(ctx)
-	})
 }
 
 // waitWaiting blocks until a backend waits for key.
