@@ -20,7 +20,18 @@ import (
 // runs with fsync and synchronous_commit off, so commits are cheap and the overhead shows
 // at its largest.
 func BenchmarkFenceRatio(b *testing.B) {
-	ctx := context.Background()
+	benchFence(b, context.Background())
+}
+
+// BenchmarkFenceRatioCancellable is BenchmarkFenceRatio with a cancellable ctx for both
+// sides, as real callers pass: pgx then watches the ctx of every statement.
+func BenchmarkFenceRatioCancellable(b *testing.B) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	benchFence(b, ctx)
+}
+
+func benchFence(b *testing.B, ctx context.Context) {
 	table := pgx.Identifier{"bench_fence"}.Sanitize()
 	_, err := admin.Exec(ctx, "CREATE TABLE IF NOT EXISTS "+table+" (id int PRIMARY KEY, n bigint NOT NULL);"+
 		"INSERT INTO "+table+" VALUES (1, 0), (2, 0) ON CONFLICT DO NOTHING")

@@ -64,7 +64,7 @@ type pin struct {
 
 	// While a caller's transaction runs on the connection (stateInTx; see tx.go):
 	txDone    chan struct{} // closed when it ends
-	txFD      int           // the session's own duplicate of the socket's descriptor, or -1
+	txFD      int           // the session's own duplicate of the socket's descriptor, or -1; closed by end
 	announced bool          // done is closed already: a loss was seen during the transaction
 
 	fenceToken atomic.Int64 // the holding's fencing token once taken (Lock.Token); 0 before
@@ -257,6 +257,8 @@ func (s *pin) end(keep bool, err error) {
 	s.state, s.err = stateEnded, err
 	announced := s.announced
 	s.announced = true
+	dup := s.txFD // unregistered: the last transaction's endTx removed it
+	s.txFD = -1
 	s.mu.Unlock()
 	if !s.heldSince.IsZero() {
 		s.logEnd(err, s.heldSince)
@@ -266,6 +268,9 @@ func (s *pin) end(keep bool, err error) {
 	}
 	if !keep {
 		s.discard()
+	}
+	if dup >= 0 {
+		closeFD(dup)
 	}
 	s.pc.Release() // pgxpool destroys a closed connection instead of keeping it
 	s.m.forget(s)

@@ -64,8 +64,15 @@ func (s *pin) inTx(ctx context.Context, opts pgx.TxOptions, fn func(pgx.Tx) erro
 	}
 	// COMMIT is sent as BEGIN is, not under ctx: ctx ending between the check above and
 	// the send would make pgx close the connection, losing the lock for nothing.
-	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
-	defer cancel()
+	// A COMMIT can wait on the server (synchronous replication): 5 s bound it, after which
+	// the server is asked to cancel the wait (the commit stays, with a warning). An
+	// uncancellable ctx (the caller asked for no bound) is used as it is, sparing a timer.
+	cctx := ctx
+	if ctx.Done() != nil {
+		var cancel context.CancelFunc
+		cctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+		defer cancel()
+	}
 	if err := tx.Commit(cctx); err != nil && !errors.Is(err, pgx.ErrTxClosed) {
 		return false, err
 	}
@@ -75,15 +82,16 @@ func (s *pin) inTx(ctx context.Context, opts pgx.TxOptions, fn func(pgx.Tx) erro
 // begin sends BEGIN, if ctx has not ended. Not under ctx itself: pgx closes the
 // connection, and so frees the lock, when BEGIN fails with anything but a server error,
 // "context already done" included, which a ctx ending at the wrong instant would cause.
-// BEGIN is one round trip; cleanupTimeout bounds it if the connection stalls. If ctx
-// ended meanwhile, the transaction is rolled back and ctx's error returned.
+// BEGIN is one round trip that never waits on the server; the client keepalive bounds it
+// if the network stalls. If ctx ended meanwhile, the transaction is rolled back and
+// ctx's error returned.
 func (s *pin) begin(ctx context.Context, opts pgx.TxOptions) (pgx.Tx, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	bctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
-	defer cancel()
-	tx, err := s.pc.BeginTx(bctx, opts)
+	// BEGIN never waits on the server; a stalled network fails it within the keepalive
+	// bound. So no timer: an uncancellable ctx also spares pgx's context watcher.
+	tx, err := s.pc.BeginTx(context.WithoutCancel(ctx), opts)
 	if err != nil {
 		return nil, err
 	}
@@ -134,13 +142,14 @@ func (s *pin) beginTx(ctx context.Context) error {
 		s.closeTxDone()
 		return s.endErr()
 	}
-	fd, err := dupSocket(s.pg.Conn())
 	s.mu.Lock()
-	if err == nil {
-		s.txFD = fd
-		if s.m.poller != nil && s.m.poller.addHangup(s, fd) == nil {
-			s.watch = watchHangup
+	if s.txFD < 0 { // kept for the next transaction, until the session ends (see end)
+		if fd, err := dupSocket(s.pg.Conn()); err == nil {
+			s.txFD = fd
 		}
+	}
+	if s.txFD >= 0 && s.m.poller != nil && s.m.poller.addHangup(s, s.txFD) == nil {
+		s.watch = watchHangup
 	}
 	closing := s.closing
 	s.mu.Unlock()
@@ -199,10 +208,6 @@ func (s *pin) endTx(cause error) error {
 	s.mu.Lock()
 	if s.pollID != 0 {
 		s.m.poller.remove(s)
-	}
-	if s.txFD >= 0 {
-		closeFD(s.txFD) // the connection's own descriptor keeps the socket open, if pgx has not closed it
-		s.txFD = -1
 	}
 	s.watch = watchNone
 	lost, closing := s.announced, s.closing

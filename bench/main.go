@@ -42,8 +42,16 @@ func main() {
 	readme := flag.String("readme", "../README.md", "README whose figures block is rewritten (\"\": none)")
 	peers := flag.Bool("peers", true, "also measure the peers (goose, lease tables): about 5 more minutes")
 	only := flag.String("only", "", "measure only the rows whose name matches this regular expression (and their floors)")
+	featuresOnly := flag.Bool("features", false, "measure only the feature benchmarks (features.go), store them in -docs's benchmarks.json and render")
 	render := flag.Bool("render", false, "measure nothing: write benchmarks.md, the plots and the README block from -docs's benchmarks.json")
 	flag.Parse()
+	if *featuresOnly {
+		if err := refreshFeatures(*docs, *readme); err != nil {
+			fmt.Fprintln(os.Stderr, "bench:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if *render {
 		if err := renderFrom(*docs, *readme); err != nil {
 			fmt.Fprintln(os.Stderr, "bench:", err)
@@ -93,7 +101,13 @@ func run(ctx context.Context, rounds int, docs, readme string, peers bool, only 
 		fmt.Fprintf(os.Stderr, "round %d/%d done (%v)\n", r, rounds, time.Since(start).Round(time.Second))
 	}
 	b.placer.place(placement{Name: "unpinned"})
-	res := results{Machine: machine(srv), Load: load + " → " + loadAverage(), Rounds: rounds, Took: time.Since(start).Round(time.Second).String(), Rows: summarize(rows)}
+	var features []feature
+	if only.String() == "" { // a partial run (-only) is for a quick look: no feature benchmarks
+		if features, err = runFeatures(".."); err != nil {
+			return err
+		}
+	}
+	res := results{Machine: machine(srv), Load: load + " → " + loadAverage(), Rounds: rounds, Took: time.Since(start).Round(time.Second).String(), Rows: summarize(rows), Features: features, FeaturesLoad: loadAverage()}
 	if err := res.writeJSON(filepath.Join(docs, "benchmarks.json")); err != nil {
 		return err
 	}

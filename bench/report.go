@@ -15,6 +15,9 @@ type results struct {
 	Rounds  int      `json:"rounds"`
 	Took    string   `json:"took"`
 	Rows    []result `json:"rows"`
+	// Features are the library's feature benchmarks (see features.go).
+	Features     []feature `json:"features,omitempty"`
+	FeaturesLoad string    `json:"features_load,omitempty"` // /proc/loadavg when they ended
 }
 
 type result struct {
@@ -123,6 +126,7 @@ move the server's processes between CPUs, on an idle machine):
 		{"floor", "Other floors"}, {"advisory", "Other advisory rows"}, {"scale", "Scale"}, {"peer", "Peers"}} {
 		res.groupTable(&b, g.group, g.title)
 	}
+	res.featureSection(&b)
 	b.WriteString(notes)
 	return os.WriteFile(path, []byte(b.String()), 0o644)
 }
