@@ -44,9 +44,14 @@ func TestRunTokenFencesAPsqlMigration(t *testing.T) {
 	require.NoError(t, err)
 	defer conn.Close(ctx)
 	rows := "fence_rows_" + strings.TrimPrefix(advisory.KeyOf(t.Name()).String(), "-")
-	_, err = conn.Exec(ctx, "CREATE TABLE "+rows+" (token bigint NOT NULL)")
+	_, err = conn.Exec(ctx, "DROP TABLE IF EXISTS "+rows+"; CREATE TABLE "+rows+" (token bigint NOT NULL)")
 	require.NoError(t, err)
-	t.Cleanup(func() { conn.Exec(context.Background(), "DROP TABLE IF EXISTS "+rows) })
+	t.Cleanup(func() { // conn is closed by then (deferred)
+		if c, err := pgx.Connect(context.Background(), dsn(t)); err == nil {
+			c.Exec(context.Background(), "DROP TABLE IF EXISTS "+rows)
+			c.Close(context.Background())
+		}
+	})
 
 	dir := t.TempDir()
 	file := func(n string) string { return filepath.Join(dir, n) }
