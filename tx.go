@@ -120,23 +120,10 @@ func rollback(tx pgx.Tx) error {
 // already running on it. It fails with the session's end error if it has ended, and
 // with ErrNotHeld if it is being released.
 func (s *pin) beginTx(ctx context.Context) error {
-	for {
-		s.mu.Lock()
-		if s.state == stateHeld && !s.closing {
-			break // s.mu stays locked
-		}
-		wait, err := s.txBusy()
-		s.mu.Unlock()
-		if err != nil {
-			return err
-		}
-		select {
-		case <-wait:
-		case <-ctx.Done():
-			return fmt.Errorf("advisory: waiting for the transaction in progress on %s: %w", s.describe(), ctx.Err())
-		}
+	if err := s.waitTx(ctx, func() bool { return s.state == stateHeld && !s.closing }); err != nil {
+		return err
 	}
-	s.state, s.txDone = stateInTx, make(chan struct{})
+	s.state, s.txDone = stateInTx, make(chan struct{}) // s.mu is locked: see waitTx
 	s.mu.Unlock()
 	if !s.stopWatch() {
 		s.closeTxDone()
@@ -179,10 +166,20 @@ func (s *pin) txBusy() (<-chan struct{}, error) {
 // awaitTx waits, bounded by ctx, until no transaction runs on the connection, for a
 // release. It returns the loss if the session was lost during the transaction.
 func (s *pin) awaitTx(ctx context.Context) error {
+	if err := s.waitTx(ctx, func() bool { return s.state != stateInTx }); err != nil {
+		return err
+	}
+	s.mu.Unlock()
+	return nil
+}
+
+// waitTx waits, bounded by ctx, until ready (called under s.mu) reports true, and returns
+// nil with s.mu still locked; or it returns what keeps it from waiting (see txBusy), or
+// ctx's error, with s.mu unlocked.
+func (s *pin) waitTx(ctx context.Context, ready func() bool) error {
 	for {
 		s.mu.Lock()
-		if s.state != stateInTx {
-			s.mu.Unlock()
+		if ready() {
 			return nil
 		}
 		wait, err := s.txBusy()

@@ -3,9 +3,7 @@ package main
 import (
 	"bufio"
 	"bytes"
-	"encoding/json"
 	"fmt"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
@@ -117,12 +115,8 @@ func fmtFeature(v float64, metric string) string {
 // refreshFeatures runs the feature benchmarks alone, replaces them in the stored results
 // and renders everything again (the other rows keep their run's figures).
 func refreshFeatures(docs, readme string) error {
-	b, err := os.ReadFile(filepath.Join(docs, "benchmarks.json"))
+	res, err := loadResults(docs)
 	if err != nil {
-		return err
-	}
-	var res results
-	if err := json.Unmarshal(b, &res); err != nil {
 		return err
 	}
 	if res.Features, err = runFeatures(".."); err != nil {

@@ -131,15 +131,21 @@ func (res results) render(docs, readme string) error {
 
 // renderFrom renders a run's stored results again (after a change to the report's form).
 func renderFrom(docs, readme string) error {
-	b, err := os.ReadFile(filepath.Join(docs, "benchmarks.json"))
+	res, err := loadResults(docs)
 	if err != nil {
 		return err
 	}
-	var res results
-	if err := json.Unmarshal(b, &res); err != nil {
-		return err
-	}
 	return res.render(docs, readme)
+}
+
+// loadResults reads a run's stored results.
+func loadResults(docs string) (results, error) {
+	var res results
+	b, err := os.ReadFile(filepath.Join(docs, "benchmarks.json"))
+	if err != nil {
+		return res, err
+	}
+	return res, json.Unmarshal(b, &res)
 }
 
 func machine(srv *pgtest.Server) string {
