@@ -296,21 +296,3 @@ func (s *pin) discard() {
 	defer cancel()
 	s.pg.Close(ctx)
 }
-
-// usable reports whether the connection is still in step with the server after err: the
-// server answered with an ordinary (non-FATAL) error, or there was no error.
-func usable(pg *pgconn.PgConn, err error) bool {
-	if pg.IsClosed() {
-		return false
-	}
-	if err == nil {
-		return true
-	}
-	var pgErr *pgconn.PgError
-	return errors.As(err, &pgErr) && pgErr.Severity != "FATAL" && pgErr.Severity != "PANIC"
-}
-
-func isQueryCanceled(err error) bool {
-	var pgErr *pgconn.PgError
-	return errors.As(err, &pgErr) && pgErr.Code == "57014"
-}

@@ -3,6 +3,8 @@ package advisory
 import (
 	"context"
 	"errors"
+
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // The lock statements of a pin, and the clean-up that makes their outcome exact.
@@ -107,4 +109,22 @@ func (s *pin) afterCancel(cancelSent bool, sql string, args ...any) error {
 // connection runs anything that matters.
 func (s *pin) absorbCancel() error {
 	return s.afterCancel(true, "SELECT true, 0") // afterCancel's (owned, count) shape
+}
+
+// usable reports whether the connection is still in step with the server after err: the
+// server answered with an ordinary (non-FATAL) error, or there was no error.
+func usable(pg *pgconn.PgConn, err error) bool {
+	if pg.IsClosed() {
+		return false
+	}
+	if err == nil {
+		return true
+	}
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Severity != "FATAL" && pgErr.Severity != "PANIC"
+}
+
+func isQueryCanceled(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "57014"
 }
