@@ -174,14 +174,20 @@ func TestTryDoHoldEnds(t *testing.T) {
 	require.True(t, ran)
 	require.ErrorIs(t, err, advisory.ErrLockLost)
 	requireNoAcquired(t, m)
+	// The holder is told before the terminated backend has released the lock (see
+	// guarantees.md): wait for the release, or the next TryDo may find it still held.
+	eventually(t, 10*time.Second, func() bool { return len(lockRows(t, key)) == 0 },
+		"the terminated backend released the lock")
 
 	// ctx ends during the hold: released at once, fn's result (nil) returned.
+	// Cancelled once fn runs: not earlier, when the cancel could land on the try itself.
 	ctx, cancel := context.WithCancel(ctxT(t))
+	inFn := make(chan struct{})
 	go func() {
-		eventually(t, 10*time.Second, func() bool { return len(lockRows(t, key)) == 1 }, "held")
+		<-inFn
 		cancel()
 	}()
-	ran, err = m.TryDo(ctx, name, time.Hour, func(context.Context) error { return nil })
+	ran, err = m.TryDo(ctx, name, time.Hour, func(context.Context) error { close(inFn); return nil })
 	require.True(t, ran)
 	require.NoError(t, err)
 	requireFree(t, key)
