@@ -165,6 +165,6 @@ func (s *pin) endOp() error {
 	if s.hold() {
 		return nil
 	}
-	s.end(false, &opError{"session", s.describe(), fmt.Errorf("%w: %w", ErrLockLost, ErrClosed)})
+	s.end(false, s.closedLoss()) // a Session's pin: op is "session"
 	return ErrClosed
 }

@@ -3,10 +3,7 @@ package advisory
 import (
 	"context"
 	"errors"
-	"syscall"
 	"time"
-
-	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // Hooks are functions a Manager calls on lock events, for metrics and tracing: see
@@ -86,20 +83,12 @@ func failReason(ctx context.Context, err error) string {
 
 // endReason classifies how a held lock ended, for Ended.
 func endReason(err error) string {
-	var pgErr *pgconn.PgError
 	switch {
 	case !errors.Is(err, ErrLockLost):
 		return "released"
 	case errors.Is(err, ErrClosed):
 		return "manager_closed"
-	case errors.As(err, &pgErr) && pgErr.Code == "57P01", errors.Is(err, errPeerClosed):
-		return "terminated"
-	case errors.As(err, &pgErr):
-		return "server_closed"
-	case errors.Is(err, syscall.ETIMEDOUT):
-		return "keepalive"
-	case errors.Is(err, syscall.ECONNRESET), errors.Is(err, syscall.EPIPE):
-		return "reset"
 	}
-	return "connection_failed"
+	code, _ := lossCause(err)
+	return code
 }

@@ -3,7 +3,6 @@ package advisory
 import (
 	"context"
 	"errors"
-	"fmt"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -144,7 +143,7 @@ func (s *pin) unlockRow(ctx context.Context) (uint32, *bool, error) {
 // loss, and the caller must hear ErrLockLost.
 func (s *pin) unlockFailure(ctx context.Context, err error) (endErr error, lost bool) {
 	if errors.Is(err, errNotHeldByServer) || (ctx.Err() == nil && !usable(s.pg, err)) {
-		return &opError{s.op(), s.describe(), fmt.Errorf("%w: %s: %w", ErrLockLost, lossReason(err), err)}, true
+		return s.lossError(err, ""), true
 	}
 	return err, false
 }
@@ -234,13 +233,13 @@ func (s *pin) shutdown() {
 	if st == stateHeld {
 		ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
 		defer cancel()
-		s.release(ctx, &opError{s.op(), s.describe(), fmt.Errorf("%w: %w", ErrLockLost, ErrClosed)})
+		s.release(ctx, s.closedLoss())
 	}
 }
 
 // lose ends a held session whose connection failed.
 func (s *pin) lose(cause error) {
-	s.end(false, &opError{s.op(), s.describe(), fmt.Errorf("%w: %s: %w", ErrLockLost, lossReason(cause), cause)})
+	s.end(false, s.lossError(cause, ""))
 }
 
 // end closes the session: the connection goes back to the pool if keep, else it is

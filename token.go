@@ -93,14 +93,20 @@ func (l *Lock) Token(ctx context.Context) (int64, error) {
 }
 
 func tokenError(ctx context.Context, table string, err error) error {
-	var pgErr *pgconn.PgError
-	switch {
-	case errors.As(err, &pgErr) && pgErr.Code == "42P01":
-		return fmt.Errorf("%w: %s: %w", ErrNoFenceTable, table, err)
-	case ctx.Err() != nil && !errors.Is(err, ctx.Err()):
-		return fmt.Errorf("advisory: take a fencing token: %w: %w", ctx.Err(), err)
+	if nerr := noFenceTable(table, err); nerr != nil {
+		return nerr
 	}
-	return fmt.Errorf("advisory: take a fencing token: %w", err)
+	return fmt.Errorf("advisory: take a fencing token: %w", withCtxErr(ctx, err))
+}
+
+// noFenceTable is the error for err if it says the fencing table does not exist
+// (42P01), else nil.
+func noFenceTable(table string, err error) error {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == "42P01" {
+		return fmt.Errorf("%w: %s: %w", ErrNoFenceTable, table, err)
+	}
+	return nil
 }
 
 // CheckToken fences a write in this database made on any connection, not only the lock's:
@@ -122,10 +128,9 @@ func (m *Manager) CheckToken(ctx context.Context, tx pgx.Tx, name string, token 
 	}
 	var current int64
 	err = tx.QueryRow(ctx, fmt.Sprintf(checkSQL, m.set.fenceTable), int64(t.key)).Scan(&current)
-	var pgErr *pgconn.PgError
-	switch {
-	case errors.As(err, &pgErr) && pgErr.Code == "42P01":
-		return fmt.Errorf("%w: %s: %w", ErrNoFenceTable, m.set.fenceTable, err)
+	switch nerr := noFenceTable(m.set.fenceTable, err); {
+	case nerr != nil:
+		return nerr
 	case errors.Is(err, pgx.ErrNoRows):
 		return fmt.Errorf("%w: %s: no token was ever taken", ErrStaleToken, describe(t.key, t.name, false))
 	case err != nil:

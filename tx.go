@@ -35,9 +35,7 @@ func (s *pin) runTx(ctx context.Context, opts pgx.TxOptions, fn func(pgx.Tx) err
 	}()
 	committed, err := s.inTx(ctx, opts, fn, &tx)
 	returned = true
-	if err != nil && ctx.Err() != nil && !errors.Is(err, ctx.Err()) {
-		err = fmt.Errorf("%w: %w", ctx.Err(), err) // a statement the server cancelled for ctx
-	}
+	err = withCtxErr(ctx, err) // a statement the server cancelled for ctx
 	if lerr := s.endTx(err); lerr != nil && !committed {
 		if err != nil && !errors.Is(err, ErrLockLost) {
 			return fmt.Errorf("%w (the transaction failed: %w)", lerr, err)
@@ -101,6 +99,15 @@ func (s *pin) begin(ctx context.Context, opts pgx.TxOptions) (pgx.Tx, error) {
 	return tx, nil
 }
 
+// withCtxErr makes err, the error of a statement that failed after ctx ended (the server
+// cancelled it, 57014), also wrap ctx's error, so that errors.Is(err, ctx.Err()) holds.
+func withCtxErr(ctx context.Context, err error) error {
+	if err != nil && ctx.Err() != nil && !errors.Is(err, ctx.Err()) {
+		return fmt.Errorf("%w: %w", ctx.Err(), err)
+	}
+	return err
+}
+
 // rollback rolls tx back (nil: nothing to do), bounded by cleanupTimeout: the caller's
 // ctx may have ended. If it fails, pgx closes the connection, which ends the session.
 func rollback(tx pgx.Tx) error {
@@ -156,7 +163,7 @@ func (s *pin) txBusy() (<-chan struct{}, error) {
 	case s.announced:
 		return nil, s.err // lost during a transaction that has not yet returned
 	case s.closing:
-		return nil, &opError{s.op(), s.describe(), fmt.Errorf("%w: %w", ErrLockLost, ErrClosed)}
+		return nil, s.closedLoss()
 	case s.state == stateInTx:
 		return s.txDone, nil
 	}
@@ -214,12 +221,12 @@ func (s *pin) endTx(cause error) error {
 		clean = s.absorbCancel() == nil
 	}
 	if !clean {
-		err := &opError{s.op(), s.describe(), fmt.Errorf("%w: %w", ErrLockLost, ErrClosed)}
+		err := s.closedLoss()
 		if !closing {
 			if cause == nil {
 				cause = errors.New("the connection was left unusable")
 			}
-			err = &opError{s.op(), s.describe(), fmt.Errorf("%w: %s during a transaction: %w", ErrLockLost, lossReason(cause), cause)}
+			err = s.lossError(cause, " during a transaction")
 		}
 		s.end(false, err)
 		s.closeTxDone()
@@ -253,9 +260,9 @@ func (s *pin) hungUp() {
 		cause = errPeerClosed
 	}
 	shutdownSocket(s.txFD)
-	s.err = &opError{s.op(), s.describe(), fmt.Errorf("%w: %s (seen during a transaction): %w", ErrLockLost, lossReason(cause), cause)}
+	s.err = s.lossError(cause, " (seen during a transaction)")
 	if s.closing { // the hang-up is shutdown's own
-		s.err = &opError{s.op(), s.describe(), fmt.Errorf("%w: %w", ErrLockLost, ErrClosed)}
+		s.err = s.closedLoss()
 	}
 	s.announced = true
 	close(s.done)

@@ -3,6 +3,7 @@ package advisory
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"syscall"
 	"time"
@@ -109,22 +110,41 @@ func (s *pin) stopWatch() bool {
 	return true
 }
 
-// lossReason says in words why a held connection failed.
-func lossReason(err error) string {
+// lossCause says why a held connection failed: a short code, the Reason of a Hooks
+// event (see endReason), and the same in words, for messages (see lossReason).
+func lossCause(err error) (code, words string) {
 	var pgErr *pgconn.PgError
 	switch {
 	case errors.As(err, &pgErr) && pgErr.Code == "57P01":
-		return "the server terminated the session (pg_terminate_backend or shutdown)"
+		return "terminated", "the server terminated the session (pg_terminate_backend or shutdown)"
 	case errors.As(err, &pgErr):
-		return "the server ended the session"
+		return "server_closed", "the server ended the session"
 	case errors.Is(err, syscall.ETIMEDOUT):
-		return "the network went silent past the keepalive limit (partition or host down)"
+		return "keepalive", "the network went silent past the keepalive limit (partition or host down)"
 	case errors.Is(err, syscall.ECONNRESET), errors.Is(err, syscall.EPIPE):
-		return "the connection was reset"
+		return "reset", "the connection was reset"
 	case errors.Is(err, errNotHeldByServer):
-		return "the session no longer held it"
+		return "connection_failed", "the session no longer held it"
 	case errors.Is(err, errPeerClosed):
-		return "the server closed the connection (pg_terminate_backend or shutdown)"
+		return "terminated", "the server closed the connection (pg_terminate_backend or shutdown)"
 	}
-	return "the connection failed"
+	return "connection_failed", "the connection failed"
+}
+
+// lossReason says in words why a held connection failed.
+func lossReason(err error) string {
+	_, words := lossCause(err)
+	return words
+}
+
+// lossError is the end error of a session lost to cause; where says, if anything, when
+// the loss was seen (" during a transaction").
+func (s *pin) lossError(cause error, where string) error {
+	return &opError{s.op(), s.describe(), fmt.Errorf("%w: %s%s: %w", ErrLockLost, lossReason(cause), where, cause)}
+}
+
+// closedLoss is the end error of a held session that the Manager's (or the Session's)
+// Close ended.
+func (s *pin) closedLoss() error {
+	return &opError{s.op(), s.describe(), fmt.Errorf("%w: %w", ErrLockLost, ErrClosed)}
 }
