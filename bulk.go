@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
 )
 
 // connFailure marks an error after which the Session's connection is not usable.
@@ -51,7 +52,6 @@ const (
 	tryLockAllSQL = "SELECT pg_backend_pid(), " + ownedBy + `, coalesce(array_agg(k) FILTER (WHERE got), '{}'),
 	coalesce(array_agg(k) FILTER (WHERE NOT got), '{}')
 FROM (SELECT k, pg_try_advisory_lock(k) AS got FROM unnest($1::bigint[]) AS t(k) WHERE ` + ownedBy + ") x"
-	unlockKeysSQL = "SELECT " + ownedBy + ", count(pg_advisory_unlock(k)) FROM unnest($1::bigint[]) AS t(k) WHERE " + ownedBy
 	// reconcileKeysSQL unlocks those of the keys that this backend holds.
 	reconcileKeysSQL = "SELECT " + ownedBy + `, count(pg_advisory_unlock(k)) FROM unnest($1::bigint[]) AS t(k)
 WHERE ` + ownedBy + ` AND EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid() AND granted
@@ -76,8 +76,12 @@ func (ss *Session) take(ctx context.Context, ts []target, try bool) error {
 	var busy []int64
 	var err error
 	switch {
-	case len(ts) == 1 && !try:
-		err = s.pc.QueryRow(waitCtx(ctx), statementsFor(ts[0].name, false, false).lock, keys[0], s.token).Scan(&pid, &owned)
+	case len(ts) == 1:
+		var got bool
+		pid, owned, got, err = s.takeOne(ctx, ts[0], try)
+		if owned != nil && !got {
+			busy = keys
+		}
 	case !try:
 		err = s.pc.QueryRow(waitCtx(ctx), lockAllSQL, keys, s.token).Scan(&pid, &owned, nil)
 	default:
@@ -104,6 +108,10 @@ func (ss *Session) take(ctx context.Context, ts []target, try bool) error {
 		}
 		return nil
 	}
+	if err == nil && len(ts) == 1 && len(busy) == 1 && !sent && ctx.Err() == nil {
+		// One key, refused by pg_try_advisory_lock, no cancel sent: nothing was taken.
+		return &LockedError{Key: ts[0].key, Name: ts[0].name}
+	}
 	// Not all held by the caller: make sure none is, whatever the server granted.
 	if !usable(s.pg, err) || errors.Is(err, ErrPooler) {
 		return &connFailure{err}
@@ -124,6 +132,50 @@ func (ss *Session) take(ctx context.Context, ts []target, try bool) error {
 	}
 	return &LockedError{Key: Key(busy[0])}
 }
+
+// takeOne runs a Session's Lock or TryLock of one key: the pin's statements for the key
+// (the bare lock function on a direct connection, see statementsFor). owned is nil if
+// the statement ran on another client's backend; got says whether the lock was granted.
+func (s *pin) takeOne(ctx context.Context, t target, try bool) (pid uint32, owned *bool, got bool, err error) {
+	c := ""
+	if t.name != "" {
+		c = nameComment(t.name)
+	}
+	base := baseStatements[b2i(s.st.direct)][0][0]
+	sql := base.lock
+	if try {
+		sql = base.tryLock
+	}
+	var res pgtype.Bool
+	if s.st.direct {
+		pid = s.pid
+		err = s.pc.QueryRow(waitCtx(ctx), c+sql, int64(t.key)).Scan(&res)
+	} else {
+		err = s.pc.QueryRow(waitCtx(ctx), c+sql, int64(t.key), s.token).Scan(&pid, &res)
+	}
+	if !res.Valid {
+		return pid, nil, false, err
+	}
+	return pid, &trueValue, res.Bool, err
+}
+
+// unlockOne releases one key of a Session, with the pin's unlock statement. It returns
+// whether the statement ran on the connection's own backend. Like the bulk unlock, it
+// does not read whether the key was held: the Session's count says it is.
+func (s *pin) unlockOne(ctx context.Context, key Key) (owned bool, err error) {
+	base := baseStatements[b2i(s.st.direct)][0][0]
+	var res pgtype.Bool
+	if s.st.direct {
+		err = s.pc.QueryRow(ctx, base.unlock, int64(key)).Scan(&res)
+		return err == nil, err
+	}
+	var pid uint32
+	err = s.pc.QueryRow(ctx, base.unlock, int64(key), s.token).Scan(&pid, &res)
+	return err == nil && res.Valid, err
+}
+
+// trueValue is what takeOne's owned points to.
+var trueValue = true
 
 // notSent reports whether err says a statement was refused before anything was written
 // to a connection that is still open: pgx checks ctx before it sends.

@@ -20,12 +20,14 @@ import (
 // interleaved in one loop, each as a ratio to the raw floor, so that the cost of each
 // layer can be read off:
 //
-//	x-shape:   our statement texts (ownership CASE, pg_backend_pid, two parameters) on one
-//	           pool connection held throughout: the statement cost alone.
-//	x-pool:    the same, plus pool Acquire and Release around each cycle.
-//	x-lock:    Manager.Lock + Lock.Unlock: everything.
 //	x-raw-on-ours:    the raw statements on our pool connection (our session settings).
-//	x-shape-on-plain: our statement texts on a plain pgx connection given a token.
+//	x-pool:    the same, plus pool Acquire and Release around each cycle.
+//	x-lock:    Manager.Lock + Lock.Unlock: everything. On a direct connection (the test
+//	           server's, over loopback TCP) the lock statements are the raw ones.
+//	x-shape:   the checked statement texts (ownership CASE, pg_backend_pid, two
+//	           parameters) that a connection through a proxy runs, on one pool
+//	           connection held throughout: the check's cost alone.
+//	x-shape-on-plain: the checked texts on a plain pgx connection given a token.
 func BenchmarkCycleAblation(b *testing.B) {
 	dsn := os.Getenv(pgtest.EnvDSN)
 	if dsn == "" {
@@ -42,7 +44,9 @@ func BenchmarkCycleAblation(b *testing.B) {
 	require.NoError(b, err)
 	defer held.Release()
 	name := b.Name()
-	st := statementsFor(name, false, false)
+	// The checked statements, which every connection that may not go straight to its
+	// backend runs (a Manager's direct connections run the raw statements' shape).
+	st := statementsFor(name, false, false, false)
 	key := int64(KeyOf(name))
 	shape := func(c interface {
 		QueryRow(context.Context, string, ...any) pgx.Row
@@ -82,8 +86,7 @@ func BenchmarkCycleAblation(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			_, token := ownership(pc.Conn().PgConn())
-			shape(pc, token)
+			rawStatements(pc)
 			pc.Release()
 		},
 		func() {

@@ -85,7 +85,7 @@ func newPin(m *Manager, pc *pgxpool.Conn, t target) *pin {
 	pid, token := ownership(pg)
 	s := &pin{m: m, pc: pc, pg: pg, cancel: handlerOf(pg), pid: pid, token: token,
 		key: t.key, name: t.name, shared: t.shared, pair: t.pair, gated: t.gated,
-		st: statementsFor(t.name, t.shared, t.pair),
+		st: statementsFor(t.name, t.shared, t.pair, isDirect(pg)),
 		fd: connFD(pg), txFD: -1, done: make(chan struct{}), watchDone: make(chan struct{})}
 	s.hidden.Store(t.hidden)
 	s.handle = Lock{s: s, name: t.name}
@@ -100,11 +100,19 @@ func newPin(m *Manager, pc *pgxpool.Conn, t target) *pin {
 
 // row runs one of the key's statements (lock, tryLock, unlock: $1 the key, $2 the
 // token) and returns its row: the backend pid, and the result, nil when the statement
-// ran on a backend that is not the connection's own (see ownedBy). The result points
-// into the pin: read it before the next statement.
+// ran on a backend that is not the connection's own (see ownedBy). On a direct
+// connection the statement takes only the key and returns only the result: the pid is
+// the connection's own. The result points into the pin: read it before the next
+// statement.
 func (s *pin) row(ctx context.Context, sql string) (uint32, *bool, error) {
 	s.rowPID, s.rowOK = 0, pgtype.Bool{}
-	err := s.pc.QueryRow(ctx, sql, s.args[:]...).Scan(s.dst[:]...)
+	var err error
+	if s.st.direct {
+		s.rowPID = s.pid
+		err = s.pc.QueryRow(ctx, sql, s.args[:1]...).Scan(s.dst[1:]...)
+	} else {
+		err = s.pc.QueryRow(ctx, sql, s.args[:]...).Scan(s.dst[:]...)
+	}
 	if !s.rowOK.Valid {
 		return s.rowPID, nil, err
 	}

@@ -10,12 +10,21 @@ import (
 // Keys of a connection's PgConn.CustomData set by its setup (see setup.go): the backend
 // pid as pg_backend_pid() reported it (a proxy answers the startup with a BackendKeyData
 // of its own, so PgConn.PID is not to be trusted for this), the ownership token, and the
-// socket's descriptor (see connFD).
+// socket's descriptor (see connFD), and, only on a connection that goes straight to its
+// backend (see look.directPath), directKey.
 const (
 	backendPIDKey = "advisory.backendPID"
 	tokenKey      = "advisory.token"
 	fdKey         = "advisory.fd"
+	directKey     = "advisory.direct"
 )
+
+// isDirect reports whether the connection was found at setup to go straight to its
+// backend, with no proxy or address translation between.
+func isDirect(pg *pgconn.PgConn) bool {
+	d, _ := pg.CustomData()[directKey].(bool)
+	return d
+}
 
 // connFD returns the descriptor of the connection's socket (-1 if it has none), found
 // once at setup: a connection keeps its socket for life, and asking the runtime for it

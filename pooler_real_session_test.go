@@ -54,6 +54,10 @@ func sessionPoolingLocksWork(t *testing.T, b *pgtest.PgBouncer) {
 	l, err := ms[0].Lock(ctx, name)
 	require.NoError(t, err)
 	requireHeldBy(t, key, l.PID())
+	// Behind the pooler no connection is direct: the lock statement checked the token.
+	var q string
+	require.NoError(t, admin.QueryRow(ctx, "SELECT query FROM pg_stat_activity WHERE pid = $1", int32(l.PID())).Scan(&q))
+	require.Contains(t, q, "current_setting('advisory.owner', true) = $2")
 	_, err = ms[1].TryLock(ctx, name)
 	require.ErrorIs(t, err, advisory.ErrLocked)
 

@@ -283,8 +283,7 @@ func (s *Session) Unlock(ctx context.Context, name string) error {
 func (s *Session) unlockKey(ctx context.Context, t target) error {
 	uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 	defer cancel()
-	var owned bool
-	err := s.pin.pc.QueryRow(uctx, unlockKeysSQL, []int64{int64(t.key)}, s.pin.token).Scan(&owned, nil)
+	owned, err := s.pin.unlockOne(uctx, t.key)
 	if err == nil && !owned {
 		err = s.pin.foreignError()
 	}

@@ -6,6 +6,8 @@ import (
 	"encoding/hex"
 	"fmt"
 	"log/slog"
+	"net"
+	"net/netip"
 	"strconv"
 	"strings"
 	"sync"
@@ -20,9 +22,12 @@ import (
 const ownerSetting = "advisory.owner"
 
 // lookSQL runs first on every new connection, before anything is changed on the server:
-// whose backend this is, whether it is a standby, and whether another client already
-// left a token on it.
-const lookSQL = "SELECT pg_backend_pid(), pg_is_in_recovery(), coalesce(current_setting('" + ownerSetting + "', true), '')"
+// whose backend this is, whether it is a standby, whether another client already left a
+// token on it, and the two ends of the TCP connection as the backend sees them (empty
+// and 0 over a Unix socket; see directPath).
+const lookSQL = "SELECT pg_backend_pid(), pg_is_in_recovery(), coalesce(current_setting('" + ownerSetting + "', true), ''), " +
+	"coalesce(host(inet_client_addr()), ''), coalesce(inet_client_port(), 0), " +
+	"coalesce(host(inet_server_addr()), ''), coalesce(inet_server_port(), 0)"
 
 // probeRounds is how many times the proxy probe compares two connections' backends. Busy
 // clients of a transaction pooler can make one round look like session pooling; each
@@ -53,7 +58,8 @@ func setUp(ctx context.Context, conn *pgx.Conn, set *settings, ps *proxyState) e
 	if err != nil {
 		return setupError(err, reported)
 	}
-	pid, standby, prev, err := parseLook(rows)
+	look, err := parseLook(rows)
+	pid, standby, prev := look.pid, look.standby, look.prev
 	switch {
 	case err != nil:
 		return err
@@ -92,7 +98,48 @@ func setUp(ctx context.Context, conn *pgx.Conn, set *settings, ps *proxyState) e
 	pg.CustomData()[backendPIDKey] = pid
 	pg.CustomData()[tokenKey] = token
 	pg.CustomData()[fdKey] = socketFD(pg.Conn())
+	if pid == pg.PID() && look.directPath(pg.Conn()) {
+		pg.CustomData()[directKey] = true
+	}
 	return nil
+}
+
+// look is what lookSQL found: the backend, and the TCP connection as the backend sees it.
+type look struct {
+	pid                    uint32
+	standby                bool
+	prev                   string // a token another connection left on the backend, or ""
+	clientAddr, serverAddr string // "" over a Unix socket
+	clientPort, serverPort uint32 // 0 over a Unix socket
+}
+
+// directPath reports whether the backend's end of the connection is the very socket this
+// client connected: the backend sees as its client our socket's local address and port,
+// and as its own address the one we connected to. Every proxy, pooler or address
+// translation between client and server makes the two views differ (the server sees the
+// proxy's connection, from the proxy's address and port), and so does a Unix socket
+// (the server sees no address). On such a connection no other client's statements can
+// ever run on the backend, nor ours on another's, so the lock statements need not check
+// the ownership token (see statementsFor): a direct connection spares the server that
+// work on every statement. Every other connection keeps the check.
+func (l look) directPath(c net.Conn) bool {
+	local, ok1 := c.LocalAddr().(*net.TCPAddr)
+	remote, ok2 := c.RemoteAddr().(*net.TCPAddr)
+	if !ok1 || !ok2 || l.clientPort == 0 || l.serverPort == 0 {
+		return false
+	}
+	return sameEnd(local, l.clientAddr, l.clientPort) && sameEnd(remote, l.serverAddr, l.serverPort)
+}
+
+// sameEnd reports whether a TCP address equals the address and port the server reported
+// (an IPv4 address may come back IPv4-mapped from a dual-stack listener).
+func sameEnd(a *net.TCPAddr, host string, port uint32) bool {
+	ip, ok := netip.AddrFromSlice(a.IP)
+	if !ok || a.Zone != "" {
+		return false
+	}
+	theirs, err := netip.ParseAddr(host)
+	return err == nil && theirs.Zone() == "" && ip.Unmap() == theirs.Unmap() && uint32(a.Port) == port
 }
 
 // applySQL is the statement that applies the session settings: one set_config per row,
@@ -152,13 +199,22 @@ func backendOf(ctx context.Context, pg *pgconn.PgConn) (uint32, error) {
 	return oneNumber(rows, "pg_backend_pid()")
 }
 
-func parseLook(rows []*pgconn.Result) (pid uint32, standby bool, prev string, err error) {
-	row, err := onlyRow(rows, 3, lookSQL)
+func parseLook(rows []*pgconn.Result) (look, error) {
+	row, err := onlyRow(rows, 7, lookSQL)
 	if err != nil {
-		return 0, false, "", err
+		return look{}, err
 	}
-	pid, err = parseUint32(row[0], "pg_backend_pid()")
-	return pid, string(row[1]) == "t", string(row[2]), err
+	l := look{standby: string(row[1]) == "t", prev: string(row[2]), clientAddr: string(row[3]), serverAddr: string(row[5])}
+	if l.pid, err = parseUint32(row[0], "pg_backend_pid()"); err != nil {
+		return look{}, err
+	}
+	if l.clientPort, err = parseUint32(row[4], "inet_client_port()"); err != nil {
+		return look{}, err
+	}
+	if l.serverPort, err = parseUint32(row[6], "inet_server_port()"); err != nil {
+		return look{}, err
+	}
+	return l, nil
 }
 
 // oneNumber reads the single number that a one-statement query returned.

@@ -15,28 +15,34 @@ import (
 const ownedBy = "current_setting('" + ownerSetting + "', true) = $2"
 
 // statements are the SQL a session runs for one lock of one mode (exclusive or shared).
-// Each takes the key as $1 and the connection's token as $2 and returns, besides
+// Each takes the key as $1. On a connection that may not go straight to its backend, lock,
+// tryLock and unlock also take the connection's token as $2 and return, besides
 // pg_backend_pid(), NULL when the statement ran on a backend that is not the
-// connection's own (and so did nothing).
+// connection's own (and so did nothing). On a direct connection (see look.directPath)
+// they take only the key and return only the lock function's result: no other backend
+// can be reached there, and the check would cost the server work on every statement.
 type statements struct {
 	lock, tryLock string // may carry the name comment (see nameComment)
 	unlock        string
-	reconcile     string // $3: classid, $4: objid; returns (owned, count)
+	reconcile     string // $2: the token, $3: classid, $4: objid; returns (owned, count)
+	direct        bool   // lock, tryLock and unlock are the unchecked form
 }
 
-// baseStatements are the unnamed statements of each mode, [shared][pair], built once:
-// a lock cycle then builds no SQL text unless the lock has a name.
-var baseStatements = func() (b [2][2]statements) {
-	for i, shared := range []bool{false, true} {
-		for j, pair := range []bool{false, true} {
-			b[i][j] = buildStatements(shared, pair)
+// baseStatements are the unnamed statements of each mode, [direct][shared][pair], built
+// once: a lock cycle then builds no SQL text unless the lock has a name.
+var baseStatements = func() (b [2][2][2]statements) {
+	for d, direct := range []bool{false, true} {
+		for i, shared := range []bool{false, true} {
+			for j, pair := range []bool{false, true} {
+				b[d][i][j] = buildStatements(shared, pair, direct)
+			}
 		}
 	}
 	return b
 }()
 
-func statementsFor(name string, shared, pair bool) statements {
-	st := baseStatements[b2i(shared)][b2i(pair)]
+func statementsFor(name string, shared, pair, direct bool) statements {
+	st := baseStatements[b2i(direct)][b2i(shared)][b2i(pair)]
 	// With a name the statement text differs per name. pgx prepares and caches each text
 	// per connection (statement_cache_capacity, 512 by default): the first lock of a name on
 	// a connection costs one more round trip; later ones cost nothing extra. Sent unprepared
@@ -55,7 +61,7 @@ func b2i(b bool) int {
 	return 0
 }
 
-func buildStatements(shared, pair bool) statements {
+func buildStatements(shared, pair, direct bool) statements {
 	suffix, mode := "", "ExclusiveLock"
 	if shared {
 		suffix, mode = "_shared", "ShareLock"
@@ -68,11 +74,15 @@ func buildStatements(shared, pair bool) statements {
 	// CASE evaluates its THEN branch only when the condition holds (a volatile function is
 	// never evaluated ahead of time). lock, tryLock and unlock also return
 	// pg_backend_pid(): a different backend than the connection's own is a proxy, too.
-	when := "SELECT pg_backend_pid(), CASE WHEN " + ownedBy + " THEN "
+	when, end := "SELECT pg_backend_pid(), CASE WHEN "+ownedBy+" THEN ", " END"
+	if direct {
+		when, end = "SELECT ", ""
+	}
 	return statements{
-		lock:    when + "pg_advisory_lock" + suffix + args + " IS NOT NULL END",
-		tryLock: when + "pg_try_advisory_lock" + suffix + args + " END",
-		unlock:  when + "pg_advisory_unlock" + suffix + args + " END",
+		direct:  direct,
+		lock:    when + "pg_advisory_lock" + suffix + args + " IS NOT NULL" + end,
+		tryLock: when + "pg_try_advisory_lock" + suffix + args + end,
+		unlock:  when + "pg_advisory_unlock" + suffix + args + end,
 		// Unlock the key if, and only if, this backend holds it: unlike a bare unlock it
 		// leaves no WARNING in the server log when it does not.
 		reconcile: "SELECT " + ownedBy + ", count(pg_advisory_unlock" + suffix + args + ") FROM pg_locks WHERE " +

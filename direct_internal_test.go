@@ -1,0 +1,196 @@
+package advisory
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/pgadvisory/advisory/internal/pgtest"
+)
+
+// endsConn is a net.Conn that only reports addresses: directPath reads nothing else.
+type endsConn struct {
+	net.Conn
+	local, remote net.Addr
+}
+
+func (c endsConn) LocalAddr() net.Addr  { return c.local }
+func (c endsConn) RemoteAddr() net.Addr { return c.remote }
+
+func TestDirectPathNeedsBothEndsToMatch(t *testing.T) {
+	tcp := func(ip string, port int) *net.TCPAddr { return &net.TCPAddr{IP: net.ParseIP(ip), Port: port} }
+	client, server := tcp("127.0.0.1", 40001), tcp("127.0.0.1", 5432)
+	conn := endsConn{local: client, remote: server}
+	same := look{clientAddr: "127.0.0.1", clientPort: 40001, serverAddr: "127.0.0.1", serverPort: 5432}
+	for _, tc := range []struct {
+		name string
+		conn net.Conn
+		look look
+		want bool
+	}{
+		{"the backend sees our socket", conn, same, true},
+		{"IPv4-mapped on a dual-stack listener", conn,
+			look{clientAddr: "::ffff:127.0.0.1", clientPort: 40001, serverAddr: "::ffff:127.0.0.1", serverPort: 5432}, true},
+		{"IPv6", endsConn{local: tcp("::1", 40001), remote: tcp("::1", 5432)},
+			look{clientAddr: "::1", clientPort: 40001, serverAddr: "::1", serverPort: 5432}, true},
+		{"a proxy's connection: another client port", conn, func() look { l := same; l.clientPort = 40002; return l }(), false},
+		{"a proxy on another host", conn, func() look { l := same; l.clientAddr = "10.0.0.7"; return l }(), false},
+		{"address translation toward the server", conn, func() look { l := same; l.serverAddr = "10.0.0.9"; return l }(), false},
+		{"a proxy on the server's host, other port", conn, func() look { l := same; l.serverPort = 6432; return l }(), false},
+		{"a Unix socket: the server sees no address", endsConn{local: &net.UnixAddr{Name: "", Net: "unix"},
+			remote: &net.UnixAddr{Name: "/run/postgresql/.s.PGSQL.5432", Net: "unix"}}, look{}, false},
+		{"a TCP client over a server-side Unix socket", conn, look{}, false},
+		{"garbage from the server", conn, func() look { l := same; l.clientAddr = "not an address"; return l }(), false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			assert.Equal(t, tc.want, tc.look.directPath(tc.conn))
+		})
+	}
+}
+
+// lastQuery is the text of the statement a backend ran last, as pg_stat_activity shows it.
+func lastQuery(t *testing.T, ctx context.Context, admin *pgx.Conn, pid uint32) string {
+	t.Helper()
+	var q string
+	require.NoError(t, admin.QueryRow(ctx, "SELECT query FROM pg_stat_activity WHERE pid = $1", int32(pid)).Scan(&q))
+	return q
+}
+
+// heldBy returns the pids holding an exclusive advisory lock on key, from pg_locks.
+func heldBy(t *testing.T, ctx context.Context, admin *pgx.Conn, key Key) []uint32 {
+	t.Helper()
+	rows, err := admin.Query(ctx, "SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND granted "+
+		"AND classid = $1 AND objid = $2 AND objsubid = 1", int64(uint32(uint64(key)>>32)), int64(uint32(key)))
+	require.NoError(t, err)
+	pids, err := pgx.CollectRows(rows, pgx.RowTo[uint32])
+	require.NoError(t, err)
+	return pids
+}
+
+// TestDirectConnectionsRunTheRawStatements checks, on the server, which statements a
+// lock cycle ran: on a connection straight to the server (loopback TCP), the lock
+// functions alone; through a TCP proxy and over a Unix socket, the statements that check
+// the ownership token. Either way pg_locks shows the lock held, then free.
+func TestDirectConnectionsRunTheRawStatements(t *testing.T) {
+	dsn := os.Getenv(pgtest.EnvDSN)
+	if dsn == "" {
+		pgtest.Need(t, nil, errors.New("TestMain found no server"))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	admin, err := pgx.Connect(ctx, dsn)
+	require.NoError(t, err)
+	defer admin.Close(context.Background())
+	cfg, err := pgx.ParseConfig(dsn)
+	require.NoError(t, err)
+	if strings.HasPrefix(cfg.Host, "/") {
+		t.Skip("the test server is reached over a Unix socket: there is no direct TCP path to check")
+	}
+
+	var sockDir string
+	require.NoError(t, admin.QueryRow(ctx, "SELECT split_part(current_setting('unix_socket_directories'), ',', 1)").Scan(&sockDir))
+	paths := []struct {
+		name   string
+		dsn    string
+		direct bool
+	}{
+		{"loopback TCP", dsn, true},
+		{"through a TCP proxy", pgtest.WithPairs(dsn, "host=127.0.0.1", "port="+strconv.Itoa(startForwarder(t, cfg))), false},
+	}
+	if st, err := os.Stat(strings.TrimSpace(sockDir)); err == nil && st.IsDir() {
+		paths = append(paths, struct {
+			name   string
+			dsn    string
+			direct bool
+		}{"Unix socket", pgtest.WithPairs(dsn, "host="+strings.TrimSpace(sockDir)), false})
+	} else if pgtest.InCI() {
+		t.Fatalf("CI: the test server's Unix socket directory %q is not reachable here", sockDir)
+	}
+	for _, p := range paths {
+		t.Run(p.name, func(t *testing.T) {
+			m, err := New(ctx, p.dsn)
+			require.NoError(t, err)
+			defer m.Close()
+			name := t.Name()
+			for _, try := range []bool{false, true} {
+				var l *Lock
+				if try {
+					l, err = m.TryLock(ctx, name)
+				} else {
+					l, err = m.Lock(ctx, name)
+				}
+				require.NoError(t, err)
+				assert.Equal(t, p.direct, l.s.st.direct)
+				assert.Equal(t, []uint32{l.PID()}, heldBy(t, ctx, admin, KeyOf(name)))
+				q := lastQuery(t, ctx, admin, l.PID())
+				want := "pg_advisory_lock($1) IS NOT NULL"
+				if try {
+					want = "pg_try_advisory_lock($1)"
+				}
+				require.Contains(t, q, want)
+				if p.direct {
+					assert.NotContains(t, q, ownerSetting, "a direct connection's lock statement checks the token")
+				} else {
+					assert.Contains(t, q, ownedBy, "a lock statement of a connection that may be proxied skips the token check")
+				}
+				require.NoError(t, l.Unlock(ctx))
+				assert.Empty(t, heldBy(t, ctx, admin, KeyOf(name)))
+				assert.Equal(t, !p.direct, strings.Contains(lastQuery(t, ctx, admin, l.PID()), ownedBy))
+			}
+		})
+	}
+}
+
+// startForwarder starts a TCP proxy on loopback that relays each client connection to the
+// server over a connection of its own (one for one, as a TCP load balancer does), and
+// returns its port.
+func startForwarder(t *testing.T, cfg *pgx.ConnConfig) int {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	upstream := net.JoinHostPort(cfg.Host, strconv.Itoa(int(cfg.Port)))
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var conns []net.Conn
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			s, err := net.Dial("tcp", upstream)
+			if err != nil {
+				c.Close()
+				continue
+			}
+			mu.Lock()
+			conns = append(conns, c, s)
+			mu.Unlock()
+			wg.Add(2)
+			go func() { defer wg.Done(); io.Copy(s, c); s.Close() }()
+			go func() { defer wg.Done(); io.Copy(c, s); c.Close() }()
+		}
+	}()
+	t.Cleanup(func() {
+		ln.Close()
+		mu.Lock()
+		for _, c := range conns {
+			c.Close()
+		}
+		mu.Unlock()
+		wg.Wait()
+	})
+	return ln.Addr().(*net.TCPAddr).Port
+}
