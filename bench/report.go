@@ -337,7 +337,9 @@ where the next step of issue 14 has to look (per-thread scheduling traces).
   (goose, lease tables) only notice at their next poll, so their handoff is spread over
   their polling period.
 - **Loss detection**: from the pg_terminate_backend call to the holder being told. The raw
-  floor is a bare WaitForNotification on an idle connection.
+  floor is a bare WaitForNotification on an idle connection. Both are timed on a goroutine
+  that waits for the news, not on the one that called pg_terminate_backend, whose reply
+  often waits for the terminated backend's exit.
 - **SIGKILL / crash takeover**: a holder process is killed while a waiter waits. Session
   locks are freed as soon as the kernel closes the socket; lease tables wait for the lease
   to expire, then for the waiter's next poll.
