@@ -46,8 +46,8 @@ type pin struct {
 	pollFD int    // the descriptor registered with the poller: fd, or txFD in a transaction
 
 	done      chan struct{} // closed when the session has ended
-	watchDone chan struct{} // closed when the watcher goroutine has exited
-	stopping  atomic.Bool   // set before the watcher is told to stop
+	watchDone chan struct{} // closed when the current reader goroutine has exited; nil before the first (see startReader)
+	stopping  atomic.Bool   // set before the reader is told to stop
 
 	heldSince time.Time   // when the lock was granted, for the logs
 	gated     bool        // counted in the Manager's gate for the key
@@ -86,7 +86,7 @@ func newPin(m *Manager, pc *pgxpool.Conn, t target) *pin {
 	s := &pin{m: m, pc: pc, pg: pg, cancel: handlerOf(pg), pid: pid, token: token,
 		key: t.key, name: t.name, shared: t.shared, pair: t.pair, gated: t.gated,
 		st: statementsFor(t.name, t.shared, t.pair, isDirect(pg)),
-		fd: connFD(pg), txFD: -1, done: make(chan struct{}), watchDone: make(chan struct{})}
+		fd: connFD(pg), txFD: -1, done: make(chan struct{})}
 	s.hidden.Store(t.hidden)
 	s.handle = Lock{s: s, name: t.name}
 	tok := pg.CustomData()[tokenKey] // already boxed: the token as any, without a copy

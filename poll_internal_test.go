@@ -103,7 +103,7 @@ func TestPollerNeverDeletesAReusedDescriptor(t *testing.T) {
 	// What release does first: claim the session. Then the watcher sees it die.
 	dying.s.setState(stateReleasing)
 	terminateBackend(t, admin, dying.PID())
-	<-dying.s.watchDone // the reader classified the loss and closed the socket
+	readerExited(t, dying.s) // the reader classified the loss and closed the socket
 	var next *Lock
 	for attempt := 0; attempt < 5 && next == nil; attempt++ {
 		l, err := m.Lock(ctx, t.Name()+"/next")
@@ -162,4 +162,24 @@ func TestLockFileKeepsTheSessionAlive(t *testing.T) {
 	}
 	_, err = (&Lock{s: &pin{err: ErrNotHeld, state: stateEnded}}).File()
 	require.ErrorIs(t, err, ErrNotHeld)
+}
+
+// readerExited waits for the reader goroutine that the pin's watcher started, once
+// started, to exit.
+func readerExited(t *testing.T, s *pin) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		s.mu.Lock()
+		exited := s.watchDone
+		s.mu.Unlock()
+		if exited != nil {
+			<-exited
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no reader started within 10s")
+		}
+		time.Sleep(time.Millisecond)
+	}
 }

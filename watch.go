@@ -44,8 +44,17 @@ func (s *pin) watchIdle() {
 		s.watch = watchPolled
 		return
 	}
+	s.startReader()
+}
+
+// startReader hands the connection to a new reader goroutine, with a fresh channel for
+// its exit: a Session's connection may go to a reader and back once per call. The caller
+// holds s.mu.
+func (s *pin) startReader() {
 	s.watch = watchReading
-	go s.readUntilLoss()
+	s.stopping.Store(false)
+	s.watchDone = make(chan struct{})
+	go s.readUntilLoss(s.watchDone)
 }
 
 // socketEvent is called by the poller when the held session's socket became readable or
@@ -61,16 +70,15 @@ func (s *pin) socketEvent() {
 		return // stopWatch took the connection back first
 	}
 	s.m.poller.remove(s) // before the reader may close the socket: see poller.add
-	s.watch = watchReading
-	go s.readUntilLoss()
+	s.startReader()
 }
 
 // readUntilLoss blocks reading the idle connection, so a FIN, an RST, a FATAL message from
 // pg_terminate_backend or a shutdown, or a keepalive abort is seen the moment the kernel
 // sees it. Nothing is sent: no ping loop. A notification or notice makes the read return
 // nil; it simply reads again.
-func (s *pin) readUntilLoss() {
-	defer close(s.watchDone)
+func (s *pin) readUntilLoss(exited chan<- struct{}) {
+	defer close(exited)
 	for {
 		err := s.pg.WaitForNotification(context.Background())
 		if err == nil {
@@ -88,7 +96,7 @@ func (s *pin) readUntilLoss() {
 // had already found the session lost.
 func (s *pin) stopWatch() bool {
 	s.mu.Lock()
-	mode := s.watch
+	mode, exited := s.watch, s.watchDone
 	s.watch = watchNone
 	if mode == watchPolled {
 		s.m.poller.remove(s) // the socket is open: nobody else touches it in this mode
@@ -99,7 +107,7 @@ func (s *pin) stopWatch() bool {
 	}
 	s.stopping.Store(true)
 	s.pg.Conn().SetReadDeadline(aLongTimeAgo)
-	<-s.watchDone
+	<-exited
 	s.mu.Lock()
 	lost := s.state == stateEnded
 	s.mu.Unlock()
