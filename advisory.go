@@ -32,7 +32,8 @@ type Manager struct {
 	// costly for every Lock call.)
 	maxConns int
 
-	gates gates // in-process queues of Lock calls, per key
+	gates gates     // in-process queues of Lock calls, per key
+	texts textCache // statement texts of named locks
 
 	mu        sync.Mutex
 	closed    bool
@@ -173,7 +174,7 @@ func configure(cfg *pgxpool.Config, set *settings, ps *proxyState) *pgxpool.Conf
 	// by itself only connections idle for more than a second.
 	ping := cfg.ShouldPing
 	cfg.ShouldPing = func(ctx context.Context, p pgxpool.ShouldPingParams) bool {
-		if pendingInput(p.Conn.PgConn().Conn()) {
+		if pg := p.Conn.PgConn(); pendingInput(pg.Conn(), connFD(pg)) {
 			return true
 		}
 		if ping != nil {

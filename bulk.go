@@ -137,21 +137,17 @@ func (ss *Session) take(ctx context.Context, ts []target, try bool) error {
 // (the bare lock function on a direct connection, see statementsFor). owned is nil if
 // the statement ran on another client's backend; got says whether the lock was granted.
 func (s *pin) takeOne(ctx context.Context, t target, try bool) (pid uint32, owned *bool, got bool, err error) {
-	c := ""
-	if t.name != "" {
-		c = nameComment(t.name)
-	}
-	base := baseStatements[b2i(s.st.direct)][0][0]
-	sql := base.lock
+	st := s.m.texts.statements(t.name, false, false, s.st.direct)
+	sql := st.lock
 	if try {
-		sql = base.tryLock
+		sql = st.tryLock
 	}
 	var res pgtype.Bool
 	if s.st.direct {
 		pid = s.pid
-		err = s.pc.QueryRow(waitCtx(ctx), c+sql, int64(t.key)).Scan(&res)
+		err = s.pc.QueryRow(waitCtx(ctx), sql, int64(t.key)).Scan(&res)
 	} else {
-		err = s.pc.QueryRow(waitCtx(ctx), c+sql, int64(t.key), s.token).Scan(&pid, &res)
+		err = s.pc.QueryRow(waitCtx(ctx), sql, int64(t.key), s.token).Scan(&pid, &res)
 	}
 	if !res.Valid {
 		return pid, nil, false, err

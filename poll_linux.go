@@ -5,6 +5,7 @@ import (
 	"net"
 	"sync"
 	"syscall"
+	"unsafe"
 )
 
 // poller watches the sockets of idle held sessions with one epoll instance and one
@@ -229,18 +230,27 @@ func dupSocket(c net.Conn) (int, error) {
 // pendingInput reports whether an idle connection has something to read: bytes the
 // server sent unasked (a FATAL from pg_terminate_backend, a shutdown notice) or an end
 // of file. A healthy idle connection has nothing. It peeks without blocking and without
-// consuming anything, and says true if it cannot tell (false without a socket).
-func pendingInput(c net.Conn) bool {
+// consuming anything, and says true if it cannot tell (false without a socket). fd is
+// the socket's descriptor found at setup (see connFD), or -1: the caller owns the idle
+// connection, so nothing can close it meanwhile, and asking the runtime for the
+// descriptor again would cost two allocations per Lock.
+func pendingInput(c net.Conn, fd int) bool {
+	if fd >= 0 {
+		return peekPending(fd)
+	}
 	pending := true
-	var b [1]byte
-	err := withSocket(c, func(fd uintptr) {
-		_, _, err := syscall.Recvfrom(int(fd), b[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
-		pending = !errors.Is(err, syscall.EAGAIN)
-	})
+	err := withSocket(c, func(fd uintptr) { pending = peekPending(int(fd)) })
 	if errors.Is(err, errNoSocket) {
 		return false
 	}
 	return err != nil || pending
+}
+
+func peekPending(fd int) bool {
+	var b [1]byte
+	_, _, errno := syscall.Syscall6(syscall.SYS_RECVFROM, uintptr(fd), uintptr(unsafe.Pointer(&b[0])), 1,
+		syscall.MSG_PEEK|syscall.MSG_DONTWAIT, 0, 0)
+	return errno != syscall.EAGAIN
 }
 
 // shutdownSocket shuts a socket down both ways, through any descriptor of it: the server

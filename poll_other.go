@@ -27,7 +27,7 @@ func dupSocket(net.Conn) (int, error) {
 	return -1, errors.New("not supported on this platform")
 }
 
-func pendingInput(net.Conn) bool { return false }
+func pendingInput(net.Conn, int) bool { return false }
 
 func shutdownSocket(int) {}
 

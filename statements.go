@@ -3,6 +3,7 @@ package advisory
 import (
 	"strconv"
 	"strings"
+	"sync"
 	"unicode/utf8"
 )
 
@@ -142,4 +143,49 @@ func nameFromQuery(query string) (name string, prefix, ok bool) {
 	}
 	name, err := strconv.Unquote(quoted)
 	return name, prefix, err == nil
+}
+
+// textCache keeps the statement texts of the names a Manager locked, so that a Lock of a
+// name locked before builds no SQL text (the name's comment costs three allocations):
+// up to maxCachedNames entries of names up to maxCachedNameLen bytes. Names past either
+// bound are built per call, as before the cache: a process that locks a name per
+// entity (order:1234, ...) does not grow it without end.
+type textCache struct {
+	mu sync.RWMutex
+	m  map[textKey]statements
+}
+
+type textKey struct {
+	name                 string
+	shared, pair, direct bool
+}
+
+const (
+	maxCachedNames   = 1024
+	maxCachedNameLen = 256
+)
+
+// statements returns statementsFor(name, shared, pair, direct), from the cache if it
+// is there.
+func (c *textCache) statements(name string, shared, pair, direct bool) statements {
+	if name == "" || len(name) > maxCachedNameLen {
+		return statementsFor(name, shared, pair, direct)
+	}
+	k := textKey{name, shared, pair, direct}
+	c.mu.RLock()
+	st, ok := c.m[k]
+	c.mu.RUnlock()
+	if ok {
+		return st
+	}
+	st = statementsFor(name, shared, pair, direct)
+	c.mu.Lock()
+	if c.m == nil {
+		c.m = make(map[textKey]statements)
+	}
+	if len(c.m) < maxCachedNames {
+		c.m[k] = st
+	}
+	c.mu.Unlock()
+	return st
 }

@@ -1,6 +1,7 @@
 package advisory
 
 import (
+	"strconv"
 	"strings"
 	"testing"
 
@@ -36,4 +37,33 @@ func FuzzNameComment(f *testing.F) {
 		}
 		assert.Equal(t, name, got)
 	})
+}
+
+// The text cache returns what statementsFor builds, and stays bounded: names past
+// maxCachedNames, and names longer than maxCachedNameLen, are built per call.
+func TestTextCacheIsBoundedAndExact(t *testing.T) {
+	var c textCache
+	for i := range maxCachedNames + 100 {
+		name := "cache/" + strconv.Itoa(i)
+		for _, direct := range []bool{false, true} {
+			got := c.statements(name, i%2 == 0, i%3 == 0, direct)
+			if want := statementsFor(name, i%2 == 0, i%3 == 0, direct); got != want {
+				t.Fatalf("%q: cached %+v, built %+v", name, got, want)
+			}
+		}
+	}
+	if n := len(c.m); n != maxCachedNames {
+		t.Fatalf("the cache holds %d entries, the bound is %d", n, maxCachedNames)
+	}
+	var small textCache
+	long := strings.Repeat("x", maxCachedNameLen+1)
+	if got := small.statements(long, false, false, true); got != statementsFor(long, false, false, true) {
+		t.Fatal("a long name's statements differ from statementsFor's")
+	}
+	if len(small.m) != 0 {
+		t.Fatal("a name longer than maxCachedNameLen was cached")
+	}
+	if got := small.statements("", true, true, false); got != baseStatements[0][1][1] || len(small.m) != 0 {
+		t.Fatal("a raw key's statements are the base ones, never cached")
+	}
 }
