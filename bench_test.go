@@ -61,6 +61,26 @@ func benchCycle(b *testing.B, lock func(*advisory.Manager, context.Context, stri
 	}
 }
 
+// BenchmarkCycleSession is Session.Lock + Session.Unlock of one name on an open Session.
+func BenchmarkCycleSession(b *testing.B) {
+	ctx := context.Background()
+	m := newManager(b, []string{"pool_max_conns=1"})
+	S, err := m.Session(ctx)
+	require.NoError(b, err)
+	defer S.Close(ctx)
+	name := b.Name()
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if err := S.Lock(ctx, name); err != nil {
+			b.Fatal(err)
+		}
+		if err := S.Unlock(ctx, name); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
 // BenchmarkCycleRatio alternates one raw-floor cycle and one Manager.Lock+Unlock cycle
 // (and one TryLock+Unlock cycle) per iteration, so drift and load hit them alike, and
 // reports each as a ratio to the raw floor: x-lock and x-trylock (target <= 1.10). It

@@ -6,7 +6,6 @@ import (
 	"fmt"
 
 	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/jackc/pgx/v5/pgtype"
 )
 
 // connFailure marks an error after which the Session's connection is not usable.
@@ -35,6 +34,9 @@ func (ss *Session) op(ctx context.Context, run func() error) error {
 }
 
 func classify(err error) error {
+	if err == nil {
+		return nil
+	}
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) && pgErr.Code == "53200" {
 		return fmt.Errorf("%w: %w", ErrLockTableFull, err)
@@ -67,10 +69,6 @@ WHERE ` + ownedBy + ` AND EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advis
 // the exactness of Manager.Lock: whatever the outcome, on error none of them is held.
 func (ss *Session) take(ctx context.Context, ts []target, try bool) error {
 	s := ss.pin
-	keys := make([]int64, len(ts))
-	for i, t := range ts {
-		keys[i] = int64(t.key)
-	}
 	var pid uint32
 	var owned *bool
 	var busy []int64
@@ -80,13 +78,13 @@ func (ss *Session) take(ctx context.Context, ts []target, try bool) error {
 		var got bool
 		pid, owned, got, err = s.takeOne(ctx, ts[0], try)
 		if owned != nil && !got {
-			busy = keys
+			busy = []int64{int64(ts[0].key)}
 		}
 	case !try:
-		err = s.pc.QueryRow(waitCtx(ctx), lockAllSQL, keys, s.token).Scan(&pid, &owned, nil)
+		err = s.pc.QueryRow(waitCtx(ctx), lockAllSQL, keysOf(ts), s.token).Scan(&pid, &owned, nil)
 	default:
 		var taken []int64
-		err = s.pc.QueryRow(waitCtx(ctx), tryLockAllSQL, keys, s.token).Scan(&pid, &owned, &taken, &busy)
+		err = s.pc.QueryRow(waitCtx(ctx), tryLockAllSQL, keysOf(ts), s.token).Scan(&pid, &owned, &taken, &busy)
 	}
 	ss.setWaiting(false) // before settle: see setWaiting
 	sent := s.cancel.settle()
@@ -116,7 +114,7 @@ func (ss *Session) take(ctx context.Context, ts []target, try bool) error {
 	if !usable(s.pg, err) || errors.Is(err, ErrPooler) {
 		return &connFailure{err}
 	}
-	if rerr := s.reconcileKeys(keys, sent); rerr != nil {
+	if rerr := s.reconcileKeys(keysOf(ts), sent); rerr != nil {
 		return &connFailure{rerr} // unknown what is held: the connection must go
 	}
 	switch {
@@ -133,41 +131,39 @@ func (ss *Session) take(ctx context.Context, ts []target, try bool) error {
 	return &LockedError{Key: Key(busy[0])}
 }
 
-// takeOne runs a Session's Lock or TryLock of one key: the pin's statements for the key
-// (the bare lock function on a direct connection, see statementsFor). owned is nil if
-// the statement ran on another client's backend; got says whether the lock was granted.
+func keysOf(ts []target) []int64 {
+	keys := make([]int64, len(ts))
+	for i, t := range ts {
+		keys[i] = int64(t.key)
+	}
+	return keys
+}
+
+// takeOne runs a Session's Lock or TryLock of one key with the pin's statements for the
+// key (the bare lock function on a direct connection, see statementsFor) and its boxed
+// arguments (see pin.row). owned is nil if the statement ran on another client's
+// backend; got says whether the lock was granted.
 func (s *pin) takeOne(ctx context.Context, t target, try bool) (pid uint32, owned *bool, got bool, err error) {
 	st := s.m.texts.statements(t.name, false, false, s.st.direct)
 	sql := st.lock
 	if try {
 		sql = st.tryLock
 	}
-	var res pgtype.Bool
-	if s.st.direct {
-		pid = s.pid
-		err = s.pc.QueryRow(waitCtx(ctx), sql, int64(t.key)).Scan(&res)
-	} else {
-		err = s.pc.QueryRow(waitCtx(ctx), sql, int64(t.key), s.token).Scan(&pid, &res)
-	}
-	if !res.Valid {
+	s.forKey(t.key)
+	pid, res, err := s.row(waitCtx(ctx), sql)
+	if res == nil {
 		return pid, nil, false, err
 	}
-	return pid, &trueValue, res.Bool, err
+	return pid, &trueValue, *res, err
 }
 
-// unlockOne releases one key of a Session, with the pin's unlock statement. It returns
+// unlockOne releases one key of a Session with the pin's unlock statement. It returns
 // whether the statement ran on the connection's own backend. Like the bulk unlock, it
 // does not read whether the key was held: the Session's count says it is.
 func (s *pin) unlockOne(ctx context.Context, key Key) (owned bool, err error) {
-	base := baseStatements[b2i(s.st.direct)][0][0]
-	var res pgtype.Bool
-	if s.st.direct {
-		err = s.pc.QueryRow(ctx, base.unlock, int64(key)).Scan(&res)
-		return err == nil, err
-	}
-	var pid uint32
-	err = s.pc.QueryRow(ctx, base.unlock, int64(key), s.token).Scan(&pid, &res)
-	return err == nil && res.Valid, err
+	s.forKey(key)
+	_, res, err := s.row(ctx, baseStatements[b2i(s.st.direct)][0][0].unlock)
+	return err == nil && res != nil, err
 }
 
 // trueValue is what takeOne's owned points to.

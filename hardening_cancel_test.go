@@ -62,3 +62,46 @@ func TestHardeningCancelLandingBeforeTheStatement(t *testing.T) {
 		return true
 	}, 500*time.Millisecond, 5*time.Millisecond, "the server still waits for the lock after the cancelled Lock returned")
 }
+
+// Session.Unlock has a 5 s bound of its own, whatever its ctx (an interrupted unlock
+// would leave it unknown whether the lock is still held): a socket deadline, set for the
+// statement and cleared after it. Cleared: a Session idle for longer than the bound
+// after an Unlock still works and is not reported lost. Bounded: with the backend
+// stopped (SIGSTOP), Unlock with a Background ctx returns after about 5 s, the Session
+// lost, and the lock is free once the backend runs again and sees its client gone.
+func TestSessionUnlockIsBoundedAndTheBoundIsCleared(t *testing.T) {
+	t.Parallel()
+	dsn(t) // skips without a server (fails under CI=true)
+	if srv.Kind() != "local" || os.Geteuid() != 0 {
+		t.Skip("needs the harness's local server and root, to stop a backend with SIGSTOP")
+	}
+	m := newManager(t, nil)
+	ctx := context.Background()
+	name := t.Name()
+	s, err := m.Session(ctx)
+	require.NoError(t, err)
+	t.Cleanup(func() { s.Close(context.Background()) })
+	require.NoError(t, s.Lock(ctx, name))
+	require.NoError(t, s.Unlock(ctx, name))
+	time.Sleep(5500 * time.Millisecond) // past the bound: a deadline left set would fire now
+	require.NoError(t, s.Lock(ctx, name))
+	require.NoError(t, s.Err())
+	requireHeldBy(t, advisory.KeyOf(name), s.PID())
+
+	backend := int(s.PID())
+	require.NoError(t, syscall.Kill(backend, syscall.SIGSTOP))
+	t.Cleanup(func() { syscall.Kill(backend, syscall.SIGCONT) })
+	start := time.Now()
+	err = s.Unlock(ctx, name)
+	took := time.Since(start)
+	require.ErrorIs(t, err, advisory.ErrLockLost)
+	assert.GreaterOrEqual(t, took, 4900*time.Millisecond, "Unlock gave up before its 5 s bound")
+	assert.Less(t, took, 8*time.Second, "Unlock of a stopped backend returned after %v", took)
+	select {
+	case <-s.Done():
+	default:
+		t.Fatal("the Session is not ended after its Unlock failed")
+	}
+	require.NoError(t, syscall.Kill(backend, syscall.SIGCONT))
+	requireFree(t, advisory.KeyOf(name))
+}

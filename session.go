@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sort"
 	"sync"
+	"time"
 )
 
 // Defaults of a Session's limits; see WithSessionLimits.
@@ -281,9 +282,13 @@ func (s *Session) Unlock(ctx context.Context, name string) error {
 }
 
 func (s *Session) unlockKey(ctx context.Context, t target) error {
-	uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
-	defer cancel()
-	owned, err := s.pin.unlockOne(uctx, t.key)
+	// The bound is a socket deadline, under a ctx that cannot be cancelled (so that pgx
+	// does not watch it): a timeout ctx would cost a timer and a context watcher per call.
+	// On the deadline the read fails and pgx closes the connection, as on a timeout ctx.
+	conn := s.pin.pg.Conn()
+	conn.SetDeadline(time.Now().Add(cleanupTimeout))
+	owned, err := s.pin.unlockOne(context.WithoutCancel(ctx), t.key)
+	conn.SetDeadline(time.Time{})
 	if err == nil && !owned {
 		err = s.pin.foreignError()
 	}
