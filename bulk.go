@@ -81,10 +81,14 @@ func (ss *Session) take(ctx context.Context, ts []target, try bool) error {
 			busy = []int64{int64(ts[0].key)}
 		}
 	case !try:
-		err = s.pc.QueryRow(waitCtx(ctx), lockAllSQL, keysOf(ts), s.token).Scan(&pid, &owned, nil)
+		s.cancel.waiting.Store(true)
+		err = s.pc.QueryRow(ctx, lockAllSQL, keysOf(ts), s.token).Scan(&pid, &owned, nil)
+		s.cancel.waiting.Store(false)
 	default:
 		var taken []int64
-		err = s.pc.QueryRow(waitCtx(ctx), tryLockAllSQL, keysOf(ts), s.token).Scan(&pid, &owned, &taken, &busy)
+		s.cancel.waiting.Store(true)
+		err = s.pc.QueryRow(ctx, tryLockAllSQL, keysOf(ts), s.token).Scan(&pid, &owned, &taken, &busy)
+		s.cancel.waiting.Store(false)
 	}
 	ss.setWaiting(false) // before settle: see setWaiting
 	sent := s.cancel.settle()
@@ -150,7 +154,7 @@ func (s *pin) takeOne(ctx context.Context, t target, try bool) (pid uint32, owne
 		sql = st.tryLock
 	}
 	s.forKey(t.key)
-	pid, res, err := s.row(waitCtx(ctx), sql)
+	pid, res, err := s.waitRow(ctx, sql)
 	if res == nil {
 		return pid, nil, false, err
 	}

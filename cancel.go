@@ -10,18 +10,15 @@ import (
 	"github.com/jackc/pgx/v5/pgconn/ctxwatch"
 )
 
-// waitMarker marks a context whose statement is a lock wait (see [waitCtx]).
-type waitMarker struct{}
-
-// waitCtx marks ctx so that cancelling it interrupts the statement with a CancelRequest,
-// which keeps the connection usable, instead of a socket deadline, which breaks it. A ctx
-// that can never be cancelled (Done is nil, as for context.Background) never reaches the
-// handler, and is returned as it is: one allocation less per Lock.
-func waitCtx(ctx context.Context) context.Context {
-	if ctx.Done() == nil {
-		return ctx
-	}
-	return context.WithValue(ctx, waitMarker{}, true)
+// waitRow runs one of the pin's statements (see pin.row) as a lock wait: cancelling ctx
+// interrupts it with a CancelRequest, which keeps the connection usable, instead of a
+// socket deadline, which breaks it. The mark is the connection's handler's, set only
+// while the statement runs (the pin's owner runs one statement at a time): marking the
+// ctx instead cost an allocation and a ctx.Value walk per Lock.
+func (s *pin) waitRow(ctx context.Context, sql string) (uint32, *bool, error) {
+	s.cancel.waiting.Store(true)
+	defer s.cancel.waiting.Store(false)
+	return s.row(ctx, sql)
 }
 
 // handlerKey is where a connection's cancelHandler is kept in PgConn.CustomData.
@@ -29,7 +26,7 @@ const handlerKey = "advisory.cancelHandler"
 
 // cancelHandler is the ctxwatch.Handler of every connection of a Manager's pool.
 //
-// For a lock wait (a waitCtx) it sends a CancelRequest at once and arms a fallback socket
+// For a lock wait (see waitRow) it sends a CancelRequest at once and arms a fallback socket
 // deadline of grace: the server answers 57014 within about a millisecond and the
 // connection stays usable, so the caller can ask the server, on the same session,
 // whether the grant won the race against the cancel. pgx's own CancelRequest handler
@@ -40,9 +37,10 @@ const handlerKey = "advisory.cancelHandler"
 // statement it behaves like pgx's default: an immediate socket deadline, after which the
 // session discards the connection.
 type cancelHandler struct {
-	pg     *pgconn.PgConn
-	grace  time.Duration
-	gentle atomic.Bool // a caller's transaction runs on a held lock's connection: see pin.beginTx
+	pg      *pgconn.PgConn
+	grace   time.Duration
+	gentle  atomic.Bool // a caller's transaction runs on a held lock's connection: see pin.beginTx
+	waiting atomic.Bool // the statement running is a lock wait: see pin.waitRow
 
 	mu       sync.Mutex
 	inFlight chan struct{} // closed when the cancelling goroutine is done; nil if none
@@ -71,7 +69,7 @@ func handlerOf(pg *pgconn.PgConn) *cancelHandler {
 
 // HandleCancel implements ctxwatch.Handler.
 func (h *cancelHandler) HandleCancel(ctx context.Context) {
-	if ctx.Value(waitMarker{}) != nil || h.gentle.Load() {
+	if h.waiting.Load() || h.gentle.Load() {
 		h.interrupt()
 		return
 	}
