@@ -275,46 +275,53 @@ func (res results) groupTable(b *strings.Builder, group, title string) {
 
 const notes = `## Where a cycle's time goes
 
-Counted per cycle, figures that machine load does not change (strace -c on the client
-alone, with the server started separately; the goroutine and allocation columns above):
+Counted per cycle (strace -c and perf on the client alone, with the server started
+separately; the goroutine and allocation columns above):
 
-- **System calls**: raw pgx makes two writes plus the reads and epoll_pwait calls of Go's
-  network poller. A Lock or TryLock cycle makes exactly three more: epoll_ctl ADD when
-  the lock is held and DEL before the unlock statement (the loss watcher: one epoll set
-  per Manager; no goroutine or thread is started or woken for a cycle), and one
-  recvfrom(MSG_PEEK) when the pool hands out a connection (an idle connection whose
-  backend was terminated already holds the FATAL; the peek finds it before a Lock meets
-  it). Fewer is not possible without giving up event-driven loss detection from the
-  first instant: a registration kept across cycles fires on every statement's reply and
-  wakes the watcher's thread, and a disarmed one costs the same call to re-arm.
-- **Goroutines started**: none per cycle.
-- **Allocations**: 19 per Lock or TryLock cycle (44 and 47 before issue 14's changes);
-  raw pgx makes 9 to 12 (its own per-statement allocations, which ours include).
-- **CPU work**: pool Acquire + Release about 1.3 µs (BenchmarkPoolAcquireRelease). Every
-  lock statement also returns pg_backend_pid() and calls the lock function only on a
-  backend that carries the connection's ownership token (the protection against
-  transaction-pooling proxies): one more parameter and column.
+- **Thread wake-ups**: the same as raw pgx. perf's sched_wakeup events over 20,000
+  cycles (root package, ` + "`ADVISORY_BENCH_LAYER=raw|lock`" + ` with ` + "`-bench CycleAblation`" + `,
+  call graphs): raw 1.79 per cycle, Lock + Unlock 1.86. The largest source in both is
+  pgx itself: every statement resets a 15 ms "slow write" timer, and adding a timer while
+  no thread waits in the network poller makes the runtime wake an idle thread (0.74 per
+  cycle raw, 0.90 ours). No goroutine is started and no thread of ours is woken for a
+  cycle: the loss watcher is an epoll registration, not a goroutine.
+- **System calls**: exactly three more than raw pgx: epoll_ctl ADD when the lock is held
+  and DEL before the unlock statement (the loss watcher), and one recvfrom(MSG_PEEK) when
+  the pool hands out a connection (an idle connection whose backend was terminated
+  already holds the FATAL; the peek finds it before a Lock meets it). Switching the
+  watcher off altogether (an experiment, not an option) moved Lock + Unlock by 0.01x to
+  0.04x; keeping one registration per connection and arming and disarming it with
+  EPOLL_CTL_MOD instead measured no difference in two paired runs, so the simpler ADD/DEL
+  stays. A registration that stayed armed would wake the watcher on every reply; one
+  watching only for a hang-up would hear of a termination after the server has freed the
+  lock (the FATAL comes first, the FIN after the release), so the holder would no longer
+  be told first.
+- **Server work**: on a connection proven direct (the backend sees our socket's own two
+  ends; see docs/guarantees.md) the lock statements are the bare pg_advisory_* calls with
+  one parameter, as raw pgx sends. Through a proxy or a Unix socket every lock statement
+  also checks the connection's ownership token and returns pg_backend_pid(): measured
+  interleaved on one plain connection, 3000 iterations, that check alone costs the server
+  1.07-1.08x of a raw cycle (the token's current_setting and text parameter 1.07x, the pid
+  column 1.02x).
+- **Allocations**: 11 per Lock or TryLock cycle (44 and 47 before issue 14, 19 before
+  the statement-text cache and the peek on the setup's descriptor), 17 per Session
+  Lock + Unlock (38 before its unlock bound became a socket deadline). Raw pgx makes 9
+  to 12 for its own two statements, which ours include.
+- **CPU work**: pool Acquire + Release about 1.3 µs (BenchmarkPoolAcquireRelease); the
+  rest of the library's code is spread thin (no function of the library above 0.3 % of
+  the client's CPU in perf profiles).
 
 Compare a row across the placement columns: a gap that is the same in every placement is
 work on the cycle's path, not where the threads ran. In the root package,
 ` + "`go test -run '^$' -bench CycleAblation -benchtime 3000x -count 4`" + ` (on an idle machine)
 splits a Lock + Unlock cycle into layers, each timed side by side with the raw floor:
-the raw statements on our connection (our session settings), our statement texts (the
-ownership check and pg_backend_pid()), those plus pool Acquire and Release, and the whole
-cycle (plus the pinned-session bookkeeping, the in-process queue and the epoll
-registration). Timings taken while other jobs load the machine mean little: the load
-average at the start and the end of the run is printed above.
-
-Client CPU profiles of 15,000 cycles each (root package, ` + "`go test -c`" + ` then
-` + "`-test.bench 'CycleRawFloor$|CycleLock$' -test.benchtime 15000x -test.cpuprofile`" + `, quiet
-machine, unpinned) put the remaining gap in the kernel, not in our Go code: per cycle
-the Lock cycle spent about 39 µs more client CPU than the raw floor (122 against 83),
-of which system calls about 16 µs (socket writes +4 µs for the same two writes, reads
-+6 µs, epoll_ctl about 3 µs, the network poller's epoll_wait +3 µs) and futex wake-ups
-of other threads about 7 µs; no Go function of the library shows above 1 % on its own.
-That the same two writes and reads cost more suggests the cycle's extra work changes
-how the kernel schedules the client's threads against the server's backend; that is
-where the next step of issue 14 has to look (per-thread scheduling traces).
+the raw statements on our pool connection (our session settings), those plus pool
+Acquire and Release, the whole cycle (plus the pinned-session bookkeeping, the in-process
+queue and the epoll registration), and, apart, the checked statement texts that a
+proxied connection sends. Timings taken while other jobs load the machine mean little:
+the load average at the start and the end of the run is printed above. On this 2-CPU
+VM a 5-round run of the same code moves a ratio by up to 0.03x unpinned and 0.05x on one
+core: read a single ❌ or ✅ near its target with that in mind.
 
 ## What the rows measure
 
@@ -328,10 +335,12 @@ where the next step of issue 14 has to look (per-thread scheduling traces).
 - **Floors.** pg_try_advisory_lock + pg_advisory_unlock on one plain pgx connection held
   open: two round trips, no pool, no loss detection; once with context.Background, once
   with a cancellable ctx created once (as a caller's request ctx), which pgx watches during
-  each statement. **advisory Lock + Unlock** adds the pool, the ownership-checked
-  statements, the in-process queue, the pinned-session bookkeeping and the loss watcher
-  (an epoll registration). **Session Lock + Unlock** takes and releases one lock on a
-  Session's connection, held open.
+  each statement. **advisory Lock + Unlock** adds the pool (and its liveness peek), the
+  in-process queue, the pinned-session bookkeeping and the loss watcher (an epoll
+  registration); the benchmark's connections go straight to the server over loopback
+  TCP, so its lock statements are the bare functions (see above for what a proxied
+  connection adds). **Session Lock + Unlock** takes and releases one lock on a Session's
+  connection, held open.
 - **Handoff**: from the holder's unlock call to the waiter's lock call returning, the
   waiter already queued. Raw: a second connection blocked in pg_advisory_lock. Pollers
   (goose, lease tables) only notice at their next poll, so their handoff is spread over
