@@ -6,6 +6,8 @@ import (
 	"io"
 	"net"
 	"os"
+	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -48,7 +50,7 @@ func TestDirectPathNeedsBothEndsToMatch(t *testing.T) {
 		{"a proxy on another host", conn, func() look { l := same; l.clientAddr = "10.0.0.7"; return l }(), false},
 		{"address translation toward the server", conn, func() look { l := same; l.serverAddr = "10.0.0.9"; return l }(), false},
 		{"a proxy on the server's host, other port", conn, func() look { l := same; l.serverPort = 6432; return l }(), false},
-		{"a Unix socket: the server sees no address", endsConn{local: &net.UnixAddr{Name: "", Net: "unix"},
+		{"a Unix socket whose listener cannot be asked", endsConn{local: &net.UnixAddr{Name: "", Net: "unix"},
 			remote: &net.UnixAddr{Name: "/run/postgresql/.s.PGSQL.5432", Net: "unix"}}, look{}, false},
 		{"a TCP client over a server-side Unix socket", conn, look{}, false},
 		{"garbage from the server", conn, func() look { l := same; l.clientAddr = "not an address"; return l }(), false},
@@ -79,9 +81,10 @@ func heldBy(t *testing.T, ctx context.Context, admin *pgx.Conn, key Key) []uint3
 }
 
 // TestDirectConnectionsRunTheRawStatements checks, on the server, which statements a
-// lock cycle ran: on a connection straight to the server (loopback TCP), the lock
-// functions alone; through a TCP proxy and over a Unix socket, the statements that check
-// the ownership token. Either way pg_locks shows the lock held, then free.
+// lock cycle ran: on a connection straight to the server (loopback TCP, the server's Unix
+// socket), the lock functions alone; through a TCP proxy or a Unix-socket proxy (both
+// pass BackendKeyData through, so the pid check alone would be fooled), the statements
+// that check the ownership token. Either way pg_locks shows the lock held, then free.
 func TestDirectConnectionsRunTheRawStatements(t *testing.T) {
 	dsn := os.Getenv(pgtest.EnvDSN)
 	if dsn == "" {
@@ -109,11 +112,15 @@ func TestDirectConnectionsRunTheRawStatements(t *testing.T) {
 		{"through a TCP proxy", pgtest.WithPairs(dsn, "host=127.0.0.1", "port="+strconv.Itoa(startForwarder(t, cfg))), false},
 	}
 	if st, err := os.Stat(strings.TrimSpace(sockDir)); err == nil && st.IsDir() {
-		paths = append(paths, struct {
+		sock := filepath.Join(strings.TrimSpace(sockDir), ".s.PGSQL."+strconv.Itoa(int(cfg.Port)))
+		paths = append(paths, []struct {
 			name   string
 			dsn    string
 			direct bool
-		}{"Unix socket", pgtest.WithPairs(dsn, "host="+strings.TrimSpace(sockDir)), false})
+		}{
+			{"Unix socket", pgtest.WithPairs(dsn, "host="+strings.TrimSpace(sockDir)), runtime.GOOS == "linux"},
+			{"through a Unix-socket proxy", pgtest.WithPairs(dsn, "host="+startUnixForwarder(t, sock, int(cfg.Port))), false},
+		}...)
 	} else if pgtest.InCI() {
 		t.Fatalf("CI: the test server's Unix socket directory %q is not reachable here", sockDir)
 	}
@@ -152,13 +159,32 @@ func TestDirectConnectionsRunTheRawStatements(t *testing.T) {
 	}
 }
 
+// startUnixForwarder listens on a Unix socket named as PostgreSQL names its own
+// (DIR/.s.PGSQL.PORT) in a new directory, relays each connection to the server's socket
+// at target over a connection of its own, and returns the directory.
+func startUnixForwarder(t *testing.T, target string, port int) string {
+	dir, err := os.MkdirTemp("", "fwd")
+	require.NoError(t, err)
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	ln, err := net.Listen("unix", filepath.Join(dir, ".s.PGSQL."+strconv.Itoa(port)))
+	require.NoError(t, err)
+	relay(t, ln, "unix", target)
+	return dir
+}
+
 // startForwarder starts a TCP proxy on loopback that relays each client connection to the
 // server over a connection of its own (one for one, as a TCP load balancer does), and
 // returns its port.
 func startForwarder(t *testing.T, cfg *pgx.ConnConfig) int {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
-	upstream := net.JoinHostPort(cfg.Host, strconv.Itoa(int(cfg.Port)))
+	relay(t, ln, "tcp", net.JoinHostPort(cfg.Host, strconv.Itoa(int(cfg.Port))))
+	return ln.Addr().(*net.TCPAddr).Port
+}
+
+// relay accepts connections on ln until the test ends, and copies each, both ways, to a
+// connection of its own to upstream.
+func relay(t *testing.T, ln net.Listener, network, upstream string) {
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	var conns []net.Conn
@@ -170,7 +196,7 @@ func startForwarder(t *testing.T, cfg *pgx.ConnConfig) int {
 			if err != nil {
 				return
 			}
-			s, err := net.Dial("tcp", upstream)
+			s, err := net.Dial(network, upstream)
 			if err != nil {
 				c.Close()
 				continue
@@ -192,5 +218,4 @@ func startForwarder(t *testing.T, cfg *pgx.ConnConfig) int {
 		mu.Unlock()
 		wg.Wait()
 	})
-	return ln.Addr().(*net.TCPAddr).Port
 }

@@ -1,8 +1,12 @@
 package advisory
 
 import (
+	"bytes"
 	"errors"
 	"net"
+	"os"
+	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"unsafe"
@@ -268,4 +272,44 @@ func socketError(fd int) error {
 		return err
 	}
 	return syscall.Errno(n)
+}
+
+// unixDirect reports whether the Unix socket c is connected straight to the PostgreSQL
+// backend backendPID: the process listening on the socket we connected to (SO_PEERCRED
+// gives the listener's pid, recorded when it called listen) is the backend's parent, as
+// /proc shows it. A postmaster forks every backend; a pooler listening on the socket
+// is not the parent of the backends behind it. Pids are unique within a pid namespace;
+// if client and server are in different ones, the listener's pid reads as 0 or the
+// backend's pid names another process here, and the answer is false. Any doubt
+// (unreadable /proc, no credentials) is false: the connection keeps its checks.
+func unixDirect(c net.Conn, backendPID uint32) bool {
+	var listener int32
+	if withSocket(c, func(fd uintptr) {
+		if cred, err := syscall.GetsockoptUcred(int(fd), syscall.SOL_SOCKET, syscall.SO_PEERCRED); err == nil {
+			listener = cred.Pid
+		}
+	}) != nil || listener <= 0 || backendPID == 0 {
+		return false
+	}
+	ppid, ok := parentOf(int(backendPID))
+	return ok && ppid == int(listener)
+}
+
+// parentOf reads a process's parent pid from /proc/PID/stat: the fourth field, after the
+// command name in parentheses (which may itself contain spaces and parentheses).
+func parentOf(pid int) (int, bool) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0, false
+	}
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return 0, false
+	}
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 2 {
+		return 0, false
+	}
+	ppid, err := strconv.Atoi(f[1])
+	return ppid, err == nil
 }

@@ -114,15 +114,20 @@ type look struct {
 }
 
 // directPath reports whether the backend's end of the connection is the very socket this
-// client connected: the backend sees as its client our socket's local address and port,
-// and as its own address the one we connected to. Every proxy, pooler or address
-// translation between client and server makes the two views differ (the server sees the
-// proxy's connection, from the proxy's address and port), and so does a Unix socket
-// (the server sees no address). On such a connection no other client's statements can
-// ever run on the backend, nor ours on another's, so the lock statements need not check
-// the ownership token (see statementsFor): a direct connection spares the server that
-// work on every statement. Every other connection keeps the check.
+// client connected. Over TCP: the backend sees as its client our socket's local address
+// and port, and as its own address the one we connected to; every proxy, pooler or
+// address translation between client and server makes the two views differ (the server
+// sees the proxy's connection, from the proxy's address and port). Over a Unix socket
+// (the server sees no address there): the process that listens on the socket we
+// connected to (SO_PEERCRED) is the parent of the backend, that is, the postmaster that
+// forked it, not a pooler's process (see unixDirect). On such a connection no other
+// client's statements can ever run on the backend, nor ours on another's, so the lock
+// statements need not check the ownership token (see statementsFor): a direct connection
+// spares the server that work on every statement. Every other connection keeps the check.
 func (l look) directPath(c net.Conn) bool {
+	if c.LocalAddr().Network() == "unix" {
+		return l.clientAddr == "" && l.clientPort == 0 && unixDirect(c, l.pid)
+	}
 	local, ok1 := c.LocalAddr().(*net.TCPAddr)
 	remote, ok2 := c.RemoteAddr().(*net.TCPAddr)
 	if !ok1 || !ok2 || l.clientPort == 0 || l.serverPort == 0 {
