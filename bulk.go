@@ -154,7 +154,7 @@ func (s *pin) takeOne(ctx context.Context, t target, try bool) (pid uint32, owne
 		sql = st.tryLock
 	}
 	s.forKey(t.key)
-	pid, res, err := s.waitRow(ctx, sql)
+	pid, res, err := s.waitRow(ctx, sql, st.keyInText)
 	if res == nil {
 		return pid, nil, false, err
 	}
@@ -166,7 +166,7 @@ func (s *pin) takeOne(ctx context.Context, t target, try bool) (pid uint32, owne
 // does not read whether the key was held: the Session's count says it is.
 func (s *pin) unlockOne(ctx context.Context, key Key) (owned bool, err error) {
 	s.forKey(key)
-	_, res, err := s.row(ctx, baseStatements[b2i(s.st.direct)][0][0].unlock)
+	_, res, err := s.row(ctx, baseStatements[b2i(s.st.direct)][0][0].unlock, false)
 	return err == nil && res != nil, err
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"math"
 	"net"
 	"os"
 	"path/filepath"
@@ -141,9 +142,13 @@ func TestDirectConnectionsRunTheRawStatements(t *testing.T) {
 				assert.Equal(t, p.direct, l.s.st.direct)
 				assert.Equal(t, []uint32{l.PID()}, heldBy(t, ctx, admin, KeyOf(name)))
 				q := lastQuery(t, ctx, admin, l.PID())
-				want := "pg_advisory_lock($1) IS NOT NULL"
+				arg := "$1" // a direct connection writes a named lock's key into the text
+				if p.direct {
+					arg = "'" + KeyOf(name).String() + "'::bigint"
+				}
+				want := "pg_advisory_lock(" + arg + ") IS NOT NULL"
 				if try {
-					want = "pg_try_advisory_lock($1)"
+					want = "pg_try_advisory_lock(" + arg + ")"
 				}
 				require.Contains(t, q, want)
 				if p.direct {
@@ -218,4 +223,31 @@ func relay(t *testing.T, ln net.Listener, network, upstream string) {
 		mu.Unlock()
 		wg.Wait()
 	})
+}
+
+// A key written into a statement's text locks the same pg_locks row as the key passed
+// as a parameter, at both ends of the range and around zero.
+func TestKeyLiteralLocksTheKey(t *testing.T) {
+	dsn := os.Getenv(pgtest.EnvDSN)
+	if dsn == "" {
+		pgtest.Need(t, nil, errors.New("TestMain found no server"))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	admin, err := pgx.Connect(ctx, dsn)
+	require.NoError(t, err)
+	defer admin.Close(context.Background())
+	conn, err := pgx.Connect(ctx, dsn)
+	require.NoError(t, err)
+	defer conn.Close(context.Background())
+	for _, k := range []Key{math.MinInt64, math.MinInt64 + 1, -1, 0, 1, math.MaxInt64} {
+		var ok bool
+		require.NoError(t, conn.QueryRow(ctx, "SELECT pg_try_advisory_lock("+keyLiteral(k)+")").Scan(&ok), "key %d", k)
+		require.True(t, ok)
+		var pid uint32
+		require.NoError(t, conn.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&pid))
+		assert.Equal(t, []uint32{pid}, heldBy(t, ctx, admin, k), "key %d", k)
+		require.NoError(t, conn.QueryRow(ctx, "SELECT pg_advisory_unlock($1)", int64(k)).Scan(&ok))
+		require.True(t, ok, "key %d: the parameter form did not release what the literal took", k)
+	}
 }

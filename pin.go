@@ -112,16 +112,20 @@ func (s *pin) forKey(key Key) {
 // row runs one of the key's statements (lock, tryLock, unlock: $1 the key, $2 the
 // token) and returns its row: the backend pid, and the result, nil when the statement
 // ran on a backend that is not the connection's own (see ownedBy). On a direct
-// connection the statement takes only the key and returns only the result: the pid is
-// the connection's own. The result points into the pin: read it before the next
-// statement.
-func (s *pin) row(ctx context.Context, sql string) (uint32, *bool, error) {
+// connection the statement takes only the key, or nothing if keyInText (see
+// statementsFor), and returns only the result: the pid is the connection's own. The
+// result points into the pin: read it before the next statement.
+func (s *pin) row(ctx context.Context, sql string, keyInText bool) (uint32, *bool, error) {
 	s.rowPID, s.rowOK = 0, pgtype.Bool{}
 	var err error
-	if s.st.direct {
+	switch {
+	case s.st.direct && keyInText:
+		s.rowPID = s.pid
+		err = s.pc.QueryRow(ctx, sql).Scan(s.dst[1:]...)
+	case s.st.direct:
 		s.rowPID = s.pid
 		err = s.pc.QueryRow(ctx, sql, s.args[:1]...).Scan(s.dst[1:]...)
-	} else {
+	default:
 		err = s.pc.QueryRow(ctx, sql, s.args[:]...).Scan(s.dst[:]...)
 	}
 	if !s.rowOK.Valid {
@@ -148,7 +152,7 @@ func (s *pin) unlock(ctx context.Context) error {
 
 func (s *pin) unlockRow(ctx context.Context) (uint32, *bool, error) {
 	if !s.multi {
-		return s.row(ctx, s.st.unlock)
+		return s.row(ctx, s.st.unlock, false)
 	}
 	var ok *bool
 	var pid uint32

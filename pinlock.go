@@ -14,7 +14,7 @@ import (
 // the lock, as verified with the server or by closing the connection.
 func (s *pin) lock(ctx context.Context) error {
 	disarm := s.logWaitLater(ctx)
-	pid, owned, err := s.waitRow(ctx, s.st.lock)
+	pid, owned, err := s.waitRow(ctx, s.st.lock, s.st.keyInText)
 	disarm()
 	s.setState(stateSettling)
 	interrupted := s.cancel.settle()
@@ -58,7 +58,7 @@ func (s *pin) abandon(ctx context.Context, err error, interrupted bool) error {
 // as lock's is and the outcome made exact the same way (see abandon). On any other error
 // the connection is closed (the server frees anything it may hold).
 func (s *pin) tryLock(ctx context.Context) error {
-	pid, got, err := s.waitRow(ctx, s.st.tryLock)
+	pid, got, err := s.waitRow(ctx, s.st.tryLock, s.st.keyInText)
 	s.setState(stateSettling)
 	interrupted := s.cancel.settle()
 	if perr := s.checkBackend(pid, got, err); perr != nil {

@@ -27,6 +27,7 @@ type statements struct {
 	unlock        string
 	reconcile     string // $2: the token, $3: classid, $4: objid; returns (owned, count)
 	direct        bool   // lock, tryLock and unlock are the unchecked form
+	keyInText     bool   // lock and tryLock carry the key as a literal and take no $1
 }
 
 // baseStatements are the unnamed statements of each mode, [direct][shared][pair], built
@@ -50,10 +51,25 @@ func statementsFor(name string, shared, pair, direct bool) statements {
 	// instead, every lock would be parsed and planned again: 15-20% slower here.
 	if name != "" {
 		c := nameComment(name)
-		st.lock, st.tryLock = c+st.lock, c+st.tryLock
+		lock, try := st.lock, st.tryLock
+		if direct {
+			// The text is the name's already, so the key (always KeyOf(name) for a named
+			// lock) can be written into it too: a statement without a parameter costs
+			// client and server less (2.5-3 % of a cycle measured interleaved). The
+			// unlock statement keeps its parameter: shared by every name, it adds no
+			// prepared statement per name on the connection.
+			lit := keyLiteral(KeyOf(name))
+			lock, try = strings.ReplaceAll(lock, "$1", lit), strings.ReplaceAll(try, "$1", lit)
+			st.keyInText = true
+		}
+		st.lock, st.tryLock = c+lock, c+try
 	}
 	return st
 }
+
+// keyLiteral writes a key as a bigint constant: quoted, so that the most negative key
+// is not read as the negation of a number too large for a bigint.
+func keyLiteral(k Key) string { return "'" + strconv.FormatInt(int64(k), 10) + "'::bigint" }
 
 func b2i(b bool) int {
 	if b {
