@@ -62,6 +62,22 @@ func TestDirectPathNeedsBothEndsToMatch(t *testing.T) {
 	}
 }
 
+// serverConn returns a ctx bounded for the test, the test server's DSN and a plain
+// connection to it, closed when the test ends.
+func serverConn(t *testing.T) (context.Context, string, *pgx.Conn) {
+	t.Helper()
+	dsn := os.Getenv(pgtest.EnvDSN)
+	if dsn == "" {
+		pgtest.Need(t, nil, errors.New("TestMain found no server"))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	admin, err := pgx.Connect(ctx, dsn)
+	require.NoError(t, err)
+	t.Cleanup(func() { admin.Close(context.Background()) })
+	return ctx, dsn, admin
+}
+
 // lastQuery is the text of the statement a backend ran last, as pg_stat_activity shows it.
 func lastQuery(t *testing.T, ctx context.Context, admin *pgx.Conn, pid uint32) string {
 	t.Helper()
@@ -87,15 +103,7 @@ func heldBy(t *testing.T, ctx context.Context, admin *pgx.Conn, key Key) []uint3
 // pass BackendKeyData through, so the pid check alone would be fooled), the statements
 // that check the ownership token. Either way pg_locks shows the lock held, then free.
 func TestDirectConnectionsRunTheRawStatements(t *testing.T) {
-	dsn := os.Getenv(pgtest.EnvDSN)
-	if dsn == "" {
-		pgtest.Need(t, nil, errors.New("TestMain found no server"))
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	admin, err := pgx.Connect(ctx, dsn)
-	require.NoError(t, err)
-	defer admin.Close(context.Background())
+	ctx, dsn, admin := serverConn(t)
 	cfg, err := pgx.ParseConfig(dsn)
 	require.NoError(t, err)
 	if strings.HasPrefix(cfg.Host, "/") {
@@ -228,15 +236,7 @@ func relay(t *testing.T, ln net.Listener, network, upstream string) {
 // A key written into a statement's text locks the same pg_locks row as the key passed
 // as a parameter, at both ends of the range and around zero.
 func TestKeyLiteralLocksTheKey(t *testing.T) {
-	dsn := os.Getenv(pgtest.EnvDSN)
-	if dsn == "" {
-		pgtest.Need(t, nil, errors.New("TestMain found no server"))
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	admin, err := pgx.Connect(ctx, dsn)
-	require.NoError(t, err)
-	defer admin.Close(context.Background())
+	ctx, dsn, admin := serverConn(t)
 	conn, err := pgx.Connect(ctx, dsn)
 	require.NoError(t, err)
 	defer conn.Close(context.Background())
