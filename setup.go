@@ -58,8 +58,8 @@ func setUp(ctx context.Context, conn *pgx.Conn, set *settings, ps *proxyState) e
 	if err != nil {
 		return setupError(err, reported)
 	}
-	look, err := parseLook(rows)
-	pid, standby, prev := look.pid, look.standby, look.prev
+	seen, err := parseLook(rows)
+	pid, standby, prev := seen.pid, seen.standby, seen.prev
 	switch {
 	case err != nil:
 		return err
@@ -98,7 +98,7 @@ func setUp(ctx context.Context, conn *pgx.Conn, set *settings, ps *proxyState) e
 	pg.CustomData()[backendPIDKey] = pid
 	pg.CustomData()[tokenKey] = token
 	pg.CustomData()[fdKey] = socketFD(pg.Conn())
-	if pid == pg.PID() && look.directPath(pg.Conn()) {
+	if pid == pg.PID() && seen.directPath(pg.Conn()) {
 		pg.CustomData()[directKey] = true
 	}
 	return nil
