@@ -22,8 +22,17 @@ const (
 
 // modelOptions are the options of every Manager of TestModel.
 func modelOptions() []advisory.Option {
-	return []advisory.Option{advisory.WithCancelGrace(cancelGrace), advisory.WithFenceTable(modelFenceTable)}
+	opts := []advisory.Option{advisory.WithCancelGrace(cancelGrace), advisory.WithFenceTable(modelFenceTable)}
+	if modelChecked {
+		opts = append(opts, advisory.WithCheckedStatementsForTest())
+	}
+	return opts
 }
+
+// modelChecked makes the model's Managers run the token-checked statements that a
+// proxied connection runs (TestModelChecked), instead of the bare ones of the test
+// server's direct connections.
+var modelChecked bool
 
 // tokKind is which token CheckToken is given.
 type tokKind int

@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/require"
+
 	"github.com/pgadvisory/advisory"
 	"github.com/pgadvisory/advisory/internal/leak"
 	"github.com/pgadvisory/advisory/internal/pgtest"
@@ -55,6 +57,39 @@ func TestModel(t *testing.T) {
 		t.Skip("model-based randomized test: skipped with -short")
 	}
 	seed, duration := modelSettings(t)
+	runModel(t, seed, duration)
+}
+
+// TestModelChecked is TestModel, for a third of its time, with every connection keeping
+// the per-statement ownership check (the statements a connection through a proxy or NAT
+// runs), so that the model also drives those statements and their clean-ups.
+func TestModelChecked(t *testing.T) {
+	if testing.Short() {
+		t.Skip("model-based randomized test: skipped with -short")
+	}
+	seed, duration := modelSettings(t)
+	modelChecked = true
+	defer func() { modelChecked = false }()
+	requireCheckedStatements(t)
+	runModel(t, seed, duration/3)
+}
+
+// requireCheckedStatements checks that a Manager with the model's options runs the
+// checked lock statement: else TestModelChecked would test the bare ones twice.
+func requireCheckedStatements(t *testing.T) {
+	ctx := ctxT(t)
+	m, err := advisory.New(ctx, dsn(t), modelOptions()...)
+	require.NoError(t, err)
+	defer m.Close()
+	l, err := m.Lock(ctx, t.Name())
+	require.NoError(t, err)
+	defer l.Unlock(ctx)
+	var q string
+	require.NoError(t, admin.QueryRow(ctx, "SELECT query FROM pg_stat_activity WHERE pid = $1", int32(l.PID())).Scan(&q))
+	require.Contains(t, q, "current_setting('advisory.owner', true) = $2")
+}
+
+func runModel(t *testing.T, seed uint64, duration time.Duration) {
 	t.Logf("seed %d (replay: ADVISORY_MODEL_SEED=%d), running %v", seed, seed, duration)
 	before := runtime.NumGoroutine()
 	w := newWorld(t, seed)

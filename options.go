@@ -20,6 +20,7 @@ type Option struct {
 func option(f func(*settings) error) Option { return Option{apply: f} }
 
 type settings struct {
+	checkedOnly        bool // tests only: no connection is taken as direct (see export_test.go)
 	clientKeepalive    TCPKeepalive
 	clientKeepaliveSet bool // by WithClientKeepalive
 	serverKeepalive    TCPKeepalive

@@ -98,7 +98,7 @@ func setUp(ctx context.Context, conn *pgx.Conn, set *settings, ps *proxyState) e
 	pg.CustomData()[backendPIDKey] = pid
 	pg.CustomData()[tokenKey] = token
 	pg.CustomData()[fdKey] = socketFD(pg.Conn())
-	if pid == pg.PID() && seen.directPath(pg.Conn()) {
+	if !set.checkedOnly && pid == pg.PID() && seen.directPath(pg.Conn()) {
 		pg.CustomData()[directKey] = true
 	}
 	return nil
