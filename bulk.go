@@ -73,23 +73,20 @@ func (ss *Session) take(ctx context.Context, ts []target, try bool) error {
 	var owned *bool
 	var busy []int64
 	var err error
+	s.cancel.waiting.Store(true) // each statement below is a lock wait: see waitRow
 	switch {
 	case len(ts) == 1:
-		var got bool
-		pid, owned, got, err = s.takeOne(ctx, ts[0], try)
-		if owned != nil && !got {
+		pid, owned, err = s.takeOne(ctx, ts[0], try)
+		if owned != nil && !*owned {
 			busy = []int64{int64(ts[0].key)}
 		}
 	case !try:
-		s.cancel.waiting.Store(true)
 		err = s.pc.QueryRow(ctx, lockAllSQL, keysOf(ts), s.token).Scan(&pid, &owned, nil)
-		s.cancel.waiting.Store(false)
 	default:
 		var taken []int64
-		s.cancel.waiting.Store(true)
 		err = s.pc.QueryRow(ctx, tryLockAllSQL, keysOf(ts), s.token).Scan(&pid, &owned, &taken, &busy)
-		s.cancel.waiting.Store(false)
 	}
+	s.cancel.waiting.Store(false)
 	ss.setWaiting(false) // before settle: see setWaiting
 	sent := s.cancel.settle()
 	if notSent(s.pg, err) && ctx.Err() != nil {
@@ -143,35 +140,28 @@ func keysOf(ts []target) []int64 {
 	return keys
 }
 
-// takeOne runs a Session's Lock or TryLock of one key with the pin's statements for the
-// key (the bare lock function on a direct connection, see statementsFor) and its boxed
-// arguments (see pin.row). owned is nil if the statement ran on another client's
-// backend; got says whether the lock was granted.
-func (s *pin) takeOne(ctx context.Context, t target, try bool) (pid uint32, owned *bool, got bool, err error) {
+// takeOne runs a Session's Lock or TryLock of one key with the statements for the key
+// (the bare lock function on a direct connection, see statementsFor) and the pin's
+// boxed arguments (see pin.row), and returns the row as pin.row does: the result is nil
+// if the statement ran on another client's backend, else whether the lock was granted.
+func (s *pin) takeOne(ctx context.Context, t target, try bool) (uint32, *bool, error) {
 	st := s.m.texts.statements(t.name, false, false, s.st.direct)
 	sql := st.lock
 	if try {
 		sql = st.tryLock
 	}
-	s.forKey(t.key)
-	pid, res, err := s.waitRow(ctx, sql, st.keyInText)
-	if res == nil {
-		return pid, nil, false, err
-	}
-	return pid, &trueValue, *res, err
+	s.argKey = int64(t.key)
+	return s.row(ctx, sql, st.keyInText)
 }
 
 // unlockOne releases one key of a Session with the pin's unlock statement. It returns
 // whether the statement ran on the connection's own backend. Like the bulk unlock, it
 // does not read whether the key was held: the Session's count says it is.
 func (s *pin) unlockOne(ctx context.Context, key Key) (owned bool, err error) {
-	s.forKey(key)
-	_, res, err := s.row(ctx, baseStatements[b2i(s.st.direct)][0][0].unlock, false)
+	s.argKey = int64(key)
+	_, res, err := s.row(ctx, s.st.unlock, false)
 	return err == nil && res != nil, err
 }
-
-// trueValue is what takeOne's owned points to.
-var trueValue = true
 
 // notSent reports whether err says a statement was refused before anything was written
 // to a connection that is still open: pgx checks ctx before it sends.

@@ -38,7 +38,7 @@ type pin struct {
 	// pin; their (pid, result) rows are scanned into rowPID and rowOK through dst. Only
 	// the goroutine that owns the connection (see above) runs them, so a lock cycle
 	// allocates nothing for its arguments and results. A Session's connection locks many
-	// keys: its $1 is a pointer to argKey, which each call sets (see pin.forKey).
+	// keys: its $1 is a pointer to argKey, which each call sets (see Manager.Session).
 	argKey int64
 	args   [2]any
 	dst    [2]any
@@ -98,15 +98,6 @@ func newPin(m *Manager, pc *pgxpool.Conn, t target) *pin {
 	s.args = [2]any{int64(t.key), tok}
 	s.dst = [2]any{&s.rowPID, &s.rowOK}
 	return s
-}
-
-// forKey points a Session connection's statement arguments at key (see args). The
-// caller owns the connection.
-func (s *pin) forKey(key Key) {
-	s.argKey = int64(key)
-	if _, ok := s.args[0].(*int64); !ok {
-		s.args[0] = &s.argKey
-	}
 }
 
 // row runs one of the key's statements (lock, tryLock, unlock: $1 the key, $2 the

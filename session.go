@@ -54,6 +54,7 @@ func (m *Manager) Session(ctx context.Context) (*Session, error) {
 		return nil, lockError("session", target{name: "session"}, err)
 	}
 	s.multi = true
+	s.args[0] = &s.argKey // the key of each call: see pin.args
 	if !s.hold() {
 		s.end(true, ErrClosed)
 		return nil, ErrClosed
