@@ -42,11 +42,7 @@ func insert(ctx context.Context, tx pgx.Tx, table, v string) error {
 // rolls back on error, and the lock stays held and watched throughout.
 func TestBeginFuncCommitsOnTheLocksSession(t *testing.T) {
 	t.Parallel()
-	m := newManager(t, nil)
-	ctx := ctxT(t)
-	table := fenceTable(t)
-	l, err := m.Lock(ctx, t.Name())
-	require.NoError(t, err)
+	m, ctx, table, l := lockedForFence(t)
 	require.NoError(t, l.BeginFunc(ctx, func(tx pgx.Tx) error {
 		var pid uint32
 		require.NoError(t, tx.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&pid))
@@ -54,7 +50,7 @@ func TestBeginFuncCommitsOnTheLocksSession(t *testing.T) {
 		return insert(ctx, tx, table, "committed")
 	}))
 	boom := errors.New("boom")
-	err = l.BeginFunc(ctx, func(tx pgx.Tx) error {
+	err := l.BeginFunc(ctx, func(tx pgx.Tx) error {
 		require.NoError(t, insert(ctx, tx, table, "rolled back"))
 		return boom
 	})
@@ -78,13 +74,9 @@ func TestBeginFuncCommitsOnTheLocksSession(t *testing.T) {
 // the loss; the connection goes back when it returns.
 func TestBeginFuncLossWhileFnRuns(t *testing.T) {
 	t.Parallel()
-	m := newManager(t, nil)
-	ctx := ctxT(t)
-	table := fenceTable(t)
-	l, err := m.Lock(ctx, t.Name())
-	require.NoError(t, err)
+	m, ctx, table, l := lockedForFence(t)
 	var seen time.Duration
-	err = l.BeginFunc(ctx, func(tx pgx.Tx) error {
+	err := l.BeginFunc(ctx, func(tx pgx.Tx) error {
 		require.NoError(t, insert(ctx, tx, table, "before the loss"))
 		start := time.Now()
 		terminate(t, l.PID())
@@ -109,12 +101,8 @@ func TestBeginFuncLossWhileFnRuns(t *testing.T) {
 // the session is gone: the commit fails with ErrLockLost.
 func TestBeginFuncLossWhileFnIgnoresIt(t *testing.T) {
 	t.Parallel()
-	m := newManager(t, nil)
-	ctx := ctxT(t)
-	table := fenceTable(t)
-	l, err := m.Lock(ctx, t.Name())
-	require.NoError(t, err)
-	err = l.BeginFunc(ctx, func(tx pgx.Tx) error {
+	m, ctx, table, l := lockedForFence(t)
+	err := l.BeginFunc(ctx, func(tx pgx.Tx) error {
 		require.NoError(t, insert(ctx, tx, table, "x"))
 		terminate(t, l.PID())
 		eventually(t, 5*time.Second, func() bool { return l.Err() != nil }, "loss seen")
@@ -128,11 +116,7 @@ func TestBeginFuncLossWhileFnIgnoresIt(t *testing.T) {
 // TestBeginFuncPanicRollsBackAndKeepsTheLock.
 func TestBeginFuncPanicRollsBackAndKeepsTheLock(t *testing.T) {
 	t.Parallel()
-	m := newManager(t, nil)
-	ctx := ctxT(t)
-	table := fenceTable(t)
-	l, err := m.Lock(ctx, t.Name())
-	require.NoError(t, err)
+	_, ctx, table, l := lockedForFence(t)
 	func() {
 		defer func() { require.Equal(t, "fn panics", recover()) }()
 		l.BeginFunc(ctx, func(tx pgx.Tx) error {
@@ -153,14 +137,10 @@ func TestBeginFuncPanicRollsBackAndKeepsTheLock(t *testing.T) {
 // transaction (rolled back) but not the connection: the lock stays held.
 func TestBeginFuncCtxCancelKeepsTheLock(t *testing.T) {
 	t.Parallel()
-	m := newManager(t, nil)
-	ctx := ctxT(t)
-	table := fenceTable(t)
-	l, err := m.Lock(ctx, t.Name())
-	require.NoError(t, err)
+	m, ctx, table, l := lockedForFence(t)
 	for _, during := range []string{"statement", "fn"} {
 		cctx, cancel := context.WithCancel(ctx)
-		err = l.BeginFunc(cctx, func(tx pgx.Tx) error {
+		err := l.BeginFunc(cctx, func(tx pgx.Tx) error {
 			require.NoError(t, insert(cctx, tx, table, "cancelled "+during))
 			if during == "fn" {
 				cancel() // fn then returns nil: the transaction must not commit
@@ -187,11 +167,7 @@ func TestBeginFuncCtxCancelKeepsTheLock(t *testing.T) {
 // the transaction in progress (bounded by their ctx).
 func TestBeginFuncSerializesWithUnlockAndItself(t *testing.T) {
 	t.Parallel()
-	m := newManager(t, nil)
-	ctx := ctxT(t)
-	table := fenceTable(t)
-	l, err := m.Lock(ctx, t.Name())
-	require.NoError(t, err)
+	m, ctx, table, l := lockedForFence(t)
 	inFn, release := make(chan struct{}), make(chan struct{})
 	var wg sync.WaitGroup
 	wg.Add(1)
@@ -224,13 +200,9 @@ func TestBeginFuncSerializesWithUnlockAndItself(t *testing.T) {
 // the transaction cannot commit, the lock is freed, and BeginFunc reports the loss.
 func TestBeginFuncManagerCloseEndsTheTransaction(t *testing.T) {
 	t.Parallel()
-	m := newManager(t, nil)
-	ctx := ctxT(t)
-	table := fenceTable(t)
-	l, err := m.Lock(ctx, t.Name())
-	require.NoError(t, err)
+	m, ctx, table, l := lockedForFence(t)
 	closed := make(chan struct{})
-	err = l.BeginFunc(ctx, func(tx pgx.Tx) error {
+	err := l.BeginFunc(ctx, func(tx pgx.Tx) error {
 		require.NoError(t, insert(ctx, tx, table, "x"))
 		go func() { m.Close(); close(closed) }()
 		eventually(t, 5*time.Second, func() bool { return len(lockRows(t, l.Key())) == 0 }, "lock freed by Close")
@@ -291,4 +263,16 @@ func TestSessionBeginFunc(t *testing.T) {
 	require.Equal(t, []string{"ok"}, rowsIn(t, table))
 	require.ErrorIs(t, s.Err(), advisory.ErrLockLost)
 	requireNoAcquired(t, m)
+}
+
+// lockedForFence starts most BeginFunc tests: a Manager, the test's ctx, an empty table
+// to write to, and the lock named after the test, held.
+func lockedForFence(t *testing.T) (*advisory.Manager, context.Context, string, *advisory.Lock) {
+	t.Helper()
+	m := newManager(t, nil)
+	ctx := ctxT(t)
+	table := fenceTable(t)
+	l, err := m.Lock(ctx, t.Name())
+	require.NoError(t, err)
+	return m, ctx, table, l
 }
