@@ -199,21 +199,7 @@ func (o *op) txBody(ctx context.Context, tx pgx.Tx) error {
 			r.fnBad = append(r.fnBad, fmt.Sprintf("fn ran on pid %d, but pg_locks shows no hold of %v by it", r.fence.insertPID, k))
 		}
 	}
-	switch o.fn {
-	case fnErr:
-		return errModelFn
-	case fnPanic:
-		panic(modelPanic{step: o.step, op: o.idx})
-	case fnWait:
-		timer := time.NewTimer(o.fnWait)
-		defer timer.Stop()
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-timer.C:
-		}
-	}
-	return nil
+	return o.fnOutcome(ctx)
 }
 
 // holdsKey asks the server whether backend pid holds key (granted, in any mode).

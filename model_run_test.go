@@ -134,21 +134,7 @@ func (o *op) fnBody(ctx context.Context) error {
 	default:
 		o.res.fnPIDs = append(o.res.fnPIDs, pid)
 	}
-	switch o.fn {
-	case fnErr:
-		return errModelFn
-	case fnPanic:
-		panic(modelPanic{step: o.step, op: o.idx})
-	case fnWait:
-		timer := time.NewTimer(o.fnWait)
-		defer timer.Stop()
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-timer.C:
-		}
-	}
-	return nil
+	return o.fnOutcome(ctx)
 }
 
 // exclusiveHolder returns the backend of application app that holds key exclusively, or 0.
@@ -269,4 +255,24 @@ func (c *callCtx) release() {
 	for i := len(c.stops) - 1; i >= 0; i-- {
 		c.stops[i]()
 	}
+}
+
+// fnOutcome ends a callback the way the op drew: return nil or an error, panic, or wait
+// (returning ctx's error if ctx ends first).
+func (o *op) fnOutcome(ctx context.Context) error {
+	switch o.fn {
+	case fnErr:
+		return errModelFn
+	case fnPanic:
+		panic(modelPanic{step: o.step, op: o.idx})
+	case fnWait:
+		timer := time.NewTimer(o.fnWait)
+		defer timer.Stop()
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-timer.C:
+		}
+	}
+	return nil
 }
