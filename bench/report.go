@@ -304,7 +304,7 @@ separately; the goroutine and allocation columns above):
   1.07-1.08x of a raw cycle (the token's current_setting and text parameter 1.07x, the pid
   column 1.02x).
 - **Allocations**: 11 per Lock or TryLock cycle (44 and 47 before issue 14, 19 before
-  the statement-text cache and the peek on the setup's descriptor), 17 per Session
+  the statement-text cache and the peek on the setup's descriptor), 16 per Session
   Lock + Unlock (38 before its unlock bound became a socket deadline). Raw pgx makes 9
   to 12 for its own two statements, which ours include.
 - **CPU work**: pool Acquire + Release about 1.3 µs (BenchmarkPoolAcquireRelease); the
