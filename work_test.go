@@ -43,7 +43,8 @@ func slowWork(t *testing.T, c *pgx.Conn, marker string) (uint32, <-chan error) {
 		_, marksErr = admin.Exec(ctx, "CREATE TABLE IF NOT EXISTS work_marks (marker text)")
 	})
 	require.NoError(t, marksErr)
-	pid := c.PgConn().PID()
+	var pid uint32 // the real backend's (behind a proxy PgConn.PID is the proxy's)
+	require.NoError(t, c.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&pid))
 	done, finished := make(chan error, 1), make(chan struct{})
 	go func() {
 		defer close(finished)
