@@ -321,7 +321,7 @@ func TestWorkConnectionsCarryTheTagAndSettings(t *testing.T) {
 	require.NoError(t, err)
 	kv := fmt.Sprintf("host=%s port=%d user=%s dbname=%s application_name='my migrator'",
 		cc.Host, cc.Port, cc.User, cc.Database)
-	url := dsn(t, "application_name=my migrator")
+	url := urlOf(t, "application_name=my%20migrator")
 	cfg, err := pgx.ParseConfig(dsn(t))
 	require.NoError(t, err)
 	cfg.RuntimeParams["application_name"] = "my migrator"
@@ -410,7 +410,7 @@ func TestWorkTagReachesLibpq(t *testing.T) {
 	tagged := func(s string) string { out, err := l.WorkConnString(s); require.NoError(t, err); return out }
 	env := append(os.Environ(), "PGAPPNAME=from env", "PGOPTIONS=-c work_mem=8MB")
 	for name, got := range map[string]string{
-		"url":      run(os.Environ(), tagged(dsn(t, "application_name=my app"))),
+		"url":      run(os.Environ(), tagged(urlOf(t, "application_name=my%20app&sslmode=disable"))),
 		"keywords": run(os.Environ(), tagged(kv)),
 		"env":      run(l.WorkEnv(env), dsn(t)),
 	} {
@@ -423,4 +423,12 @@ func TestWorkTagReachesLibpq(t *testing.T) {
 		}
 		assert.Equal(t, "30000", parts[3], "%s: tcp_user_timeout (ms) from the options", name)
 	}
+}
+
+// urlOf returns the test server's connection settings as a URL with the given query.
+func urlOf(t *testing.T, query string) string {
+	t.Helper()
+	cc, err := pgx.ParseConfig(dsn(t))
+	require.NoError(t, err)
+	return fmt.Sprintf("postgres://%s@%s:%d/%s?%s", cc.User, cc.Host, cc.Port, cc.Database, query)
 }
