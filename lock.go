@@ -231,7 +231,7 @@ func (m *Manager) attempt(ctx context.Context, t target, try, waitPool bool) (*L
 			if h := m.set.hooks.Acquired; h != nil && !t.quiet {
 				ev := s.event(time.Since(start), 0, "", nil)
 				ev.Try = try
-				h(ev)
+				callUser(m.set.logger, "hook Acquired", func() { h(ev) })
 			}
 			return &s.handle, nil
 		}
@@ -250,8 +250,9 @@ func (m *Manager) attempt(ctx context.Context, t target, try, waitPool bool) (*L
 // its error.
 func (m *Manager) notAcquired(ctx context.Context, t target, try bool, start time.Time, err error) error {
 	if h := m.set.hooks.NotAcquired; h != nil && !t.quiet {
-		h(LockEvent{Name: t.name, Key: t.key, Shared: t.shared, Try: try, Wait: time.Since(start),
-			Reason: failReason(ctx, err), Err: err})
+		ev := LockEvent{Name: t.name, Key: t.key, Shared: t.shared, Try: try, Wait: time.Since(start),
+			Reason: failReason(ctx, err), Err: err}
+		callUser(m.set.logger, "hook NotAcquired", func() { h(ev) })
 	}
 	return err
 }

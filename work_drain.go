@@ -264,7 +264,7 @@ func (s *pin) logDrained(ds DrainedSession) {
 	if s.m.set.logger == nil {
 		return
 	}
-	s.m.set.logger.LogAttrs(context.Background(), slog.LevelWarn, "advisory: drained an earlier holder's session",
+	logAttrs(s.m.set.logger, slog.LevelWarn, "advisory: drained an earlier holder's session",
 		slog.String("lock", s.describe()), slog.Uint64("pid", uint64(ds.PID)),
 		slog.String("application_name", ds.ApplicationName), slog.Bool("terminated", ds.Terminated),
 		slog.Duration("after", ds.After))
