@@ -2,6 +2,7 @@ package main_test
 
 import (
 	"fmt"
+	"math/rand/v2"
 	"strings"
 	"syscall"
 	"testing"
@@ -11,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/pgadvisory/advisory"
+	"github.com/pgadvisory/advisory/internal/pgtest"
 )
 
 // TestRunDrainsAKilledHoldersMigration: four runs of a slow psql migration at once; the
@@ -105,14 +107,14 @@ func drainLine(stderr string, pid uint32) string {
 }
 
 // leaveWorkBehind makes a run of key (as the test server's superuser) whose command
-// leaves a session of its work running after the run ended: a psql in the background,
-// with the lock's descriptor closed, in pg_sleep(60). It returns that session's pid;
-// the session is terminated when the test ends.
-func leaveWorkBehind(t *testing.T, key string) uint32 {
+// leaves a session of its work running after the run ended: a psql connected to
+// workDSN, in the background with the lock's descriptor closed, in pg_sleep(60). It
+// returns that session's pid; the session is terminated when the test ends.
+func leaveWorkBehind(t *testing.T, key, workDSN string) uint32 {
 	t.Helper()
 	marker := strings.ReplaceAll(t.Name(), "/", "_")
 	script := `psql -X -q -d "$1" -c "SELECT pg_sleep(60), '$2'" >/dev/null 2>&1 3>&- &`
-	r := cli(t, "run", "--key", key, "--", "sh", "-c", script, "sh", dsn(t), marker)
+	r := cli(t, "run", "--key", key, "--", "sh", "-c", script, "sh", workDSN, marker)
 	require.Equal(t, 0, r.code, r.stderr)
 	var pid uint32
 	var app string
@@ -137,12 +139,12 @@ func backendAlive(t *testing.T, pid uint32) bool {
 // TestRunRefusesToStartWhenItMayNotDrain: an earlier holder (a superuser) left a session
 // of its work running; a run as a role that may not terminate it exits 77 with the
 // remedy, without starting its command, and releases the lock. A superuser's run then
-// terminates the session (--drain-wait 0) and starts.
+// terminates the session (--drain-wait 0) and starts, and says so even with --quiet.
 func TestRunRefusesToStartWhenItMayNotDrain(t *testing.T) {
 	t.Parallel()
 	needPsql(t)
 	_, roleDSN := tempRole(t, "drainer")
-	pid := leaveWorkBehind(t, t.Name())
+	pid := leaveWorkBehind(t, t.Name(), dsn(t))
 
 	started := t.TempDir() + "/started"
 	r := wait(t, startEnv(t, []string{"DATABASE_URL=" + roleDSN}, "run", "--drain-wait", "200ms",
@@ -158,7 +160,7 @@ func TestRunRefusesToStartWhenItMayNotDrain(t *testing.T) {
 	assert.Empty(t, holders(t, advisory.KeyOf(t.Name())), "the lock was released")
 	assert.True(t, backendAlive(t, pid), "nothing was terminated")
 
-	r = cli(t, "run", "--drain-wait", "0", "--key", t.Name(), "--", "touch", started)
+	r = cli(t, "run", "--quiet", "--drain-wait", "0", "--key", t.Name(), "--", "touch", started)
 	assert.Equal(t, 0, r.code, r.stderr)
 	assert.FileExists(t, started)
 	assert.Regexp(t, fmt.Sprintf(`backend pid %d \(.*\): terminated, gone \S+ after the drain began`, pid), r.stderr)
@@ -171,7 +173,7 @@ func TestRunRefusesToStartWhenItMayNotDrain(t *testing.T) {
 func TestRunSignalEndsTheDrain(t *testing.T) {
 	t.Parallel()
 	needPsql(t)
-	pid := leaveWorkBehind(t, t.Name())
+	pid := leaveWorkBehind(t, t.Name(), dsn(t))
 	m, _ := holdLock(t, t.Name()+"/observer", "")
 	started := t.TempDir() + "/started"
 	p := start(t, "run", "--drain-wait", "1m", "--holder-name", "drain-interrupted", "--key", t.Name(),
@@ -187,4 +189,21 @@ func TestRunSignalEndsTheDrain(t *testing.T) {
 	assert.NoFileExists(t, started)
 	assert.Empty(t, holders(t, advisory.KeyOf(t.Name())), "the lock was released")
 	assert.True(t, backendAlive(t, pid), "the session was left alone")
+}
+
+// TestRunDrainsWorkInAnotherDatabase: a command's session in another database of the
+// server carries the lock's tag too, and the next holder drains it.
+func TestRunDrainsWorkInAnotherDatabase(t *testing.T) {
+	t.Parallel()
+	needPsql(t)
+	db := fmt.Sprintf("drain_other_%d", rand.Uint32())
+	_, err := pgxExec(t, "CREATE DATABASE "+db)
+	require.NoError(t, err)
+	// DROP DATABASE waits up to 5 s for the session, terminated by then, to go.
+	t.Cleanup(func() { pgxExec(t, "DROP DATABASE IF EXISTS "+db) })
+	pid := leaveWorkBehind(t, t.Name(), pgtest.WithPairs(dsn(t), "dbname="+db))
+	r := cli(t, "run", "--drain-wait", "0", "--key", t.Name(), "--", "true")
+	assert.Equal(t, 0, r.code, r.stderr)
+	assert.Regexp(t, fmt.Sprintf(`backend pid %d \(.*\): terminated, gone \S+ after the drain began`, pid), r.stderr)
+	assert.False(t, backendAlive(t, pid))
 }
