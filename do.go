@@ -8,7 +8,9 @@ import (
 )
 
 // Do runs fn while holding the lock with the given name: it blocks in [Manager.Lock] until
-// the lock is held or ctx ends, runs fn, then unlocks. fn's ctx is derived from ctx and is
+// the lock is held or ctx ends, drains earlier holders' work ([Lock.Drain]; if that fails
+// it unlocks and returns its error without calling fn), runs fn, then unlocks. fn's
+// connections should carry the holding's tag: see [LockFromContext]. fn's ctx is derived from ctx and is
 // also cancelled if the lock is lost; context.Cause(fnCtx) then wraps [ErrLockLost], and
 // so does Do's error (together with fn's own error, if any). Otherwise Do returns fn's
 // error, or the error of Lock or Unlock. The unlock is not governed by ctx: it is bounded
@@ -25,7 +27,24 @@ func (m *Manager) Do(ctx context.Context, name string, fn func(ctx context.Conte
 	if err != nil {
 		return err
 	}
+	if err := drainOrUnlock(ctx, l); err != nil {
+		return err
+	}
 	return doResult(runThenUnlock(ctx, l, fn))
+}
+
+// drainOrUnlock drains earlier holders' work (see Lock.Drain) before fn runs; if that
+// fails, it unlocks and returns the error, with a loss first.
+func drainOrUnlock(ctx context.Context, l *Lock) error {
+	_, err := l.Drain(ctx)
+	if err == nil {
+		return nil
+	}
+	uerr := unlockDetached(ctx, l)
+	if errors.Is(err, ErrLockLost) || errors.Is(uerr, ErrLockLost) {
+		return doResult(nil, errors.Join(err, uerr))
+	}
+	return err
 }
 
 // doResult is the error of Do, DoTx and TryDo from fn's and Unlock's: a loss first, since the
@@ -47,9 +66,9 @@ func doResult(fnErr, uerr error) error {
 const cleanupTimeout = 5 * time.Second
 
 // runHolding runs fn with a context derived from ctx that is also cancelled, with the
-// loss as its cause, if l is lost.
+// loss as its cause, if l is lost, and that carries l (see LockFromContext).
 func runHolding(ctx context.Context, l *Lock, fn func(ctx context.Context) error) error {
-	fnCtx, cancel := context.WithCancelCause(ctx)
+	fnCtx, cancel := context.WithCancelCause(context.WithValue(ctx, holdingKey{}, l))
 	defer cancel(nil)
 	go func() {
 		select {

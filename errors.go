@@ -81,6 +81,13 @@ var (
 	// ErrNoFenceTable means the fencing table that [Lock.Token] and [Manager.CheckToken]
 	// use does not exist: create it with [Manager.CreateFenceTable].
 	ErrNoFenceTable = errors.New("advisory: the fencing table does not exist (create it with Manager.CreateFenceTable)")
+
+	// ErrWorkNotDrained is returned by [Lock.Drain] (and by Do, DoTx, TryDo and Lead,
+	// which then do not call fn) when a server session of an earlier holder's work is
+	// still running and cannot be ended: the role may not terminate it (the error names the
+	// privilege to grant), or it did not go within 10 s of its termination. Starting the
+	// work then could overlap the earlier holder's.
+	ErrWorkNotDrained = errors.New("advisory: an earlier holder's work is still running")
 )
 
 // LockedError is returned by TryLock when another session holds the lock. It wraps

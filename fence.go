@@ -52,7 +52,8 @@ func (l *Lock) BeginTxFunc(ctx context.Context, opts pgx.TxOptions, fn func(pgx.
 	return l.s.runTx(ctx, opts, fn)
 }
 
-// DoTx takes the lock with the given name (blocking as [Manager.Lock] does), runs fn in a
+// DoTx takes the lock with the given name (blocking as [Manager.Lock] does), drains
+// earlier holders' work as [Manager.Do] does, runs fn in a
 // fenced transaction on the lock's connection (see [Lock.BeginFunc]), and unlocks. fn's
 // ctx is derived from ctx and is also cancelled if the lock is lost; the transaction then
 // does not commit, and DoTx's error wraps [ErrLockLost]. It returns nil if and only if
@@ -67,6 +68,9 @@ func (m *Manager) DoTx(ctx context.Context, name string, fn func(ctx context.Con
 	}
 	l, err := m.Lock(ctx, name)
 	if err != nil {
+		return err
+	}
+	if err := drainOrUnlock(ctx, l); err != nil {
 		return err
 	}
 	txErr, uerr := runThenUnlock(ctx, l, func(ctx context.Context) error {

@@ -12,7 +12,8 @@ import (
 // once. It does not wait for the lock: if the lock is held elsewhere (or by another call
 // of this Manager), TryDo returns ran == false and a nil error, without running fn.
 //
-// Otherwise it runs fn (ran == true) with a context derived from ctx that is also
+// Otherwise it drains earlier holders' work as [Manager.Do] does (if that fails it
+// returns ran == false and the drain's error), runs fn (ran == true) with a context derived from ctx that is also
 // cancelled if the lock is lost (context.Cause then wraps [ErrLockLost]), and after fn
 // returns it keeps holding the lock until atLeast has passed since the lock was taken,
 // then unlocks. The hold is what makes a replica whose timer fires a little late (by less
@@ -26,7 +27,7 @@ import (
 // connection is closed, which frees the lock. With ran == true, the error is fn's error,
 // or an error wrapping [ErrLockLost] if the lock was lost before the hold ended (joined
 // with fn's error, if any: a late replica may then run the occurrence again), or the
-// unlock's error. With ran == false, a non-nil error is the try's (server unreachable,
+// unlock's error. With ran == false, a non-nil error is the try's or the drain's (server unreachable,
 // [ErrPoolExhausted], [ErrInvalidKey], [ErrClosed]); a negative atLeast returns an error
 // wrapping [ErrInvalidOption]. In every case the lock is not held when TryDo returns.
 //
@@ -51,6 +52,9 @@ func (m *Manager) TryDo(ctx context.Context, name string, atLeast time.Duration,
 	case errors.Is(err, ErrLocked):
 		return false, nil
 	case err != nil:
+		return false, err
+	}
+	if err := drainOrUnlock(ctx, l); err != nil {
 		return false, err
 	}
 	return true, doResult(runHoldUnlock(ctx, l, time.Now().Add(atLeast), fn))

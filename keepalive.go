@@ -194,19 +194,38 @@ func setUserTimeout(fd uintptr, d time.Duration) error {
 // lock-holding session behind the caller's back: ctx is the only timeout of a Lock call,
 // and a held lock lives as long as its connection.
 func serverSettings(s *settings, serverVersion int) [][2]string {
+	out := append(keepaliveSettings(s), [][2]string{
+		{"lock_timeout", "0"},
+		{"statement_timeout", "0"},
+		{"idle_in_transaction_session_timeout", "0"},
+	}...)
+	if serverVersion >= 140000 {
+		out = append(out, [2]string{"idle_session_timeout", "0"}, checkIntervalSetting(s))
+	}
+	return out
+}
+
+// workSettings are the settings of a connection that does a holding's work (see
+// Lock.WorkOptions): those that make its backend notice a dead or cut-off client, and
+// none of the lock connection's timeouts, which are the work's own business.
+func workSettings(s *settings, serverVersion int) [][2]string {
+	out := keepaliveSettings(s)
+	if serverVersion >= 140000 {
+		out = append(out, checkIntervalSetting(s))
+	}
+	return out
+}
+
+func keepaliveSettings(s *settings) [][2]string {
 	k := s.serverKeepalive
-	out := [][2]string{
+	return [][2]string{
 		{"tcp_keepalives_idle", strconv.Itoa(int(k.Idle / time.Second))},
 		{"tcp_keepalives_interval", strconv.Itoa(int(k.Interval / time.Second))},
 		{"tcp_keepalives_count", strconv.Itoa(k.Count)},
 		{"tcp_user_timeout", strconv.Itoa(int(k.userTimeout() / time.Millisecond))},
-		{"lock_timeout", "0"},
-		{"statement_timeout", "0"},
-		{"idle_in_transaction_session_timeout", "0"},
 	}
-	if serverVersion >= 140000 {
-		out = append(out, [2]string{"idle_session_timeout", "0"},
-			[2]string{"client_connection_check_interval", strconv.Itoa(int(s.connCheckInterval / time.Millisecond))})
-	}
-	return out
+}
+
+func checkIntervalSetting(s *settings) [2]string {
+	return [2]string{"client_connection_check_interval", strconv.Itoa(int(s.connCheckInterval / time.Millisecond))}
 }

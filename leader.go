@@ -9,18 +9,19 @@ import (
 )
 
 // Lead makes this process a leader candidate for the given name. It blocks in
-// [Manager.Lock] until it holds the lock (it is leader), then runs fn with a context
-// that is cancelled if the lock is lost (context.Cause then wraps [ErrLockLost]). When
-// leadership is lost, Lead waits for fn to return and campaigns again. While it cannot
-// reach the server it retries with a capped, jittered back-off (100 ms to 5 s).
+// [Manager.Lock] until it holds the lock (it is leader), drains earlier holders' work as
+// [Manager.Do] does, then runs fn with a context that is cancelled if the lock is lost
+// (context.Cause then wraps [ErrLockLost]). When leadership is lost, Lead waits for fn to
+// return and campaigns again. While it cannot reach the server it retries with a capped,
+// jittered back-off (100 ms to 5 s).
 //
 // Lead returns when ctx ends (an error wrapping ctx.Err(); fn's context is cancelled and
 // fn has returned), when fn returns while still leader (fn's error, nil included; the
 // lock is released first), or on an error retrying cannot mend: an invalid name
 // ([ErrInvalidKey]), a closed Manager ([ErrClosed]), a transaction-pooling proxy
-// ([ErrPooler]). fn must return once its context is cancelled. Whenever Lead returns, or
-// fn panics (the lock is released before the panic goes on up the stack), the lock is
-// not held.
+// ([ErrPooler]), a drain that failed ([ErrWorkNotDrained]). fn must return once its
+// context is cancelled. Whenever Lead returns, or fn panics (the lock is released before
+// the panic goes on up the stack), the lock is not held.
 func (m *Manager) Lead(ctx context.Context, name string, fn func(ctx context.Context) error) error {
 	if fn == nil {
 		panic("advisory: Lead with a nil function")
@@ -46,6 +47,12 @@ func (m *Manager) Lead(ctx context.Context, name string, fn func(ctx context.Con
 			continue
 		}
 		backoff = 100 * time.Millisecond
+		if err := drainOrUnlock(ctx, l); err != nil {
+			if errors.Is(err, ErrLockLost) && ctx.Err() == nil {
+				continue
+			}
+			return err
+		}
 		if lost, err := leadOnce(ctx, l, fn); !lost {
 			return err
 		}

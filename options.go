@@ -32,6 +32,7 @@ type settings struct {
 	sessionCap         int
 	sessionRetire      int
 	fenceTable         string // sanitized, possibly schema-qualified
+	drainWait          time.Duration
 	hooks              Hooks
 }
 
@@ -45,6 +46,7 @@ func defaultSettings() settings {
 		sessionCap:        defaultSessionCap,
 		sessionRetire:     defaultSessionRetire,
 		fenceTable:        pgx.Identifier{DefaultFenceTable}.Sanitize(),
+		drainWait:         time.Second,
 	}
 }
 
@@ -172,6 +174,21 @@ func WithSessionLimits(capacity, retireAfter int) Option {
 			return fmt.Errorf("%w: session limits %d, %d: want 1 <= retireAfter <= capacity", ErrInvalidOption, capacity, retireAfter)
 		}
 		s.sessionCap, s.sessionRetire = capacity, retireAfter
+		return nil
+	})
+}
+
+// WithDrainWait sets how long [Lock.Drain] (and Do, DoTx, TryDo and Lead before fn) waits
+// for an earlier holder's work sessions to end on their own before it terminates them. A
+// session whose client died ends on its own within client_connection_check_interval (1 s
+// by default; PostgreSQL 14+) when it was tagged with [Lock.WorkOptions]. The default is
+// 1s; 0 terminates at once; it must be at most 1h.
+func WithDrainWait(d time.Duration) Option {
+	return option(func(s *settings) error {
+		if d < 0 || d > time.Hour {
+			return fmt.Errorf("%w: drain wait %v; want 0 to 1h", ErrInvalidOption, d)
+		}
+		s.drainWait = d
 		return nil
 	})
 }

@@ -69,6 +69,9 @@ type pin struct {
 	announced bool          // done is closed already: a loss was seen during the transaction
 
 	fenceToken atomic.Int64 // the holding's fencing token once taken (Lock.Token); 0 before
+
+	workOnce sync.Once
+	tag      string // the holding's work tag (see workTag), made on first use
 }
 
 type sessionState int

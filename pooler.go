@@ -10,13 +10,14 @@ import (
 // Keys of a connection's PgConn.CustomData set by its setup (see setup.go): the backend
 // pid as pg_backend_pid() reported it (a proxy answers the startup with a BackendKeyData
 // of its own, so PgConn.PID is not to be trusted for this), the ownership token, and the
-// socket's descriptor (see connFD), and, only on a connection that goes straight to its
+// socket's descriptor (see connFD), the database's oid (see workTag), and, only on a connection that goes straight to its
 // backend (see look.directPath), directKey.
 const (
 	backendPIDKey = "advisory.backendPID"
 	tokenKey      = "advisory.token"
 	fdKey         = "advisory.fd"
 	directKey     = "advisory.direct"
+	dbOIDKey      = "advisory.dbOID"
 )
 
 // isDirect reports whether the connection was found at setup to go straight to its

@@ -23,11 +23,13 @@ const ownerSetting = "advisory.owner"
 
 // lookSQL runs first on every new connection, before anything is changed on the server:
 // whose backend this is, whether it is a standby, whether another client already left a
-// token on it, and the two ends of the TCP connection as the backend sees them (empty
-// and 0 over a Unix socket; see directPath).
+// token on it, the two ends of the TCP connection as the backend sees them (empty
+// and 0 over a Unix socket; see directPath), and the database's oid (for work tags, see
+// workTag).
 const lookSQL = "SELECT pg_backend_pid(), pg_is_in_recovery(), coalesce(current_setting('" + ownerSetting + "', true), ''), " +
 	"coalesce(host(inet_client_addr()), ''), coalesce(inet_client_port(), 0), " +
-	"coalesce(host(inet_server_addr()), ''), coalesce(inet_server_port(), 0)"
+	"coalesce(host(inet_server_addr()), ''), coalesce(inet_server_port(), 0), " +
+	"(SELECT oid FROM pg_database WHERE datname = current_database())"
 
 // probeRounds is how many times the proxy probe compares two connections' backends. Busy
 // clients of a transaction pooler can make one round look like session pooling; each
@@ -98,6 +100,7 @@ func setUp(ctx context.Context, conn *pgx.Conn, set *settings, ps *proxyState) e
 	pg.CustomData()[backendPIDKey] = pid
 	pg.CustomData()[tokenKey] = token
 	pg.CustomData()[fdKey] = socketFD(pg.Conn())
+	pg.CustomData()[dbOIDKey] = seen.dbOID
 	if !set.checkedOnly && pid == pg.PID() && seen.directPath(pg.Conn()) {
 		pg.CustomData()[directKey] = true
 	}
@@ -111,6 +114,7 @@ type look struct {
 	prev                   string // a token another connection left on the backend, or ""
 	clientAddr, serverAddr string // "" over a Unix socket
 	clientPort, serverPort uint32 // 0 over a Unix socket
+	dbOID                  uint32 // the database's oid
 }
 
 // directPath reports whether the backend's end of the connection is the very socket this
@@ -205,7 +209,7 @@ func backendOf(ctx context.Context, pg *pgconn.PgConn) (uint32, error) {
 }
 
 func parseLook(rows []*pgconn.Result) (look, error) {
-	row, err := onlyRow(rows, 7, lookSQL)
+	row, err := onlyRow(rows, 8, lookSQL)
 	if err != nil {
 		return look{}, err
 	}
@@ -217,6 +221,9 @@ func parseLook(rows []*pgconn.Result) (look, error) {
 		return look{}, err
 	}
 	if l.serverPort, err = parseUint32(row[6], "inet_server_port()"); err != nil {
+		return look{}, err
+	}
+	if l.dbOID, err = parseUint32(row[7], "the database's oid"); err != nil {
 		return look{}, err
 	}
 	return l, nil

@@ -1,0 +1,233 @@
+package advisory
+
+import (
+	"context"
+	"fmt"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// The work of a holding: the lock is one session, but what it protects (a migration, a
+// job) usually runs on other sessions, opened by the holder's own code or by a command it
+// started. Those sessions outlive a holder that dies or is cut off: a backend notices that
+// its client vanished only when it next reads from or writes to the socket, so a dead
+// holder's migration can commit after the next holder has started its own. Two parts close
+// that gap:
+//
+//   - the work's connections carry the holding's tag in their application_name (WorkEnv,
+//     WorkConnString, WorkConfig), with server settings that make a backend notice a dead
+//     client (client_connection_check_interval, TCP keepalive);
+//   - the next holder drains them ([Lock.Drain]; Do, DoTx, TryDo and Lead do it before fn
+//     runs): it waits a bounded time for tagged sessions of earlier holders to end, then
+//     terminates them, and waits until they are gone.
+//
+// See docs/guarantees.md, "Work fencing".
+
+// LockFromContext returns the Lock whose holding a function run by [Manager.Do],
+// [Manager.DoTx], [Manager.TryDo] or [Manager.Lead] runs under, given that function's
+// ctx (or one derived from it); nil for any other ctx. Use it to tag the function's own
+// connections ([Lock.WorkConnString], [Lock.WorkConfig]). It does not block.
+func LockFromContext(ctx context.Context) *Lock {
+	l, _ := ctx.Value(holdingKey{}).(*Lock)
+	return l
+}
+
+type holdingKey struct{}
+
+// WorkAppName returns the application_name for a connection that does this holding's
+// work: the holding's tag, then a space and base (the name the program would use
+// otherwise; "" for none), cut to PostgreSQL's 63 bytes at a character boundary. The tag
+// comes first so that the cut never reaches it. It does not block.
+func (l *Lock) WorkAppName(base string) string {
+	name := l.s.workTag()
+	if base == "" {
+		return name
+	}
+	name += " " + base
+	if len(name) > maxAppName {
+		name = strings.ToValidUTF8(name[:maxAppName], "")
+	}
+	return name
+}
+
+// maxAppName is PostgreSQL's limit on application_name (NAMEDATALEN - 1).
+const maxAppName = 63
+
+// WorkOptions returns the server settings for a connection that does this holding's work,
+// in the form of libpq's options parameter and PGOPTIONS ("-c name=value ..."):
+// client_connection_check_interval (PostgreSQL 14+) and the Manager's server-side TCP
+// keepalive, so that the backend of a holder that died or was cut off stops within the
+// bounds of docs/keepalive.md even in the middle of a statement. It returns "" when the
+// lock's connection goes through a proxy, which (as PgBouncer does) may refuse the
+// parameter. It does not block.
+func (l *Lock) WorkOptions() string {
+	s := l.s
+	if s.pid != s.pg.PID() {
+		return ""
+	}
+	var b strings.Builder
+	for _, kv := range workSettings(&s.m.set, serverVersion(s.pg.ParameterStatus("server_version"))) {
+		if b.Len() > 0 {
+			b.WriteByte(' ')
+		}
+		b.WriteString("-c " + kv[0] + "=" + kv[1])
+	}
+	return b.String()
+}
+
+// withOptions puts ours before the caller's options, so that a setting the caller chose
+// wins (the server applies -c settings in order).
+func withOptions(ours, theirs string) string {
+	switch {
+	case ours == "":
+		return theirs
+	case theirs == "":
+		return ours
+	}
+	return ours + " " + theirs
+}
+
+// WorkEnv returns a copy of environ (as os.Environ returns it) for a command that does
+// this holding's work through libpq or pgx, which read PGAPPNAME and PGOPTIONS: PGAPPNAME
+// becomes [Lock.WorkAppName] of the PGAPPNAME in environ, and PGOPTIONS starts with
+// [Lock.WorkOptions], followed by the PGOPTIONS in environ. A connection string that sets
+// application_name itself overrides PGAPPNAME: give such a tool [Lock.WorkConnString].
+// It does not block.
+func (l *Lock) WorkEnv(environ []string) []string {
+	var app, opts string
+	out := make([]string, 0, len(environ)+2)
+	for _, kv := range environ {
+		switch {
+		case strings.HasPrefix(kv, "PGAPPNAME="):
+			app = kv[len("PGAPPNAME="):]
+		case strings.HasPrefix(kv, "PGOPTIONS="):
+			opts = kv[len("PGOPTIONS="):]
+		default:
+			out = append(out, kv)
+		}
+	}
+	out = append(out, "PGAPPNAME="+l.WorkAppName(app))
+	if o := withOptions(l.WorkOptions(), opts); o != "" {
+		out = append(out, "PGOPTIONS="+o)
+	}
+	return out
+}
+
+// WorkConnString returns connString (a URL or keyword/value connection string) with
+// application_name set to [Lock.WorkAppName] of its own (or PGAPPNAME's) and options
+// starting with [Lock.WorkOptions], for a tool that takes a connection string (database/sql
+// drivers, migration tools). Everything else in it is kept. It does not block. A string
+// that cannot be parsed returns an error wrapping [ErrInvalidOption] that never contains
+// its password.
+func (l *Lock) WorkConnString(connString string) (string, error) {
+	cfg, err := pgconn.ParseConfig(connString)
+	if err != nil {
+		return "", parseError(connString, err)
+	}
+	app := l.WorkAppName(cfg.RuntimeParams["application_name"])
+	opts := withOptions(l.WorkOptions(), cfg.RuntimeParams["options"])
+	if strings.HasPrefix(connString, "postgres://") || strings.HasPrefix(connString, "postgresql://") {
+		u, err := url.Parse(connString)
+		if err != nil {
+			return "", parseError(connString, err)
+		}
+		q := u.Query()
+		q.Set("application_name", app)
+		if opts != "" {
+			q.Set("options", opts)
+		}
+		u.RawQuery = q.Encode()
+		return u.String(), nil
+	}
+	// In keyword/value form a later keyword overrides an earlier one (libpq and pgx).
+	out := strings.TrimSpace(connString) + " application_name=" + quoteValue(app)
+	if opts != "" {
+		out += " options=" + quoteValue(opts)
+	}
+	return strings.TrimSpace(out), nil
+}
+
+// quoteValue quotes a keyword/value connection string value.
+func quoteValue(v string) string {
+	return "'" + strings.NewReplacer(`\`, `\\`, `'`, `\'`).Replace(v) + "'"
+}
+
+// WorkConfig sets cfg up for connections that do this holding's work: its
+// application_name becomes [Lock.WorkAppName] of its own, its options start with
+// [Lock.WorkOptions], and a connection opened after the lock has ended fails (with an
+// error wrapping the lock's end, [ErrLockLost] or [ErrNotHeld]), so that no new work
+// starts for a holding that is over. For a pgxpool, pass &poolConfig.ConnConfig.Config
+// before creating the pool. It panics if cfg is nil; it does not block.
+func (l *Lock) WorkConfig(cfg *pgconn.Config) {
+	if cfg == nil {
+		panic("advisory: WorkConfig with a nil config")
+	}
+	if cfg.RuntimeParams == nil {
+		cfg.RuntimeParams = map[string]string{}
+	}
+	cfg.RuntimeParams["application_name"] = l.WorkAppName(cfg.RuntimeParams["application_name"])
+	if o := withOptions(l.WorkOptions(), cfg.RuntimeParams["options"]); o != "" {
+		cfg.RuntimeParams["options"] = o
+	}
+	next := cfg.AfterConnect
+	cfg.AfterConnect = func(ctx context.Context, pg *pgconn.PgConn) error {
+		if err := l.Err(); err != nil {
+			return fmt.Errorf("advisory: no new work connection for %s: %w", l.s.describe(), err)
+		}
+		if next != nil {
+			return next(ctx, pg)
+		}
+		return nil
+	}
+}
+
+// Drain makes sure that no server session that worked for an earlier holder of the lock
+// is still running, so that this holding's work cannot overlap theirs: it finds the
+// sessions whose application_name carries the tag of another holding of the lock (see
+// [Lock.WorkAppName]; sessions of shared holders that hold the lock now are left alone),
+// waits up to the drain wait ([WithDrainWait], 1 s by default) for them to end on their
+// own, terminates those left (pg_terminate_backend) and waits until they are gone, which
+// means their transactions were rolled back. [Manager.Do], DoTx, TryDo and Lead call it
+// before fn; call it after [Manager.Lock] before starting the work.
+//
+// It blocks for one statement on the lock's connection when nothing is found, else for
+// the wait and up to 10 s more for terminated sessions to go; ctx governs all of it, and
+// the lock is kept whatever happens. The report lists what was found, also on error. An
+// error wraps [ErrWorkNotDrained] if the role may not terminate a session (the text says
+// which privilege to grant) or a terminated session did not go in time; ctx.Err() if ctx
+// ended; the lock's end ([ErrLockLost], [ErrNotHeld]) if it ended. Sessions of earlier
+// holders may then still be running: do not start the work.
+func (l *Lock) Drain(ctx context.Context) (DrainReport, error) {
+	d := &drainer{s: l.s, start: time.Now(), index: map[uint32]int{}}
+	err := d.run(ctx)
+	return d.report, err
+}
+
+// A DrainReport says what [Lock.Drain] found and did.
+type DrainReport struct {
+	// Sessions are the earlier holders' sessions the drain waited for, in the order it
+	// first saw them.
+	Sessions []DrainedSession
+	// Took is how long the drain took, from its start to its last statement.
+	Took time.Duration
+}
+
+// A DrainedSession is one server session of an earlier holder's work that [Lock.Drain]
+// found running.
+type DrainedSession struct {
+	PID uint32
+	// ApplicationName carries the earlier holding's tag (see [Lock.WorkAppName]). It is
+	// the text of another program: escape it before printing it to a terminal.
+	ApplicationName string
+	// User and State ("active", "idle in transaction", ...) are as pg_stat_activity showed
+	// them first; empty where the caller's role may not see them.
+	User, State string
+	// Terminated reports that the drain terminated the session (pg_terminate_backend);
+	// false: it ended on its own.
+	Terminated bool
+	// After is how long after the drain began the session was seen gone.
+	After time.Duration
+}

@@ -1,0 +1,271 @@
+package advisory
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// Work tags. A holding's tag is "pgadv/DB/KEY/PID.NONCE": the database's oid, the key
+// (prefixed "p" in the two-int4 form, a key space of its own), the holding backend's pid
+// and a random nonce, the numbers in base 36 so that the tag leaves room in the 63 bytes
+// of application_name. Everything before the holder part (workPrefix) is the same for
+// every holding of one lock; the holder part tells holdings apart, also two holdings on
+// one backend (the nonce).
+
+// workTag returns the holding's tag, made on first use.
+func (s *pin) workTag() string {
+	s.workOnce.Do(func() {
+		var b [8]byte
+		rand.Read(b[:]) // never fails (crypto/rand)
+		nonce := strconv.FormatUint(binary.LittleEndian.Uint64(b[:])%nonceSpace+nonceSpace, 36)[1:]
+		s.tag = s.workPrefix() + strconv.FormatUint(uint64(s.pid), 36) + "." + nonce
+	})
+	return s.tag
+}
+
+// nonceSpace is 36^6: six base-36 digits (formatted with a leading 1, then dropped, so
+// that leading zeros stay).
+const nonceSpace = 36 * 36 * 36 * 36 * 36 * 36
+
+// workPrefix is the part of the tag that every holding of the lock shares.
+func (s *pin) workPrefix() string {
+	oid, _ := s.pg.CustomData()[dbOIDKey].(uint32)
+	key := strconv.FormatUint(uint64(s.key), 36)
+	if s.pair {
+		key = "p" + key
+	}
+	return "pgadv/" + strconv.FormatUint(uint64(oid), 36) + "/" + key + "/"
+}
+
+// holderOf returns the holder part of a tagged application_name ("PID.NONCE") and the
+// holder's pid; ok is false if app carries no well-formed tag with the prefix.
+func holderOf(app, prefix string) (holder string, pid uint32, ok bool) {
+	i := strings.Index(app, prefix)
+	if i < 0 {
+		return "", 0, false
+	}
+	holder, _, _ = strings.Cut(app[i+len(prefix):], " ")
+	p, nonce, found := strings.Cut(holder, ".")
+	n, err := strconv.ParseUint(p, 36, 32)
+	if !found || err != nil || nonce == "" {
+		return "", 0, false
+	}
+	return holder, uint32(n), true
+}
+
+// drainListSQL lists the sessions whose application_name carries the lock's tag prefix
+// ($1), other than the lock's own, with the backends that hold the lock now: $2, $3, $4
+// are pg_locks' classid, objid and objsubid of the key.
+const drainListSQL = `SELECT a.pid, a.application_name, coalesce(a.usename::text, ''), coalesce(a.state, ''),
+  current_user::text,
+  (SELECT coalesce(array_agg(l.pid), '{}') FROM pg_locks l WHERE l.locktype = 'advisory' AND l.granted
+     AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
+     AND l.classid = $2 AND l.objid = $3 AND l.objsubid = $4)
+FROM pg_stat_activity a
+WHERE strpos(a.application_name, $1) > 0 AND a.pid <> pg_backend_pid()`
+
+// drainTerminateSQL terminates each listed backend that still carries the listed
+// application_name (a pid the server has given to a new session is left alone).
+const drainTerminateSQL = `SELECT count(pg_terminate_backend(t.pid))
+FROM unnest($1::int4[], $2::text[]) AS t(pid, app)
+JOIN pg_stat_activity a ON a.pid = t.pid AND a.application_name = t.app`
+
+// drainPoll is how often a drain looks again while it waits.
+const drainPoll = 20 * time.Millisecond
+
+// drainExitBound bounds how long a drain waits for terminated sessions to go.
+const drainExitBound = 10 * time.Second
+
+// workSession is one listed session.
+type workSession struct {
+	pid       uint32
+	app       string
+	user      string
+	state     string
+	holderPID uint32
+}
+
+// drainer is one Drain in progress.
+type drainer struct {
+	s      *pin
+	start  time.Time
+	me     string // the role the drain runs as
+	report DrainReport
+	index  map[uint32]int // pid -> index in report.Sessions
+}
+
+// run lists the earlier holders' sessions until none is left: it waits up to the drain
+// wait for them to end on their own, then terminates those left and waits (bounded by
+// drainExitBound) for them to go.
+func (d *drainer) run(ctx context.Context) error {
+	waitUntil := d.start.Add(d.s.m.set.drainWait)
+	var exitBy time.Time
+	for {
+		live, err := d.list(ctx)
+		d.report.Took = time.Since(d.start)
+		if err != nil {
+			return err
+		}
+		d.note(live)
+		if len(live) == 0 {
+			return nil
+		}
+		now := time.Now()
+		if !now.Before(waitUntil) {
+			if exitBy.IsZero() {
+				exitBy = now.Add(drainExitBound)
+			} else if now.After(exitBy) {
+				return fmt.Errorf("%w: %s: %d earlier holders' sessions still running %v after they were terminated",
+					ErrWorkNotDrained, d.s.describe(), len(live), drainExitBound)
+			}
+			if err := d.terminate(ctx, live); err != nil {
+				return err
+			}
+		}
+		pause := drainPoll
+		if w := time.Until(waitUntil); w > 0 && w < pause {
+			pause = w
+		}
+		if !sleepCtx(ctx, pause) {
+			return fmt.Errorf("advisory: drain %s: %w", d.s.describe(), ctx.Err())
+		}
+	}
+}
+
+// list returns the earlier holders' sessions still running, on the lock's connection.
+func (d *drainer) list(ctx context.Context) ([]workSession, error) {
+	s := d.s
+	if err := s.beginTx(ctx); err != nil {
+		return nil, err
+	}
+	classid, objid, subid := pgLocksKey(s.key, s.pair)
+	rows, err := s.pc.Query(ctx, drainListSQL, s.workPrefix(), classid, objid, subid)
+	var out []workSession
+	if err == nil {
+		var holders []int32
+		var w workSession
+		for rows.Next() {
+			if err = rows.Scan(&w.pid, &w.app, &w.user, &w.state, &d.me, &holders); err != nil {
+				break
+			}
+			if d.earlier(&w, holders) {
+				out = append(out, w)
+			}
+		}
+		rows.Close()
+		if err == nil {
+			err = rows.Err()
+		}
+	}
+	if lerr := s.endTx(err); lerr != nil {
+		return nil, lerr
+	}
+	if err != nil {
+		return nil, fmt.Errorf("advisory: drain %s: list earlier holders' sessions: %w", s.describe(), withCtxErr(ctx, err))
+	}
+	return out, nil
+}
+
+// earlier reports whether w works for an earlier holding: not this one, and not another
+// that holds the lock now (shared holders hold it together).
+func (d *drainer) earlier(w *workSession, holders []int32) bool {
+	holder, pid, ok := holderOf(w.app, d.s.workPrefix())
+	if !ok || d.s.workPrefix()+holder == d.s.workTag() {
+		return false
+	}
+	w.holderPID = pid
+	return pid == d.s.pid || !slices.Contains(holders, int32(pid))
+}
+
+// pgLocksKey returns the classid, objid and objsubid of the key's rows in pg_locks.
+func pgLocksKey(key Key, pair bool) (uint32, uint32, int16) {
+	subid := int16(1)
+	if pair {
+		subid = 2
+	}
+	return uint32(uint64(key) >> 32), uint32(key), subid
+}
+
+// note records what a listing found: new sessions, and those seen before that are gone.
+func (d *drainer) note(live []workSession) {
+	now := time.Since(d.start)
+	for _, w := range live {
+		if _, seen := d.index[w.pid]; !seen {
+			d.index[w.pid] = len(d.report.Sessions)
+			d.report.Sessions = append(d.report.Sessions, DrainedSession{PID: w.pid, ApplicationName: w.app,
+				User: w.user, State: w.state})
+		}
+	}
+	for i := range d.report.Sessions {
+		ds := &d.report.Sessions[i]
+		if ds.After == 0 && !slices.ContainsFunc(live, func(w workSession) bool { return w.pid == ds.PID }) {
+			ds.After = max(now, time.Nanosecond)
+			d.s.logDrained(*ds)
+		}
+	}
+}
+
+// terminate terminates the listed sessions not terminated yet.
+func (d *drainer) terminate(ctx context.Context, live []workSession) error {
+	var pids []int32
+	var apps []string
+	for _, w := range live {
+		if ds := &d.report.Sessions[d.index[w.pid]]; !ds.Terminated {
+			ds.Terminated = true
+			pids, apps = append(pids, int32(w.pid)), append(apps, w.app)
+		}
+	}
+	if len(pids) == 0 {
+		return nil
+	}
+	s := d.s
+	if err := s.beginTx(ctx); err != nil {
+		return err
+	}
+	_, err := s.pc.Exec(ctx, drainTerminateSQL, pids, apps)
+	if lerr := s.endTx(err); lerr != nil {
+		return lerr
+	}
+	if err != nil {
+		return d.terminateError(ctx, live, err)
+	}
+	return nil
+}
+
+// terminateError explains a failed termination; for a missing privilege it says how to
+// grant it.
+func (d *drainer) terminateError(ctx context.Context, live []workSession, err error) error {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == "42501" {
+		var who []string
+		for _, w := range live {
+			who = append(who, fmt.Sprintf("pid %d (role %q)", w.pid, w.user))
+		}
+		return fmt.Errorf("%w: %s: role %q may not terminate %s: GRANT pg_signal_backend TO %q "+
+			"(only a superuser may terminate a superuser's sessions), or run the work as the holder's role: %w",
+			ErrWorkNotDrained, d.s.describe(), d.me, strings.Join(who, ", "), d.me, err)
+	}
+	return fmt.Errorf("advisory: drain %s: terminate earlier holders' sessions: %w", d.s.describe(), withCtxErr(ctx, err))
+}
+
+// logDrained reports a drained session at Warn: an earlier holder's work was still
+// running when this holding began.
+func (s *pin) logDrained(ds DrainedSession) {
+	if s.m.set.logger == nil {
+		return
+	}
+	s.m.set.logger.LogAttrs(context.Background(), slog.LevelWarn, "advisory: drained an earlier holder's session",
+		slog.String("lock", s.describe()), slog.Uint64("pid", uint64(ds.PID)),
+		slog.String("application_name", ds.ApplicationName), slog.Bool("terminated", ds.Terminated),
+		slog.Duration("after", ds.After))
+}
