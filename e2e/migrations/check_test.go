@@ -23,7 +23,8 @@ import (
 //   - every migration was applied exactly once, and the tool's version is the last one,
 //     clean;
 //   - the victim died of the SIGKILL and every other worker exited 0;
-//   - every work session carried the tag of its worker's holding (the lock session's pid).
+//   - every work session carried the tag of its worker's holding (its pid is one of the
+//     worker's lock sessions).
 func checkRound(t *testing.T, ctx context.Context, sc scenario, conn *pgx.Conn, ws []*worker, victim, next int,
 	tln *timeline, rows []workRow) {
 	t.Helper()
@@ -93,6 +94,8 @@ func checkTags(t *testing.T, tln *timeline) {
 		}
 		holder, err := strconv.ParseUint(m[1], 36, 32)
 		require.NoError(t, err)
-		assert.Equal(t, tln.heldPID[b.worker], uint32(holder), "work session %d (%q) is tagged with its worker's lock session", pid, b.app)
+		w, seen := tln.lockPIDs[uint32(holder)]
+		assert.True(t, seen && w == b.worker, "work session %d (%q) is tagged with a session of its own worker's lock (the tag's pid %d is of worker %d)",
+			pid, b.app, holder, w)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"os/exec"
 	"testing"
@@ -54,7 +55,8 @@ func holderMain() int {
 	url := os.Getenv("DATABASE_URL")
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	m, err := advisory.New(ctx, url+"&application_name=lock.w"+w)
+	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})) // says what the drain did
+	m, err := advisory.New(ctx, url+"&application_name=lock.w"+w, advisory.WithLogger(logger))
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "holder:", err)
 		return 1

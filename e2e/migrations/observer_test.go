@@ -33,11 +33,11 @@ func workerOf(re *regexp.Regexp, app string) int {
 
 // A sample is one look at the server: one statement, so pg_stat_activity is one snapshot.
 type sample struct {
-	at         time.Time // the server's clock at the statement's start
-	holder     int       // the worker whose session holds the round's lock, -1 for none
-	holderPID  uint32
-	work       []workSeen // the workers' work sessions
-	holderApps string     // every holder's application_name, comma-separated (more than one is a bug)
+	at         time.Time      // the server's clock at the statement's start
+	holder     int            // the worker whose session holds the round's lock, -1 for none
+	work       []workSeen     // the workers' work sessions
+	holderApps string         // every holder's application_name, comma-separated (more than one is a bug)
+	lockPIDs   map[uint32]int // the workers' lock sessions (the pool's sessions of a holder process): pid to worker
 }
 
 type workSeen struct {
@@ -65,12 +65,13 @@ SELECT statement_timestamp(),
   coalesce((SELECT string_agg(b.application_name, ',') FROM pg_locks l JOIN pg_stat_activity b ON b.pid = l.pid
     WHERE l.locktype = 'advisory' AND l.granted AND l.database = d.oid
       AND l.classid = $2 AND l.objid = $3 AND l.objsubid = 1), ''),
-  coalesce((SELECT min(l.pid) FROM pg_locks l
-    WHERE l.locktype = 'advisory' AND l.granted AND l.database = d.oid
-      AND l.classid = $2 AND l.objid = $3 AND l.objsubid = 1), 0),
   coalesce(array_agg(a.pid ORDER BY a.pid) FILTER (WHERE a.pid IS NOT NULL), '{}'),
   coalesce(array_agg(a.application_name ORDER BY a.pid) FILTER (WHERE a.pid IS NOT NULL), '{}'),
-  coalesce(array_agg(coalesce(a.wait_event, '') ORDER BY a.pid) FILTER (WHERE a.pid IS NOT NULL), '{}')
+  coalesce(array_agg(coalesce(a.wait_event, '') ORDER BY a.pid) FILTER (WHERE a.pid IS NOT NULL), '{}'),
+  coalesce((SELECT array_agg(b.pid ORDER BY b.pid) FROM pg_stat_activity b
+    WHERE b.datid = d.oid AND b.application_name ~ 'lock\.w[0-9]+'), '{}'),
+  coalesce((SELECT array_agg(b.application_name ORDER BY b.pid) FROM pg_stat_activity b
+    WHERE b.datid = d.oid AND b.application_name ~ 'lock\.w[0-9]+'), '{}')
 FROM pg_database d LEFT JOIN pg_stat_activity a ON a.datid = d.oid AND a.application_name ~ 'e2e\.w[0-9]+$'
 WHERE d.datname = $1
 GROUP BY d.oid`
@@ -105,14 +106,18 @@ func startObserver(t *testing.T, db, lock string) *observer {
 
 func takeSample(ctx context.Context, conn *pgx.Conn, db string, classid, objid uint32) (sample, error) {
 	var s sample
-	var pids []int32
-	var holderPID int32
-	var apps, waits []string
-	err := conn.QueryRow(ctx, observeSQL, db, classid, objid).Scan(&s.at, &s.holderApps, &holderPID, &pids, &apps, &waits)
+	var pids, lockPIDs []int32
+	var apps, waits, lockApps []string
+	err := conn.QueryRow(ctx, observeSQL, db, classid, objid).Scan(&s.at, &s.holderApps, &pids, &apps, &waits,
+		&lockPIDs, &lockApps)
 	if err != nil {
 		return s, err
 	}
-	s.holder, s.holderPID = workerOf(lockName, s.holderApps), uint32(holderPID)
+	s.holder = workerOf(lockName, s.holderApps)
+	s.lockPIDs = map[uint32]int{}
+	for i, pid := range lockPIDs {
+		s.lockPIDs[uint32(pid)] = workerOf(lockName, lockApps[i])
+	}
 	for i, pid := range pids {
 		s.work = append(s.work, workSeen{pid: uint32(pid), worker: workerOf(workName, apps[i]), app: apps[i], waitEvent: waits[i]})
 	}

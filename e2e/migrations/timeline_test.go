@@ -22,7 +22,7 @@ func (s *span) see(at time.Time) {
 type timeline struct {
 	work     map[int]*span       // worker: its work sessions
 	held     map[int]*span       // worker: its holding of the lock
-	heldPID  map[int]uint32      // worker: its lock session's backend pid
+	lockPIDs map[uint32]int      // a worker's lock session (or one of its pool's sessions): pid to worker
 	backends map[uint32]*backend // work session pid: what was seen of it
 	overlaps []sample            // samples that show work sessions of two workers or more
 	gap      time.Duration       // the longest time between two samples
@@ -35,14 +35,16 @@ type backend struct {
 }
 
 func newTimeline(samples []sample) *timeline {
-	tl := &timeline{work: map[int]*span{}, held: map[int]*span{}, heldPID: map[int]uint32{}, backends: map[uint32]*backend{}}
+	tl := &timeline{work: map[int]*span{}, held: map[int]*span{}, lockPIDs: map[uint32]int{}, backends: map[uint32]*backend{}}
 	for i, s := range samples {
 		if i > 0 {
 			tl.gap = max(tl.gap, s.at.Sub(samples[i-1].at))
 		}
 		if s.holder >= 0 {
 			spanOf(tl.held, s.holder).see(s.at)
-			tl.heldPID[s.holder] = s.holderPID
+		}
+		for pid, w := range s.lockPIDs {
+			tl.lockPIDs[pid] = w
 		}
 		workers := map[int]bool{}
 		for _, w := range s.work {
