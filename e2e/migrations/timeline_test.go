@@ -3,6 +3,7 @@ package migrations_test
 import (
 	"fmt"
 	"regexp"
+	"sort"
 	"strings"
 	"testing"
 	"time"
@@ -120,6 +121,22 @@ func (tl *timeline) log(t *testing.T, victim, next int, rows []workRow, nextOut 
 		"w%d's first work session %s; overlap %v, gap %v (samples at most %v apart); victim's commits: %s; w%d said: %s",
 		victim, next, ms(tl.work[victim].last), next, ms(tl.work[next].first), overlap.Round(time.Millisecond),
 		between.Round(time.Millisecond), tl.gap.Round(time.Millisecond), strings.Join(committed, ", "), next, drainLines(nextOut))
+	t.Logf("work sessions seen (pid worker first..last): %s", tl.describeBackends(ms))
+}
+
+// describeBackends lists the work sessions seen, in the order they first appeared.
+func (tl *timeline) describeBackends(ms func(time.Time) string) string {
+	pids := make([]uint32, 0, len(tl.backends))
+	for pid := range tl.backends {
+		pids = append(pids, pid)
+	}
+	sort.Slice(pids, func(i, j int) bool { return tl.backends[pids[i]].first.Before(tl.backends[pids[j]].first) })
+	var b strings.Builder
+	for _, pid := range pids {
+		be := tl.backends[pid]
+		fmt.Fprintf(&b, "%d w%d %s..%s; ", pid, be.worker, ms(be.first), ms(be.last))
+	}
+	return b.String()
 }
 
 var drainLine = regexp.MustCompile(`(?im)^.*drain.*$`)
