@@ -6,6 +6,7 @@ import (
 	"net/url"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"sort"
 	"strings"
 	"sync"
@@ -164,4 +165,33 @@ func requireOutsideCI(t *testing.T, reason string) {
 		t.Fatalf("%s (CI=true)", reason)
 	}
 	t.Skip(reason)
+}
+
+// TestDSNApplicationNameTakesTheTag: a tool whose connection string names its own
+// application_name ignores PGAPPNAME, so under pgadvisory run its sessions would go
+// untagged (and undrained); the remedy is to start that application_name with
+// $PGADVISORY_APPNAME, the holding's tag alone. Both, with golang-migrate's CLI.
+func TestDSNApplicationNameTakesTheTag(t *testing.T) {
+	tl := needTools(t)
+	for _, c := range []struct {
+		name, db, appParam, want string
+	}{
+		{"DSN's own name", "e2e_probe_own", "myapp", `^myapp$`},
+		{"DSN's name after $PGADVISORY_APPNAME", "e2e_probe_tagged", "${PGADVISORY_APPNAME}%20myapp", `^pgadv/[0-9a-z]+/[0-9a-z]+/[0-9a-z]+\.[0-9a-z]{6} myapp$`},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			url := freshDB(t, c.db)
+			script := `exec migrate -path testdata/probe/migrate -database "$DATABASE_URL&application_name=` + c.appParam + `" up`
+			cmd := exec.Command(tl.pgadvisory, "run", "--key", t.Name(), "--", "sh", "-c", script)
+			cmd.Env = append(os.Environ(), "DATABASE_URL="+url, "PATH="+toolDir+string(filepath.ListSeparator)+os.Getenv("PATH"))
+			out, err := cmd.CombinedOutput()
+			require.NoError(t, err, "%s", out)
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			var app, interval string
+			require.NoError(t, connect(t, ctx, url).QueryRow(ctx, "SELECT app, check_interval FROM probe").Scan(&app, &interval))
+			assert.Regexp(t, c.want, app)
+			assert.Equal(t, probeInterval, interval, "PGOPTIONS still applies: the DSN has no options")
+		})
+	}
 }
