@@ -89,10 +89,17 @@ func New(ctx context.Context, connString string, opts ...Option) (*Manager, erro
 }
 
 // parseError reports a connection string pgx could not parse, with every password
-// scrubbed from pgx's text.
+// masked. The string is shown as our redactor masks it, never as pgx's text has it: pgx
+// masks by pattern ("password=" up to a space), which leaves the rest of a quoted password
+// with a space in it for all to see. Only pgx's reason is kept, scrubbed of every
+// password the string may hold.
 func parseError(connString string, err error) error {
-	return fmt.Errorf("%w: connection string: %s", ErrInvalidOption,
-		connstr.Scrub(strings.TrimPrefix(err.Error(), "cannot parse "), connstr.Secrets(connString)))
+	reason := err.Error()
+	if i := strings.LastIndex(reason, "`: "); i >= 0 {
+		reason = reason[i+len("`: "):]
+	}
+	return fmt.Errorf("%w: connection string `%s`: %s", ErrInvalidOption, connstr.Redact(connString),
+		connstr.Scrub(reason, connstr.Secrets(connString)))
 }
 
 // NewWithConfig is like [New] but starts from the caller's pool configuration, which it

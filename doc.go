@@ -79,6 +79,15 @@
 // [Manager.CheckToken] makes a write in any transaction of this database conditional on
 // it. See docs/fencing.md.
 //
+// # The work, not only the lock
+//
+// The work a lock protects usually runs on other sessions (a migration tool's own
+// connections), and a dead holder's backend runs on until it next touches its socket. Do,
+// DoTx, TryDo and Lead therefore drain before fn: sessions tagged for an earlier holding
+// of the lock are waited for, then terminated ([Lock.Drain]). Tag fn's connections with
+// the Lock from [LockFromContext] ([Lock.WorkConnString], [Lock.WorkConfig],
+// [Lock.WorkEnv]). See docs/work.md.
+//
 // # Where it works
 //
 // PostgreSQL 12 and later, directly or through a proxy that gives each client its own
@@ -92,7 +101,7 @@
 // Errors wrap one of the sentinels ([ErrLocked], [ErrLockLost], [ErrNotHeld],
 // [ErrClosed], [ErrInvalidKey], [ErrInvalidOption], [ErrPooler], [ErrStandby],
 // [ErrUnsupportedServer], [ErrPoolExhausted], [ErrTooManyLocks], [ErrLockTableFull],
-// [ErrStaleToken], [ErrNoFenceTable])
+// [ErrStaleToken], [ErrNoFenceTable], [ErrWorkNotDrained])
 // together with their cause (a *pgconn.PgError, a network error, ctx.Err()): test with
 // errors.Is and errors.As. Messages start with "advisory:" and never contain a password.
 package advisory

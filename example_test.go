@@ -6,7 +6,10 @@ import (
 	"fmt"
 	"log"
 	"os"
+	"strings"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/pgadvisory/advisory"
 )
@@ -181,4 +184,40 @@ func ExampleSemaphore() {
 	// Output:
 	// holding example-heavy-jobs#slot/N
 	// true
+}
+
+// The migration tool's own connections carry the holding's tag, so that if this process
+// dies mid-migration, the next holder's Do terminates them (and rolls their transaction
+// back) before its own migration starts.
+func ExampleLockFromContext() {
+	ctx := context.Background()
+	m, err := advisory.New(ctx, os.Getenv("DATABASE_URL"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer m.Close()
+
+	err = m.Do(ctx, "migrations", func(ctx context.Context) error {
+		l := advisory.LockFromContext(ctx)
+		dsn, err := l.WorkConnString(os.Getenv("DATABASE_URL"))
+		if err != nil {
+			return err
+		}
+		// Hand dsn to the migration tool (golang-migrate, goose, database/sql, pgx).
+		conn, err := pgx.Connect(ctx, dsn)
+		if err != nil {
+			return err
+		}
+		defer conn.Close(ctx)
+		var app string
+		if err := conn.QueryRow(ctx, "SELECT current_setting('application_name')").Scan(&app); err != nil {
+			return err
+		}
+		fmt.Println(strings.HasPrefix(app, "pgadv/"))
+		return nil
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	// Output: true
 }

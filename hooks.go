@@ -10,7 +10,11 @@ import (
 // [WithHooks], and contrib/otel for an OpenTelemetry adapter. Each is optional; one left
 // nil costs a nil check. They are called synchronously on the goroutine where the event
 // happens (the caller's, or the loss watcher's), possibly from many goroutines at once:
-// they must be safe for concurrent use, return quickly, and not call the Manager.
+// they must be safe for concurrent use, return quickly, and not call the Manager. A panic
+// in a hook is recovered and reported on the logger at Error, never re-raised (on the
+// loss watcher's goroutine it would kill the process; on a caller's it would lose a held
+// lock's *Lock): the call it reports returns as it would have, the lock is held or given
+// back as it would have been, Done closes and Close returns.
 //
 // Locks taken with Manager calls (Lock, TryLock and their Shared and Key forms, Do, DoTx,
 // Lead) are reported; a Session's locks are not, one by one. A [Semaphore]'s Acquire and

@@ -71,7 +71,8 @@ func (l *Lock) Unlock(ctx context.Context) error {
 // child runs then cannot lose the lock to another holder before the child is gone too
 // (pair it with a parent-death signal, so that the child does not outlive it).
 //
-// The descriptor is close-on-exec until passed through ExtraFiles; the caller must close
+// Once File has been called, the lock's connection is closed when the lock ends, never
+// returned to the pool. The descriptor is close-on-exec until passed through ExtraFiles; the caller must close
 // the file once the child has started. The child must never read from or write to it. It
 // does not block. It returns an error wrapping [ErrNotHeld] or [ErrLockLost] if the lock
 // has ended, and an error on a platform or connection without a socket descriptor
@@ -86,6 +87,9 @@ func (l *Lock) File() (*os.File, error) {
 	if err != nil {
 		return nil, fmt.Errorf("advisory: duplicate the lock's socket: %w", err)
 	}
+	// The socket has left the library's hands: a connection the pool handed out again
+	// would carry a later, unrelated lock on a session that a child process keeps alive.
+	l.s.retire.Store(true)
 	if err := l.Err(); err != nil { // ended meanwhile: the copy would hold nothing
 		syscall.Close(fd)
 		return nil, err
@@ -227,7 +231,7 @@ func (m *Manager) attempt(ctx context.Context, t target, try, waitPool bool) (*L
 			if h := m.set.hooks.Acquired; h != nil && !t.quiet {
 				ev := s.event(time.Since(start), 0, "", nil)
 				ev.Try = try
-				h(ev)
+				callUser(m.set.logger, "hook Acquired", func() { h(ev) })
 			}
 			return &s.handle, nil
 		}
@@ -246,8 +250,9 @@ func (m *Manager) attempt(ctx context.Context, t target, try, waitPool bool) (*L
 // its error.
 func (m *Manager) notAcquired(ctx context.Context, t target, try bool, start time.Time, err error) error {
 	if h := m.set.hooks.NotAcquired; h != nil && !t.quiet {
-		h(LockEvent{Name: t.name, Key: t.key, Shared: t.shared, Try: try, Wait: time.Since(start),
-			Reason: failReason(ctx, err), Err: err})
+		ev := LockEvent{Name: t.name, Key: t.key, Shared: t.shared, Try: try, Wait: time.Since(start),
+			Reason: failReason(ctx, err), Err: err}
+		callUser(m.set.logger, "hook NotAcquired", func() { h(ev) })
 	}
 	return err
 }

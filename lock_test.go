@@ -202,3 +202,22 @@ func TestLocksAreIndependentSessions(t *testing.T) {
 	requireHeldBy(t, b.Key(), b.PID())
 	require.NoError(t, b.Unlock(ctx))
 }
+
+// TestFileRetiresTheConnection: a connection whose socket was handed out with File never
+// goes back to the pool, so a later lock cannot land on the session a child keeps alive
+// (pool_max_conns=1: without this the next Lock reuses the same backend).
+func TestFileRetiresTheConnection(t *testing.T) {
+	t.Parallel()
+	m := newManager(t, []string{"pool_max_conns=1"})
+	a, err := m.Lock(ctxT(t), t.Name()+"/a")
+	require.NoError(t, err)
+	f, err := a.File()
+	require.NoError(t, err)
+	defer f.Close() // the "child" keeps the session alive meanwhile
+	require.NoError(t, a.Unlock(ctxT(t)))
+	b, err := m.Lock(ctxT(t), t.Name()+"/b")
+	require.NoError(t, err)
+	assert.NotEqual(t, a.PID(), b.PID(), "the later lock landed on the backend whose socket was handed out")
+	requireHeldBy(t, advisory.KeyOf(t.Name()+"/b"), b.PID())
+	require.NoError(t, b.Unlock(ctxT(t)))
+}

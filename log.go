@@ -11,7 +11,8 @@ import (
 // released" (Debug), "waiting for lock" with the holders when a Lock has waited 1 s
 // (Info), and "lock lost" with its cause (Warn). Every record carries the lock's key and,
 // when it has one, its name and the backend pid. The default is no logging. It panics if
-// logger is nil.
+// logger is nil. A panic in the logger's handler is recovered and dropped: the library
+// goes on as if the record had been written.
 func WithLogger(logger *slog.Logger) Option {
 	if logger == nil {
 		panic("advisory: WithLogger(nil)")
@@ -35,7 +36,7 @@ func (s *pin) attrs(extra ...slog.Attr) []slog.Attr {
 
 func (s *pin) log(level slog.Level, msg string, extra ...slog.Attr) {
 	if l := s.m.set.logger; l != nil {
-		l.LogAttrs(context.Background(), level, msg, s.attrs(extra...)...)
+		logAttrs(l, level, msg, s.attrs(extra...)...)
 	}
 }
 

@@ -279,7 +279,8 @@ func (s *pin) end(keep bool, err error) {
 	if !s.heldSince.IsZero() {
 		s.logEnd(err, s.heldSince)
 		if h := s.m.set.hooks.Ended; h != nil && !s.multi && !s.hidden.Load() {
-			h(s.event(0, time.Since(s.heldSince), endReason(err), lostErr(err)))
+			ev := s.event(0, time.Since(s.heldSince), endReason(err), lostErr(err))
+			callUser(s.m.set.logger, "hook Ended", func() { h(ev) })
 		}
 	}
 	if !keep {

@@ -35,6 +35,7 @@ func TestPgBouncerSessionPooling(t *testing.T) {
 			t.Run("locks work", func(t *testing.T) { sessionPoolingLocksWork(t, b) })
 			t.Run("SIGKILLed holder freed within 2s", func(t *testing.T) { sessionPoolingKilledHolder(t, b) })
 			t.Run("fenced transactions", func(t *testing.T) { sessionPoolingFenced(t, b) })
+			t.Run("work tagged and drained", func(t *testing.T) { sessionPoolingWorkDrained(t, b) })
 			t.Run("no lock left on a server connection", func(t *testing.T) { requireNoLockLeft(t, b) })
 			t.Run("no session setting leaks", func(t *testing.T) { requireNoSettingLeaked(t, b, nil) })
 		})
@@ -200,4 +201,36 @@ func sessionPoolingFenced(t *testing.T, b *pgtest.PgBouncer) {
 	require.ErrorIs(t, err, advisory.ErrLockLost)
 	require.Equal(t, []string{"committed"}, rowsIn(t, table))
 	requireNoAcquired(t, m)
+}
+
+// sessionPoolingWorkDrained: behind PgBouncer the work's connections get the tag (which
+// PgBouncer passes on as application_name) but no options (PgBouncer refuses an options
+// startup parameter), and the next holder drains an earlier holder's work through the
+// pooler.
+func sessionPoolingWorkDrained(t *testing.T, b *pgtest.PgBouncer) {
+	ctx := ctxT(t)
+	first, err := advisory.New(ctx, b.DSN())
+	require.NoError(t, err)
+	t.Cleanup(first.Close)
+	second, err := advisory.New(ctx, b.DSN(), advisory.WithDrainWait(0))
+	require.NoError(t, err)
+	t.Cleanup(second.Close)
+	l, err := first.Lock(ctx, t.Name())
+	require.NoError(t, err)
+	require.Empty(t, l.WorkOptions(), "behind a proxy the work gets no options")
+	pid, done := slowWork(t, workConn(t, l, b.DSN()), t.Name())
+	var app string
+	require.NoError(t, admin.QueryRow(ctx, "SELECT application_name FROM pg_stat_activity WHERE pid = $1", int32(pid)).Scan(&app))
+	require.Equal(t, l.WorkAppName(""), app)
+	terminate(t, l.PID())
+	<-l.Done()
+	ran := false
+	require.NoError(t, second.Do(ctx, t.Name(), func(ctx context.Context) error {
+		ran = true
+		require.True(t, backendGone(t, pid), "the earlier holder's work backend runs while fn does")
+		return nil
+	}))
+	require.True(t, ran)
+	require.Error(t, <-done)
+	require.False(t, markerCommitted(t, t.Name()))
 }

@@ -110,12 +110,13 @@ func (s *Semaphore) report(ctx context.Context, try bool, start time.Time, l *Lo
 	hooks := s.m.set.hooks
 	switch {
 	case err != nil && hooks.NotAcquired != nil:
-		hooks.NotAcquired(LockEvent{Name: s.name, Key: s.turnstile.key, Try: try, Wait: time.Since(start),
-			Reason: failReason(ctx, err), Err: err})
+		ev := LockEvent{Name: s.name, Key: s.turnstile.key, Try: try, Wait: time.Since(start),
+			Reason: failReason(ctx, err), Err: err}
+		callUser(s.m.set.logger, "hook NotAcquired", func() { hooks.NotAcquired(ev) })
 	case err == nil && hooks.Acquired != nil:
 		ev := l.s.event(time.Since(start), 0, "", nil)
 		ev.Try = try
-		hooks.Acquired(ev)
+		callUser(s.m.set.logger, "hook Acquired", func() { hooks.Acquired(ev) })
 	}
 	if err != nil {
 		return nil, err

@@ -269,7 +269,7 @@ func (ps *proxyState) noteProxy() {
 		return
 	}
 	ps.warn.Do(func() {
-		ps.logger.LogAttrs(context.Background(), slog.LevelWarn,
+		logAttrs(ps.logger, slog.LevelWarn,
 			"advisory: the connection goes through a proxy (session pooler or TCP proxy): the server-side "+
 				"release bound no longer holds: how long a cut-off holder's lock stays depends on the proxy's "+
 				"keepalive toward its clients; the holder is still told within the client bound (see docs/guarantees.md)")

@@ -130,17 +130,7 @@ func (l *Lock) WorkConnString(connString string) (string, error) {
 	app := l.WorkAppName(cfg.RuntimeParams["application_name"])
 	opts := withOptions(l.WorkOptions(), cfg.RuntimeParams["options"])
 	if strings.HasPrefix(connString, "postgres://") || strings.HasPrefix(connString, "postgresql://") {
-		u, err := url.Parse(connString)
-		if err != nil {
-			return "", parseError(connString, err)
-		}
-		q := u.Query()
-		q.Set("application_name", app)
-		if opts != "" {
-			q.Set("options", opts)
-		}
-		u.RawQuery = q.Encode()
-		return u.String(), nil
+		return urlWith(connString, app, opts), nil
 	}
 	// In keyword/value form a later keyword overrides an earlier one (libpq and pgx).
 	out := strings.TrimSpace(connString) + " application_name=" + quoteValue(app)
@@ -149,6 +139,28 @@ func (l *Lock) WorkConnString(connString string) (string, error) {
 	}
 	return strings.TrimSpace(out), nil
 }
+
+// urlWith returns the URL u with application_name and options (if not "") set: their
+// old values are dropped, every other parameter is kept byte for byte, and a space is
+// encoded as %20, since libpq does not decode '+' in a URL.
+func urlWith(u, app, opts string) string {
+	base, query, _ := strings.Cut(u, "?")
+	var params []string
+	for _, kv := range strings.Split(query, "&") {
+		k, _, _ := strings.Cut(kv, "=")
+		if name, err := url.QueryUnescape(k); kv == "" || err == nil && (name == "application_name" || name == "options" && opts != "") {
+			continue
+		}
+		params = append(params, kv)
+	}
+	params = append(params, "application_name="+queryEscape(app))
+	if opts != "" {
+		params = append(params, "options="+queryEscape(opts))
+	}
+	return base + "?" + strings.Join(params, "&")
+}
+
+func queryEscape(s string) string { return strings.ReplaceAll(url.QueryEscape(s), "+", "%20") }
 
 // quoteValue quotes a keyword/value connection string value.
 func quoteValue(v string) string {

@@ -230,9 +230,10 @@ func (d *drainer) note(live []workSession) {
 func (d *drainer) terminate(ctx context.Context, live []workSession) error {
 	var pids []int32
 	var apps []string
+	var sent []*DrainedSession // marked Terminated once the statement succeeded
 	for _, w := range live {
 		if ds := &d.report.Sessions[d.index[w.pid]]; !ds.Terminated {
-			ds.Terminated = true
+			sent = append(sent, ds)
 			pids, apps = append(pids, int32(w.pid)), append(apps, w.app)
 		}
 	}
@@ -249,6 +250,9 @@ func (d *drainer) terminate(ctx context.Context, live []workSession) error {
 	}
 	if err != nil {
 		return d.terminateError(ctx, live, err)
+	}
+	for _, ds := range sent {
+		ds.Terminated = true
 	}
 	return nil
 }
@@ -275,7 +279,7 @@ func (s *pin) logDrained(ds DrainedSession) {
 	if s.m.set.logger == nil {
 		return
 	}
-	s.m.set.logger.LogAttrs(context.Background(), slog.LevelWarn, "advisory: drained an earlier holder's session",
+	logAttrs(s.m.set.logger, slog.LevelWarn, "advisory: drained an earlier holder's session",
 		slog.String("lock", s.describe()), slog.Uint64("pid", uint64(ds.PID)),
 		slog.String("application_name", ds.ApplicationName), slog.Bool("terminated", ds.Terminated),
 		slog.Duration("after", ds.After))

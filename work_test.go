@@ -5,6 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"os"
+	"os/exec"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -16,6 +19,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/pgadvisory/advisory"
+	"github.com/pgadvisory/advisory/internal/pgtest"
 )
 
 // workConn opens a connection that does l's work, from connString (the test server's by
@@ -43,7 +47,8 @@ func slowWork(t *testing.T, c *pgx.Conn, marker string) (uint32, <-chan error) {
 		_, marksErr = admin.Exec(ctx, "CREATE TABLE IF NOT EXISTS work_marks (marker text)")
 	})
 	require.NoError(t, marksErr)
-	pid := c.PgConn().PID()
+	var pid uint32 // the real backend's (behind a proxy PgConn.PID is the proxy's)
+	require.NoError(t, c.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&pid))
 	done, finished := make(chan error, 1), make(chan struct{})
 	go func() {
 		defer close(finished)
@@ -316,7 +321,7 @@ func TestWorkConnectionsCarryTheTagAndSettings(t *testing.T) {
 	require.NoError(t, err)
 	kv := fmt.Sprintf("host=%s port=%d user=%s dbname=%s application_name='my migrator'",
 		cc.Host, cc.Port, cc.User, cc.Database)
-	url := dsn(t, "application_name=my migrator")
+	url := urlOf(t, "application_name=my%20migrator")
 	cfg, err := pgx.ParseConfig(dsn(t))
 	require.NoError(t, err)
 	cfg.RuntimeParams["application_name"] = "my migrator"
@@ -371,4 +376,59 @@ func TestLockFromContext(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, m.DoTx(ctxT(t), t.Name(), func(ctx context.Context, _ pgx.Tx) error { return check(ctx) }))
 	require.NoError(t, m.Lead(ctxT(t), t.Name(), check))
+}
+
+// TestWorkTagReachesLibpq: psql (libpq) connecting with WorkConnString's URL and
+// keyword/value forms, and with WorkEnv's PGAPPNAME and PGOPTIONS, runs with the tag and
+// the settings: libpq decodes the URL as pgx does.
+func TestWorkTagReachesLibpq(t *testing.T) {
+	t.Parallel()
+	psql, err := exec.LookPath("psql")
+	if err != nil {
+		if pgtest.InCI() {
+			t.Fatalf("CI=true and no psql (Debian: postgresql-client): %v", err)
+		}
+		t.Skip("no psql:", err)
+	}
+	m := newManager(t, nil)
+	l, err := m.Lock(ctxT(t), t.Name())
+	require.NoError(t, err)
+	defer l.Unlock(ctxT(t))
+	cc, err := pgx.ParseConfig(dsn(t))
+	require.NoError(t, err)
+	kv := fmt.Sprintf("host=%s port=%d user=%s dbname=%s application_name='it\\'s mine'",
+		cc.Host, cc.Port, cc.User, cc.Database)
+	const query = "SELECT current_setting('application_name') || '|' || current_setting('server_version_num') || '|' || " +
+		"coalesce(current_setting('client_connection_check_interval', true), '') || '|' || current_setting('tcp_user_timeout')"
+	run := func(env []string, args ...string) string {
+		cmd := exec.Command(psql, append(args, "-XAtc", query)...)
+		cmd.Env = env
+		out, err := cmd.CombinedOutput()
+		require.NoError(t, err, "%s", out)
+		return strings.TrimSpace(string(out))
+	}
+	tagged := func(s string) string { out, err := l.WorkConnString(s); require.NoError(t, err); return out }
+	env := append(os.Environ(), "PGAPPNAME=from env", "PGOPTIONS=-c work_mem=8MB")
+	for name, got := range map[string]string{
+		"url":      run(os.Environ(), tagged(urlOf(t, "application_name=my%20app&sslmode=disable"))),
+		"keywords": run(os.Environ(), tagged(kv)),
+		"env":      run(l.WorkEnv(env), dsn(t)),
+	} {
+		parts := strings.Split(got, "|")
+		require.Len(t, parts, 4, "%s: %q", name, got)
+		want := map[string]string{"url": "my app", "keywords": "it's mine", "env": "from env"}[name]
+		assert.Equal(t, l.WorkAppName(want), parts[0], name)
+		if v, _ := strconv.Atoi(parts[1]); v >= 140000 {
+			assert.Equal(t, "1s", parts[2], name)
+		}
+		assert.Equal(t, "30000", parts[3], "%s: tcp_user_timeout (ms) from the options", name)
+	}
+}
+
+// urlOf returns the test server's connection settings as a URL with the given query.
+func urlOf(t *testing.T, query string) string {
+	t.Helper()
+	cc, err := pgx.ParseConfig(dsn(t))
+	require.NoError(t, err)
+	return fmt.Sprintf("postgres://%s@%s:%d/%s?%s", cc.User, cc.Host, cc.Port, cc.Database, query)
 }

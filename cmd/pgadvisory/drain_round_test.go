@@ -40,7 +40,8 @@ COMMIT;
 // migrateSleep is how long the migration's transaction runs (psql's pg_sleep argument).
 const migrateSleep = "3"
 
-// migrationSchema creates the tables the rounds of a test share; dropped at its end.
+// migrationSchema creates the tables the rounds share, if missing; a round forgets its
+// own rows when it starts and ends.
 func migrationSchema(t *testing.T) {
 	t.Helper()
 	_, err := pgxExec(t, `CREATE TABLE IF NOT EXISTS drain_mig_log (round text NOT NULL, kind text NOT NULL,
@@ -63,6 +64,7 @@ type migrationRound struct {
 	name    string // also the user's PGAPPNAME prefix of its workers: name + "-w" + i
 	pattern string // application_name LIKE pattern of the workers' psql sessions
 	workers int
+	env     []string // more environment for the workers
 }
 
 // roundResult is what a round left: the runs, the rows, the backends seen.
@@ -83,15 +85,18 @@ func (mr migrationRound) run(t *testing.T) roundResult {
 	script := filepath.Join(dir, "migrate.sql")
 	require.NoError(t, os.WriteFile(script, []byte(migrateSQL), 0o644))
 	items := "drain_items_" + strings.ReplaceAll(mr.name, "-", "_")
-	_, err := pgxExec(t, fmt.Sprintf("DROP TABLE IF EXISTS %[1]s; CREATE TABLE %[1]s (id int)", items))
+	forget := fmt.Sprintf(`DROP TABLE IF EXISTS %s; DELETE FROM drain_mig_log WHERE round = '%[2]s';
+		DELETE FROM drain_mig_version WHERE round = '%[2]s'`, items, mr.name)
+	_, err := pgxExec(t, forget+"; CREATE TABLE "+items+" (id int)")
 	require.NoError(t, err)
-	t.Cleanup(func() { pgxExec(t, "DROP TABLE IF EXISTS "+items) })
+	t.Cleanup(func() { pgxExec(t, forget) })
 
 	obs := observe(t, mr.pattern)
 	procs := make([]*proc, mr.workers)
 	for i := range procs {
 		app := fmt.Sprintf("%s-w%d", mr.name, i)
-		procs[i] = startEnv(t, []string{"DATABASE_URL=" + dsn(t), "PGAPPNAME=" + app},
+		env := append([]string{"DATABASE_URL=" + dsn(t), "PGAPPNAME=" + app}, mr.env...)
+		procs[i] = startEnv(t, env,
 			"run", "--key", mr.name, "--holder-name", app, "--",
 			"psql", "-X", "-q", "-v", "ON_ERROR_STOP=1", "-v", "round="+mr.name, "-v", "items="+items,
 			"-v", "sleep="+migrateSleep, "-d", dsn(t), "-f", script)

@@ -2,6 +2,7 @@ package main_test
 
 import (
 	"fmt"
+	"math/rand/v2"
 	"strings"
 	"syscall"
 	"testing"
@@ -11,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/pgadvisory/advisory"
+	"github.com/pgadvisory/advisory/internal/pgtest"
 )
 
 // TestRunDrainsAKilledHoldersMigration: four runs of a slow psql migration at once; the
@@ -19,7 +21,9 @@ import (
 // of three rounds the dead transaction never commits, its backend is gone before the
 // next holder's command issues its first statement (by the server's clock), no holder's
 // sessions overlap another's, the migration is applied exactly once, the surviving runs
-// exit 0 and the next holder says what it drained.
+// exit 0 and the next holder says what it drained. In the third round the workers turn
+// client_connection_check_interval off (as on PostgreSQL 12 and 13, which lack it): the
+// dead backend cannot notice its client is gone, and the drain must terminate it.
 func TestRunDrainsAKilledHoldersMigration(t *testing.T) {
 	t.Parallel()
 	needPsql(t)
@@ -27,13 +31,20 @@ func TestRunDrainsAKilledHoldersMigration(t *testing.T) {
 	for round := 1; round <= 3; round++ {
 		mr := migrationRound{name: fmt.Sprintf("drain-r%d", round), workers: 4}
 		mr.pattern = "pgadv/% " + mr.name + "-w%"
+		if round == 3 {
+			mr.env = []string{"PGOPTIONS=-c client_connection_check_interval=0"} // after ours: it wins
+		}
 		res := mr.run(t)
-		requireDrained(t, mr, res)
+		line := requireDrained(t, mr, res)
+		if round == 3 {
+			assert.Contains(t, line, "): terminated, gone ", "%s: the drain terminated the dead backend", mr.name)
+		}
 	}
 }
 
-// requireDrained asserts what TestRunDrainsAKilledHoldersMigration promises of a round.
-func requireDrained(t *testing.T, mr migrationRound, res roundResult) {
+// requireDrained asserts what TestRunDrainsAKilledHoldersMigration promises of a round,
+// and returns the next holder's line about the killed holder's backend.
+func requireDrained(t *testing.T, mr migrationRound, res roundResult) string {
 	t.Helper()
 	for i, r := range res.results {
 		want := 0
@@ -64,8 +75,10 @@ func requireDrained(t *testing.T, mr migrationRound, res roundResult) {
 	assert.Contains(t, next.stderr, fmt.Sprintf("an earlier holder's session was still running: backend pid %d (",
 		res.deadPID), "%s: the next holder reports the drain", mr.name)
 	assertTerminalSafe(t, next.stderr)
+	line := drainLine(next.stderr, res.deadPID)
 	t.Logf("%s: killed holder's backend last seen %.1f ms before the next holder's first statement; next holder: %s",
-		mr.name, float64(margin.Microseconds())/1000, drainLine(next.stderr, res.deadPID))
+		mr.name, float64(margin.Microseconds())/1000, line)
+	return line
 }
 
 // requireNoOverlap asserts that no backend seen before a command's first statement (other
@@ -94,14 +107,14 @@ func drainLine(stderr string, pid uint32) string {
 }
 
 // leaveWorkBehind makes a run of key (as the test server's superuser) whose command
-// leaves a session of its work running after the run ended: a psql in the background,
-// with the lock's descriptor closed, in pg_sleep(60). It returns that session's pid;
-// the session is terminated when the test ends.
-func leaveWorkBehind(t *testing.T, key string) uint32 {
+// leaves a session of its work running after the run ended: a psql connected to
+// workDSN, in the background with the lock's descriptor closed, in pg_sleep(60). It
+// returns that session's pid; the session is terminated when the test ends.
+func leaveWorkBehind(t *testing.T, key, workDSN string) uint32 {
 	t.Helper()
 	marker := strings.ReplaceAll(t.Name(), "/", "_")
 	script := `psql -X -q -d "$1" -c "SELECT pg_sleep(60), '$2'" >/dev/null 2>&1 3>&- &`
-	r := cli(t, "run", "--key", key, "--", "sh", "-c", script, "sh", dsn(t), marker)
+	r := cli(t, "run", "--key", key, "--", "sh", "-c", script, "sh", workDSN, marker)
 	require.Equal(t, 0, r.code, r.stderr)
 	var pid uint32
 	var app string
@@ -126,12 +139,12 @@ func backendAlive(t *testing.T, pid uint32) bool {
 // TestRunRefusesToStartWhenItMayNotDrain: an earlier holder (a superuser) left a session
 // of its work running; a run as a role that may not terminate it exits 77 with the
 // remedy, without starting its command, and releases the lock. A superuser's run then
-// terminates the session (--drain-wait 0) and starts.
+// terminates the session (--drain-wait 0) and starts, and says so even with --quiet.
 func TestRunRefusesToStartWhenItMayNotDrain(t *testing.T) {
 	t.Parallel()
 	needPsql(t)
 	_, roleDSN := tempRole(t, "drainer")
-	pid := leaveWorkBehind(t, t.Name())
+	pid := leaveWorkBehind(t, t.Name(), dsn(t))
 
 	started := t.TempDir() + "/started"
 	r := wait(t, startEnv(t, []string{"DATABASE_URL=" + roleDSN}, "run", "--drain-wait", "200ms",
@@ -147,7 +160,7 @@ func TestRunRefusesToStartWhenItMayNotDrain(t *testing.T) {
 	assert.Empty(t, holders(t, advisory.KeyOf(t.Name())), "the lock was released")
 	assert.True(t, backendAlive(t, pid), "nothing was terminated")
 
-	r = cli(t, "run", "--drain-wait", "0", "--key", t.Name(), "--", "touch", started)
+	r = cli(t, "run", "--quiet", "--drain-wait", "0", "--key", t.Name(), "--", "touch", started)
 	assert.Equal(t, 0, r.code, r.stderr)
 	assert.FileExists(t, started)
 	assert.Regexp(t, fmt.Sprintf(`backend pid %d \(.*\): terminated, gone \S+ after the drain began`, pid), r.stderr)
@@ -160,7 +173,7 @@ func TestRunRefusesToStartWhenItMayNotDrain(t *testing.T) {
 func TestRunSignalEndsTheDrain(t *testing.T) {
 	t.Parallel()
 	needPsql(t)
-	pid := leaveWorkBehind(t, t.Name())
+	pid := leaveWorkBehind(t, t.Name(), dsn(t))
 	m, _ := holdLock(t, t.Name()+"/observer", "")
 	started := t.TempDir() + "/started"
 	p := start(t, "run", "--drain-wait", "1m", "--holder-name", "drain-interrupted", "--key", t.Name(),
@@ -176,4 +189,21 @@ func TestRunSignalEndsTheDrain(t *testing.T) {
 	assert.NoFileExists(t, started)
 	assert.Empty(t, holders(t, advisory.KeyOf(t.Name())), "the lock was released")
 	assert.True(t, backendAlive(t, pid), "the session was left alone")
+}
+
+// TestRunDrainsWorkInAnotherDatabase: a command's session in another database of the
+// server carries the lock's tag too, and the next holder drains it.
+func TestRunDrainsWorkInAnotherDatabase(t *testing.T) {
+	t.Parallel()
+	needPsql(t)
+	db := fmt.Sprintf("drain_other_%d", rand.Uint32())
+	_, err := pgxExec(t, "CREATE DATABASE "+db)
+	require.NoError(t, err)
+	// DROP DATABASE waits up to 5 s for the session, terminated by then, to go.
+	t.Cleanup(func() { pgxExec(t, "DROP DATABASE IF EXISTS "+db) })
+	pid := leaveWorkBehind(t, t.Name(), pgtest.WithPairs(dsn(t), "dbname="+db))
+	r := cli(t, "run", "--drain-wait", "0", "--key", t.Name(), "--", "true")
+	assert.Equal(t, 0, r.code, r.stderr)
+	assert.Regexp(t, fmt.Sprintf(`backend pid %d \(.*\): terminated, gone \S+ after the drain began`, pid), r.stderr)
+	assert.False(t, backendAlive(t, pid))
 }
