@@ -18,19 +18,19 @@ import (
 // statusRow is one line of `status --json`. The field names are stable: scripts may rely
 // on them. key is a string because JSON numbers lose int64 precision in most parsers.
 type statusRow struct {
-	Key             string    `json:"key"`
-	Pair            bool      `json:"pair"`           // taken as pg_advisory_lock(int4, int4): key is hi<<32|lo
-	Name            string    `json:"name,omitempty"` // when taken through this library
-	Mode            string    `json:"mode"`           // "exclusive" or "shared"
-	State           string    `json:"state"`          // "holding" or "waiting"
-	PID             uint32    `json:"pid"`
-	ApplicationName string    `json:"application_name"`
-	Client          string    `json:"client"` // host:port; "" over a Unix socket, or when hidden
+	Key             string `json:"key"`
+	Pair            bool   `json:"pair"`           // taken as pg_advisory_lock(int4, int4): key is hi<<32|lo
+	Name            string `json:"name,omitempty"` // when taken through this library
+	Mode            string `json:"mode"`           // "exclusive" or "shared"
+	State           string `json:"state"`          // "holding" or "waiting"
+	PID             uint32 `json:"pid"`
+	ApplicationName string `json:"application_name"`
+	Client          string `json:"client"` // host:port; "" over a Unix socket, or when hidden
 	// ClientHidden: the role may not see the session's details (another role's, without
 	// pg_read_all_stats), so an empty Client says nothing about how it connected.
-	ClientHidden bool `json:"client_hidden,omitempty"`
-	BackendStart    time.Time `json:"backend_start"`
-	Since           time.Time `json:"since"` // holding: when granted (approx.); waiting: when the wait began
+	ClientHidden bool      `json:"client_hidden,omitempty"`
+	BackendStart time.Time `json:"backend_start"`
+	Since        time.Time `json:"since"` // holding: when granted (approx.); waiting: when the wait began
 }
 
 func statusCommand(args []string, global connFlags, stdout io.Writer) error {
