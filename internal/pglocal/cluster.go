@@ -51,10 +51,43 @@ func (c *Cluster) Restart(ctx context.Context) error {
 // and a new postmaster refuses to start while one still lingers. It blocks until the
 // server accepts connections again.
 func (c *Cluster) Crash(ctx context.Context) error {
+	c.Kill()
+	return c.start(ctx)
+}
+
+// Kill stops the server as Crash does (SIGQUIT, an immediate shutdown) and leaves it
+// stopped; [Cluster.Start] starts it again. It returns once every server process has exited.
+func (c *Cluster) Kill() {
 	if c.cmd != nil {
 		c.cmd.Process.Signal(syscall.SIGQUIT) // the postmaster exits after its children
 		<-c.exit
 		c.cmd = nil
+	}
+}
+
+// Stop stops the server (fast shutdown: sessions are terminated) and leaves it stopped.
+func (c *Cluster) Stop() { c.stopServer() }
+
+// Start starts a stopped server again on the same port (nothing if it runs). It blocks
+// until the server accepts connections or ctx ends.
+func (c *Cluster) Start(ctx context.Context) error {
+	if c.cmd != nil {
+		return nil
+	}
+	return c.start(ctx)
+}
+
+// Follow stops the server, replaces its data directory with a fresh base backup of the
+// primary at primaryDSN (pg_basebackup -R: a streaming hot standby of it) and starts it
+// on the same port. It is how a failed primary whose WAL went further than the promoted
+// standby's rejoins as the new standby. It blocks until the server accepts connections.
+func (c *Cluster) Follow(ctx context.Context, primaryDSN string) error {
+	c.stopServer()
+	if err := os.RemoveAll(filepath.Join(c.dir, "data")); err != nil {
+		return err
+	}
+	if err := c.basebackup(ctx, primaryDSN); err != nil {
+		return err
 	}
 	return c.start(ctx)
 }
@@ -81,14 +114,17 @@ func (c *Cluster) start(ctx context.Context) error {
 		return err
 	}
 	defer logf.Close()
-	cmd := c.command(context.Background(), "postgres", "-D", filepath.Join(c.dir, "data"),
-		"-p", strconv.Itoa(c.port), "-k", c.dir,
-		"-c", "listen_addresses="+strings.Join(append([]string{"127.0.0.1"}, c.opts.ListenAddresses...), ","),
+	args := []string{"-D", filepath.Join(c.dir, "data"), "-p", strconv.Itoa(c.port), "-k", c.dir,
+		"-c", "listen_addresses=" + strings.Join(append([]string{"127.0.0.1"}, c.opts.ListenAddresses...), ","),
 		"-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off",
 		"-c", "max_connections=300", "-c", "shared_buffers=64MB",
 		// What a streaming standby (Options.BaseBackupFrom) needs of its primary; initdb's
 		// pg_hba.conf already admits replication from 127.0.0.1 with -A trust.
-		"-c", "wal_level=replica", "-c", "max_wal_senders=10")
+		"-c", "wal_level=replica", "-c", "max_wal_senders=10"}
+	for _, kv := range c.opts.Settings { // later -c options win
+		args = append(args, "-c", kv)
+	}
+	cmd := c.command(context.Background(), "postgres", args...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	if err := StartTied(cmd, syscall.SIGQUIT); err != nil { // SIGQUIT: immediate shutdown
 		return fmt.Errorf("postgres: %w", err)

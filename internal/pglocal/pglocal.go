@@ -45,6 +45,9 @@ type Options struct {
 	// BaseBackupFrom, when set, is the connection string of a primary: the cluster is a
 	// streaming hot standby of it (pg_basebackup -R) instead of a fresh initdb.
 	BaseBackupFrom string
+	// Settings are server settings, "name=value" each, given to postgres after the
+	// harness's own (-c), so they override them (synchronous_commit=on does).
+	Settings []string
 }
 
 // FindBinaries returns a directory holding initdb and postgres: the directory named by

@@ -52,3 +52,21 @@ func StandbyForTest(t T, primary *Server) *Standby {
 	t.Cleanup(func() { s.Close() })
 	return s
 }
+
+// SyncPairForTest starts a primary with a synchronous standby ([StartSyncPair]) for one
+// test and stops both when the test ends. Without the tools for a standby the test is
+// skipped or fails, as with [StandbyForTest]; any other error fails the test.
+func SyncPairForTest(t T) *SyncPair {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	p, err := StartSyncPair(ctx)
+	if errors.Is(err, ErrUnavailable) && (!InCI() || strings.TrimSpace(os.Getenv(EnvPGBin)) != "") {
+		t.Skipf("no synchronous standby for this test: %v", err)
+	}
+	if err != nil {
+		t.Fatalf("primary with a synchronous standby: %v", err)
+	}
+	t.Cleanup(func() { p.Close() })
+	return p
+}

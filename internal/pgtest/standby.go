@@ -34,7 +34,7 @@ func StartStandby(ctx context.Context, primary *Server) (*Standby, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
-	if err := checkStandbyTools(ctx, bin, primary); err != nil {
+	if err := checkStandbyTools(ctx, bin, primary.DSN()); err != nil {
 		return nil, err
 	}
 	c, err := pglocal.Start(ctx, pglocal.Options{Bin: bin, BaseBackupFrom: primary.DSN()})
@@ -44,8 +44,9 @@ func StartStandby(ctx context.Context, primary *Server) (*Standby, error) {
 	return &Standby{srv: localServer(c, "standby"), primaryDSN: primary.DSN()}, nil
 }
 
-// checkStandbyTools makes sure bin has a pg_basebackup and the primary's major version.
-func checkStandbyTools(ctx context.Context, bin string, primary *Server) error {
+// checkStandbyTools makes sure bin has a pg_basebackup and the major version of the
+// primary at primaryDSN.
+func checkStandbyTools(ctx context.Context, bin, primaryDSN string) error {
 	if _, err := os.Stat(filepath.Join(bin, "pg_basebackup")); err != nil {
 		return fmt.Errorf("%w: no pg_basebackup in %s", ErrUnavailable, bin)
 	}
@@ -55,7 +56,7 @@ func checkStandbyTools(ctx context.Context, bin string, primary *Server) error {
 	}
 	binMajor, _ := leadingNumber(strings.TrimPrefix(strings.TrimSpace(string(out)), "postgres (PostgreSQL) "))
 	var num int
-	if err := queryRow(ctx, primary.DSN(), "SELECT current_setting('server_version_num')::int", &num); err != nil {
+	if err := queryRow(ctx, primaryDSN, "SELECT current_setting('server_version_num')::int", &num); err != nil {
 		return fmt.Errorf("pgtest: primary's version: %w", err)
 	}
 	if binMajor != num/10000 {
