@@ -48,6 +48,9 @@ type Options struct {
 	// Settings are server settings, "name=value" each, given to postgres after the
 	// harness's own (-c), so they override them (synchronous_commit=on does).
 	Settings []string
+	// Port is the port to try first; 0 picks a free one. If another server takes the port
+	// before ours binds it, Start moves to another free port.
+	Port int
 }
 
 // FindBinaries returns a directory holding initdb and postgres: the directory named by
@@ -105,8 +108,15 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 	} else if err == nil {
 		err = c.initdb(ctx)
 	}
-	if err == nil {
-		err = c.start(ctx)
+	for tries := 1; err == nil; tries++ {
+		// A free port can be taken by another process between FreePort and the bind:
+		// move on to another, a few times.
+		if err = c.start(ctx); !errors.Is(err, errPortTaken) || tries == 5 {
+			break
+		}
+		if c.port, err = FreePort(); err != nil {
+			break
+		}
 	}
 	if err != nil {
 		c.Close()
@@ -128,6 +138,9 @@ func (c *Cluster) prepare() error {
 	}
 	if c.cred, err = OwnDir(dir); err != nil {
 		return err
+	}
+	if c.port = c.opts.Port; c.port != 0 {
+		return nil
 	}
 	c.port, err = FreePort()
 	return err
