@@ -50,7 +50,7 @@ func (b *book) all() []sample {
 	return slices.Clone(b.samples)
 }
 
-// work is a holder process's loop: lock, learn the epoch, take a token (1 s ctx), unlock,
+// work is a holder process's loop: lock, learn the epoch, take a token (500 ms ctx), unlock,
 // until ctx ends. Errors while there is no primary are expected: it tries again.
 func (b *book) work(ctx context.Context, m *advisory.Manager, name, who string) {
 	for ctx.Err() == nil {
@@ -60,7 +60,7 @@ func (b *book) work(ctx context.Context, m *advisory.Manager, name, who string) 
 			continue
 		}
 		if e, err := epochOf(ctx, l); err == nil && !b.paused.Load() {
-			tctx, cancel := context.WithTimeout(ctx, time.Second)
+			tctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
 			start := time.Now()
 			tok, err := l.Token(tctx)
 			cancel()
@@ -263,4 +263,22 @@ func queryOn(ctx context.Context, dsn, sql string, dst any, args ...any) error {
 	}
 	defer conn.Close(ctx)
 	return conn.QueryRow(ctx, sql, args...).Scan(dst)
+}
+
+// laps times the phases of a round.
+type laps struct {
+	start, last time.Time
+	parts       []string
+}
+
+func newLaps() *laps { now := time.Now(); return &laps{start: now, last: now} }
+
+func (l *laps) mark(phase string) {
+	now := time.Now()
+	l.parts = append(l.parts, fmt.Sprintf("%s %v", phase, now.Sub(l.last).Round(time.Millisecond)))
+	l.last = now
+}
+
+func (l *laps) String() string {
+	return fmt.Sprintf("%s; total %v", strings.Join(l.parts, ", "), l.last.Sub(l.start).Round(time.Millisecond))
 }

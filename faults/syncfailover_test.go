@@ -39,6 +39,7 @@ func TestTokensSurviveSynchronousFailover(t *testing.T) {
 	began := time.Now()
 	ctx := ctxT(t, 3*time.Minute)
 	pair := pgtest.SyncPairForTest(t)
+	paired := time.Since(began)
 	both := multiHost(t, pair.DSN(0), pair.DSN(1))
 	m, err := advisory.New(ctx, both, advisory.WithFenceTable("sync_failover_tokens"))
 	require.NoError(t, err)
@@ -55,6 +56,7 @@ func TestTokensSurviveSynchronousFailover(t *testing.T) {
 		go func() { defer workers.Done(); b.work(workCtx, m, t.Name(), fmt.Sprintf("w%d", i)) }()
 	}
 	defer func() { stopWork(); workers.Wait() }()
+	t.Logf("set-up: pair started in %v, ready in %v", paired.Round(time.Millisecond), time.Since(began).Round(time.Millisecond))
 	for r := range syncRounds {
 		if !syncRound(ctx, t, pair, m, both, b, r) {
 			break
@@ -72,18 +74,23 @@ func TestTokensSurviveSynchronousFailover(t *testing.T) {
 func syncRound(ctx context.Context, t *testing.T, pair *pgtest.SyncPair, m *advisory.Manager,
 	both string, b *book, r int) bool {
 	t.Helper()
+	lap := newLaps()
 	if !assert.NoError(t, b.awaitToken(ctx, r), "round %d: no worker took a token with the standby up", r) {
 		return false
 	}
 	txLock, err := lockIn(ctx, m, t.Name()+"/tx", r)
 	require.NoError(t, err, "round %d", r)
+	lap.mark("tokens")
 	pair.StopStandby()
 	down := time.Now()
+	lap.mark("standby stopped")
 	if !assert.NoError(t, b.awaitCall(ctx, r, down), "round %d: with the standby down", r) {
 		return false
 	}
+	lap.mark("a worker's call")
 	short, err := lockIn(ctx, m, t.Name(), r)
 	require.NoError(t, err, "round %d", r)
+	lap.mark("lock")
 	tctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
 	start := time.Now()
 	tok, err := short.Token(tctx)
@@ -106,15 +113,15 @@ func syncRound(ctx context.Context, t *testing.T, pair *pgtest.SyncPair, m *advi
 	})
 	assert.ErrorIs(t, doErr, advisory.ErrCommitUnconfirmed, "round %d: DoTx whose COMMIT's wait was cancelled", r)
 
+	lap.mark("short, BeginFunc, DoTx")
 	b.pause(true) // the first token after the failover is the test's own: see afterFailover
-	start = time.Now()
 	pair.CrashPrimary()
-	crashed := time.Since(start)
+	lap.mark("crash")
 	require.NoError(t, pair.Promote(ctx), "round %d", r)
-	promoted := time.Since(start)
+	lap.mark("promote")
 	assert.Empty(t, b.returnedWhileDown(r, down), "round %d: tokens returned while the standby was down", r)
 	require.NoError(t, pair.Rebuild(ctx), "round %d", r)
-	rebuilt := time.Since(start)
+	lap.mark("rebuild")
 	select {
 	case <-txLock.Done(): // the crash ended its session
 	case <-time.After(10 * time.Second):
@@ -123,11 +130,11 @@ func syncRound(ctx context.Context, t *testing.T, pair *pgtest.SyncPair, m *advi
 
 	after, stale := afterFailover(ctx, t, m, both, b, r+1)
 	b.pause(false)
+	lap.mark("next holder, stale writes")
 	t.Logf("round %d: short Token -> %s; BeginFunc -> %s in %v; DoTx -> %s in %v", r,
 		b.short(r), errText(beginErr), beginTook.Round(time.Millisecond), errText(doErr), doTook.Round(time.Millisecond))
-	t.Logf("round %d: before: %s; after: new holder's token %d; stale writes %s; crash %v, promoted %v, rebuilt %v",
-		r, b.summary(r), after, stale, crashed.Round(time.Millisecond), promoted.Round(time.Millisecond),
-		rebuilt.Round(time.Millisecond))
+	t.Logf("round %d: before: %s; after: new holder's token %d; stale writes %s", r, b.summary(r), after, stale)
+	t.Logf("round %d: %s", r, lap)
 	return true
 }
 
