@@ -26,10 +26,11 @@
 // # Poolers and standbys
 //
 // [StartPgBouncer] runs Debian's pgbouncer in front of a Server in a given pool mode;
-// [StartStandby] makes a streaming hot standby of a Server with pg_basebackup. Both fail
-// with an error wrapping [ErrUnavailable] when the program is not installed; the
-// [PgBouncerForTest] and [StandbyForTest] helpers turn that into a skip, or a failure
-// under CI=true.
+// [StartStandby] makes a streaming hot standby of a Server with pg_basebackup;
+// [StartSyncPair] makes a primary and a synchronous standby that trade places on each
+// failover (crash, promote, rebuild). They fail with an error wrapping [ErrUnavailable]
+// when the program is not installed; the [PgBouncerForTest], [StandbyForTest] and
+// [SyncPairForTest] helpers turn that into a skip, or a failure under CI=true.
 package pgtest
 
 import (
