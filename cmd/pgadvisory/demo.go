@@ -111,7 +111,12 @@ func (d *demo) say(who, text string) {
 // script is the scenario. It returns when every worker has exited and the demo table
 // has been checked.
 func (d *demo) script(ctx context.Context) error {
-	admin, err := pgx.Connect(ctx, d.dsn)
+	cfg, err := pgx.ParseConfig(d.dsn)
+	if err != nil {
+		return err
+	}
+	cfg.RuntimeParams["application_name"] = "pgadvisory demo"
+	admin, err := pgx.ConnectConfig(ctx, cfg)
 	if err != nil {
 		return err
 	}
@@ -120,11 +125,8 @@ func (d *demo) script(ctx context.Context) error {
 	if _, err := admin.Exec(ctx, demoCreateTable); err != nil {
 		return fmt.Errorf("create %s: %w", demoTable, err)
 	}
-	for i := 1; i <= 3; i++ {
-		if err := d.startWorker(fmt.Sprintf("worker-%d", i)); err != nil {
-			return err
-		}
-		time.Sleep(150 * time.Millisecond) // so worker-1 is the first holder
+	if err := d.startWorkers(ctx); err != nil {
+		return err
 	}
 	for exited := 0; exited < len(d.workers); {
 		select {

@@ -44,7 +44,7 @@ const (
 // terminates it.
 func demoStepTime(step int) time.Duration {
 	if step == demoSlowStep {
-		return 800 * time.Millisecond
+		return time.Second
 	}
 	return 350 * time.Millisecond
 }

@@ -83,17 +83,75 @@ func (d *demo) awaitActive(ctx context.Context, pid uint32) {
 	}
 }
 
+// startWorkers starts the workers while the demo holds the lock, one at a time, each
+// once the one before it waits for the lock, then lets go: PostgreSQL grants a lock to
+// its waiters in turn, so worker-1 holds it first, and the timeline is read as it
+// happens from then on.
+func (d *demo) startWorkers(ctx context.Context) error {
+	hi, lo := demoLockKey()
+	key := int64(uint64(hi)<<32 | uint64(lo))
+	if _, err := d.admin.Exec(ctx, "SELECT pg_advisory_lock($1)", key); err != nil {
+		return err
+	}
+	d.say("demo", `holds lock "migrations" while the workers start, so that they queue in order`)
+	for i := 1; i <= 3; i++ {
+		if err := d.startWorker(fmt.Sprintf("worker-%d", i)); err != nil {
+			return err
+		}
+		if err := d.awaitLockers(ctx, d.workers[i-1], i+1); err != nil {
+			return err
+		}
+	}
+	_, err := d.admin.Exec(ctx, "SELECT pg_advisory_unlock($1)", key)
+	d.say("demo", `releases lock "migrations": the workers get it in turn`)
+	return err
+}
+
+// awaitLockers waits (up to 30 s) until n sessions hold or wait for the lock, the last of
+// them w's, and prints what the workers say meanwhile.
+func (d *demo) awaitLockers(ctx context.Context, w *demoWorker, n int) error {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	hi, lo := demoLockKey()
+	for {
+		var count int
+		err := d.admin.QueryRow(ctx, `SELECT count(*) FROM pg_locks WHERE locktype = 'advisory'
+			AND objsubid = 1 AND classid = $1 AND objid = $2`, hi, lo).Scan(&count)
+		if err != nil {
+			return fmt.Errorf("wait for %s to queue for the lock: %w", w.name, err)
+		}
+		if count >= n {
+			return nil
+		}
+		select {
+		case ev := <-d.events: // a worker's "waiting for lock" line
+			if ev.text == "" {
+				return fmt.Errorf("%s exited before the workers were all queued: %s",
+					ev.worker.name, exitDescription(ev.worker.cmd.ProcessState))
+			}
+			d.say(ev.worker.name, ev.text)
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+}
+
 // terminateHolder terminates the session that holds the lock, and returns its pid.
 func (d *demo) terminateHolder(ctx context.Context) (uint32, error) {
 	var pid uint32
+	hi, lo := demoLockKey()
 	err := d.admin.QueryRow(ctx, `SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND granted
-		AND objsubid = 1 AND classid = $1 AND objid = $2`,
-		uint32(uint64(advisory.KeyOf("migrations"))>>32), uint32(advisory.KeyOf("migrations"))).Scan(&pid)
+		AND objsubid = 1 AND classid = $1 AND objid = $2`, hi, lo).Scan(&pid)
 	if err != nil {
 		return 0, fmt.Errorf("find the holder: %w", err)
 	}
 	_, err = d.admin.Exec(ctx, "SELECT pg_terminate_backend($1)", int32(pid))
 	return pid, err
+}
+
+// demoLockKey is the workers' lock as pg_locks shows it (classid, objid).
+func demoLockKey() (hi, lo uint32) {
+	key := uint64(advisory.KeyOf("migrations"))
+	return uint32(key >> 32), uint32(key)
 }
 
 // explainDrain says what run's report of a drained session means: whose migration it
