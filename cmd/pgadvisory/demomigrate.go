@@ -57,7 +57,7 @@ func demoStepTime(step int) time.Duration {
 // at every step is a second line for the demo's sake.
 func demoMigrate(args []string, stdout io.Writer) error {
 	if len(args) != 1 {
-		return usageError("pgadvisory demo-migrate", "want one argument, the worker's name")
+		return fail(exitUsage, "demo-migrate (run by pgadvisory demo): want one argument, the worker's name")
 	}
 	ctx := context.Background()
 	conn, err := pgx.Connect(ctx, os.Getenv("DATABASE_URL"))
