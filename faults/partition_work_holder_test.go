@@ -21,6 +21,7 @@ type partitionedHolder struct {
 	h                *helper
 	lockPID, workPID uint32
 	tag              string // the application_name prefix of A's work sessions
+	settings         string // the work session's client_connection_check_interval and keepalive
 }
 
 // startPartitionedHolder starts holder A in the namespace and returns once its work's
@@ -31,10 +32,12 @@ func startPartitionedHolder(t *testing.T, name string) partitionedHolder {
 	h := startHelper(t, "partwork", map[string]string{"ADVISORY_FAULT_DSN": dsn, "ADVISORY_FAULT_KEY": name},
 		"ip", "netns", "exec", netLab.ns)
 	f := strings.Fields(h.expect(t, "LOCKED", 30*time.Second).text)
-	require.Len(t, f, 4, "LOCKED <lock pid> <work pid> <tag>")
+	require.Len(t, f, 6, "LOCKED <lock pid> <work pid> <tag> <check interval> <keepalive>")
 	lockPID, _ := strconv.ParseUint(f[1], 10, 32)
 	workPID, _ := strconv.ParseUint(f[2], 10, 32)
-	a := partitionedHolder{h: h, lockPID: uint32(lockPID), workPID: uint32(workPID), tag: f[3]}
+	a := partitionedHolder{h: h, lockPID: uint32(lockPID), workPID: uint32(workPID), tag: f[3],
+		settings: "client_connection_check_interval=" + f[4] + ", keepalive " + f[5]}
+	require.NotEqual(t, "0", f[4], "the work's options reached its session: client_connection_check_interval is set")
 	require.EqualValues(t, a.lockPID, holderOf(t, advisory.KeyOf(name)), "A's lock session holds the lock")
 	require.Eventually(t, func() bool {
 		var n int
@@ -47,7 +50,8 @@ func startPartitionedHolder(t *testing.T, name string) partitionedHolder {
 
 // runPartitionedHolder is holder A: Manager.Do with the tight keepalive profile; fn runs
 // its work on a pool tagged with Lock.WorkConfig. It prints "LOCKED <lock pid> <work pid>
-// <tag>" once the work's transaction has inserted its marker, "LOST <kind> <cause>" the
+// <tag> <check interval> <idle/interval/count/user timeout>" (the work session's
+// settings) once the work's transaction has inserted its marker, "LOST <kind> <cause>" the
 // moment fn's ctx ends, and "DONE <kind> <error>" when Do returns; kind is lock-lost when
 // the error wraps ErrLockLost.
 func runPartitionedHolder() int {
@@ -81,15 +85,19 @@ func partitionedWork(ctx context.Context, dsn string) error {
 		return err
 	}
 	var workPID uint32
+	var check, keepalive string
 	tag := l.WorkAppName("")
-	if err := tx.QueryRow(ctx, "INSERT INTO "+workMarkers+" (holder) VALUES ($1) RETURNING pg_backend_pid()", tag).Scan(&workPID); err != nil {
+	if err := tx.QueryRow(ctx, "INSERT INTO "+workMarkers+" (holder) VALUES ($1) RETURNING pg_backend_pid(), "+
+		"current_setting('client_connection_check_interval'), concat_ws('/', current_setting('tcp_keepalives_idle'), "+
+		"current_setting('tcp_keepalives_interval'), current_setting('tcp_keepalives_count'), current_setting('tcp_user_timeout'))",
+		tag).Scan(&workPID, &check, &keepalive); err != nil {
 		return err
 	}
 	go func() {
 		<-ctx.Done()
 		fmt.Println("LOST", lossKind(context.Cause(ctx)), context.Cause(ctx))
 	}()
-	fmt.Println("LOCKED", l.PID(), workPID, tag)
+	fmt.Println("LOCKED", l.PID(), workPID, tag, check, keepalive)
 	if _, err := tx.Exec(ctx, "SELECT pg_sleep($1)", workSleep.Seconds()); err != nil {
 		return err
 	}

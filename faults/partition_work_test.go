@@ -84,6 +84,7 @@ func workPartitionRound(t *testing.T, ctx context.Context, b *nextHolder, round 
 	t.Logf("round %d seed %d", round, seed)
 	obs := startWorkObserver(t)
 	a := startPartitionedHolder(t, name)
+	t.Logf("round %d: A's work session %d: %s", round, a.workPID, a.settings)
 	took := b.takeOver(ctx, name, a.tag)
 	require.Eventually(t, func() bool { return waiters(t, advisory.KeyOf(name)) == 1 }, 10*time.Second, time.Millisecond)
 	// Vary the keepalive timers' phases against the moment of the cut.
@@ -95,6 +96,7 @@ func workPartitionRound(t *testing.T, ctx context.Context, b *nextHolder, round 
 	lost := a.h.expect(t, "LOST", 60*time.Second)
 	res.told = lost.at.Sub(t0)
 	assert.True(t, strings.HasPrefix(lost.text, "LOST lock-lost "), "A's fn ctx ends with the loss as its cause: %s", lost.text)
+	assert.Contains(t, lost.text, "the network went silent past the keepalive limit", "the loss is classified")
 	var bRes takeOver
 	select {
 	case bRes = <-took:
