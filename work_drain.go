@@ -149,7 +149,7 @@ func (d *drainer) list(ctx context.Context) ([]workSession, error) {
 		return nil, err
 	}
 	classid, objid, subid := pgLocksKey(s.key, s.pair)
-	rows, err := s.pc.Query(ctx, drainListSQL, s.workPrefix(), classid, objid, subid)
+	rows, err := s.pc.Query(ctx, s.named(drainListSQL), s.workPrefix(), classid, objid, subid)
 	var out []workSession
 	if err == nil {
 		var holders []int32
@@ -185,6 +185,17 @@ func (d *drainer) earlier(w *workSession, holders []int32) bool {
 	}
 	w.holderPID = pid
 	return pid == d.s.pid || !slices.Contains(holders, int32(pid))
+}
+
+// named prefixes a statement that runs on the lock's own connection with the comment
+// naming the lock (see nameComment): pg_stat_activity.query shows the session's last
+// statement, and Holders reads the name from it, so after a drain the lock still shows
+// its name (pgadvisory status, run's report of who holds it).
+func (s *pin) named(sql string) string {
+	if s.name == "" || s.multi {
+		return sql
+	}
+	return nameComment(s.name) + sql
 }
 
 // pgLocksKey returns the classid, objid and objsubid of the key's rows in pg_locks.
@@ -232,7 +243,7 @@ func (d *drainer) terminate(ctx context.Context, live []workSession) error {
 	if err := s.beginTx(ctx); err != nil {
 		return err
 	}
-	_, err := s.pc.Exec(ctx, drainTerminateSQL, pids, apps)
+	_, err := s.pc.Exec(ctx, s.named(drainTerminateSQL), pids, apps)
 	if lerr := s.endTx(err); lerr != nil {
 		return lerr
 	}

@@ -20,7 +20,6 @@ const (
 	exitDeclined    = 4  // the operator answered no
 	exitNoConfirm   = 5  // no terminal to ask on, and no --yes
 	exitStillHeld   = 75 // EX_TEMPFAIL: a terminated holder still held the lock after --wait
-	exitNoPerm      = 77 // EX_NOPERM: not allowed to terminate the holder
 )
 
 // breakHelp is the help of break, with its exit codes.

@@ -21,6 +21,10 @@ const (
 	keyEnv        = "PGADVISORY_KEY"         // the lock's int64 key, in decimal
 	tokenEnv      = "PGADVISORY_TOKEN"       // the fencing token (--token only)
 	fenceTableEnv = "PGADVISORY_FENCE_TABLE" // the fencing table, quoted for SQL (--token only)
+	// appNameEnv is the holding's work tag alone (Lock.WorkAppName("")): the
+	// application_name for a tool whose connection string sets one (PGAPPNAME, which run
+	// also sets, is then ignored).
+	appNameEnv = "PGADVISORY_APPNAME"
 )
 
 // fenceFlags are the fencing flags: --token (run only) and --fence-table.
@@ -94,9 +98,11 @@ func (r *runner) takeToken(ctx context.Context, l *advisory.Lock) (int64, error)
 	return 0, fail(exitUnavailable, `lock "%s": cannot take a fencing token: %v; the command was not started`, r.key, err)
 }
 
-// commandEnv is what run adds to CMD's environment besides lockFDEnv.
-func (r *runner) commandEnv(l *advisory.Lock) []string {
-	env := []string{keyEnv + "=" + l.Key().String()}
+// commandEnv is CMD's environment: environ (pgadvisory's own, with lockFDEnv) with the
+// holding's work identity for libpq and pgx (PGAPPNAME and PGOPTIONS, see Lock.WorkEnv),
+// appNameEnv, the key and, with --token, the token.
+func (r *runner) commandEnv(l *advisory.Lock, environ []string) []string {
+	env := append(l.WorkEnv(environ), appNameEnv+"="+l.WorkAppName(""), keyEnv+"="+l.Key().String())
 	if r.fence.token {
 		env = append(env, tokenEnv+"="+strconv.FormatInt(r.tok, 10), fenceTableEnv+"="+r.fence.sql())
 	}

@@ -18,13 +18,17 @@
 // until the command, and whatever it started with that descriptor, has exited. It also
 // gets the lock's key (PGADVISORY_KEY) and, with --token, a fencing token
 // (PGADVISORY_TOKEN, PGADVISORY_FENCE_TABLE) taken from the table init-fencing creates.
+// Its own sessions are tagged as the holding's work (PGAPPNAME, PGOPTIONS,
+// PGADVISORY_APPNAME), and before it starts, run drains the sessions of earlier holders'
+// work (advisory's Lock.Drain), so that no dead holder's migration runs beside it.
 //
 // Exit codes (the table is in `pgadvisory run --help`): run passes on CMD's exit code
 // (128+N if CMD died of signal N); other codes are 64 (usage), 69 (server unavailable),
 // 70 (internal error), 75 (lock not acquired: --no-wait found it held, or --wait
-// elapsed), 76 (lock lost while CMD ran; CMD was stopped), 126 (CMD not executable),
-// 127 (CMD not found), and 128+N when pgadvisory itself got signal N while connecting or
-// waiting (130 for SIGINT, 143 for SIGTERM).
+// elapsed; or an earlier holder's session outlived its termination), 76 (lock lost while
+// CMD ran; CMD was stopped), 77 (not allowed to terminate an earlier holder's session),
+// 126 (CMD not executable), 127 (CMD not found), and 128+N when pgadvisory itself got
+// signal N while connecting, waiting or draining (130 for SIGINT, 143 for SIGTERM).
 package main
 
 import (
@@ -44,6 +48,7 @@ const (
 	exitSoftware    = 70 // EX_SOFTWARE: internal error
 	exitNotAcquired = 75 // EX_TEMPFAIL: try again later
 	exitLost        = 76 // the lock was lost while CMD ran
+	exitNoPerm      = 77 // EX_NOPERM: not allowed to terminate a session (break's holder, run's earlier holder's work)
 	exitCannotExec  = 126
 	exitNotFound    = 127
 	exitSignalBase  = 128 // 128+N: killed by (CMD) or interrupted by (pgadvisory) signal N

@@ -22,6 +22,7 @@ type runner struct {
 	shared bool
 	quiet  bool
 	grace  time.Duration
+	drainW time.Duration // --drain-wait
 	holder string
 	fence  fenceFlags
 	tok    int64 // the fencing token, with --token
@@ -49,8 +50,11 @@ func parseRun(args []string, global connFlags, stdout, stderr io.Writer) (*runne
 	fs.DurationVar(&r.wait, "wait", 0, "give up (exit 75) after waiting this long; 0 waits as long as it takes")
 	fs.BoolVar(&r.noWait, "no-wait", false, "exit 75 at once if the lock is held")
 	fs.BoolVar(&r.shared, "shared", false, "shared mode")
-	fs.BoolVar(&r.quiet, "quiet", false, "do not report who holds the lock while waiting")
+	fs.BoolVar(&r.quiet, "quiet", false, "do not report who holds the lock while waiting, "+
+		"nor earlier holders' sessions that ended on their own")
 	fs.DurationVar(&r.grace, "grace", 10*time.Second, "time between SIGTERM and SIGKILL if the lock is lost")
+	fs.DurationVar(&r.drainW, "drain-wait", time.Second,
+		"how long to wait for an earlier holder's sessions to end before terminating them")
 	fs.StringVar(&r.holder, "holder-name", "", "application_name other sessions see")
 	r.fence.register(fs, true)
 	r.conn.register(fs)
@@ -88,6 +92,8 @@ func (r *runner) check(fs *flag.FlagSet) error {
 		return usageError(fs.Name(), "no command given after --")
 	case r.wait < 0 || r.grace < 0:
 		return usageError(fs.Name(), "--wait and --grace cannot be negative")
+	case r.drainW < 0 || r.drainW > maxDrainWait:
+		return usageError(fs.Name(), "--drain-wait %v: want 0 (terminate at once) to %v", r.drainW, maxDrainWait)
 	case r.noWait && r.wait > 0:
 		return usageError(fs.Name(), "--wait and --no-wait exclude each other")
 	case r.fence.token && r.shared:
@@ -98,13 +104,13 @@ func (r *runner) check(fs *flag.FlagSet) error {
 	return r.fence.check(fs.Name())
 }
 
-// run connects, takes the lock and runs CMD under it. Until the lock is held, the first
-// signal ends everything at once: the wait is cancelled on the server, CMD never starts,
-// and run exits 128+N.
+// run connects, takes the lock (and the token), drains the sessions of earlier holders'
+// work and runs CMD under the lock. Until CMD starts, the first signal ends everything at
+// once: the wait is cancelled on the server, CMD never starts, and run exits 128+N.
 func (r *runner) run() int {
 	ctx, in := watchInterrupts(r.sigs)
 	r.phase = "connecting"
-	m, err := r.conn.connect(ctx, r.holder, r.fence.options()...)
+	m, err := r.conn.connect(ctx, r.holder, append(r.fence.options(), advisory.WithDrainWait(r.drainW))...)
 	if err != nil {
 		if sig := in.end(); sig != nil {
 			return r.interrupted(sig)
@@ -117,6 +123,10 @@ func (r *runner) run() int {
 	if err == nil && r.fence.token {
 		r.phase = fmt.Sprintf(`taking the fencing token of lock "%s"`, r.key)
 		r.tok, err = r.takeToken(ctx, l)
+	}
+	if err == nil {
+		r.phase = fmt.Sprintf(`draining earlier holders' sessions of lock "%s"`, r.key)
+		err = r.drain(ctx, l)
 	}
 	if sig := in.end(); sig != nil {
 		if l != nil {

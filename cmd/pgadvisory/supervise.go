@@ -34,7 +34,7 @@ func (r *runner) supervise(l *advisory.Lock) int {
 	if err != nil {
 		return r.notStarted(l, err)
 	}
-	cmd.Env = append(cmd.Env, r.commandEnv(l)...)
+	cmd.Env = r.commandEnv(l, cmd.Env)
 	err = cmd.Start()
 	sock.Close() // CMD has its own copy now (or none, if it did not start)
 	if err != nil {

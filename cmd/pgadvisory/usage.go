@@ -9,22 +9,6 @@ import (
 	"time"
 )
 
-// exitCodesHelp is the one table of exit codes; README.md and docs/migrations.md repeat it.
-const exitCodesHelp = `Exit codes:
-  0        success (run: CMD exited 0)
-  N        run: CMD's own exit code N
-  64       usage error (bad flag, argument or lock name)
-  69       server unavailable: cannot connect, a server error, a transaction-pooling proxy
-  70       internal error
-  75       lock not acquired: --no-wait found it held, or --wait elapsed
-  76       lock lost while CMD ran; CMD was stopped (SIGTERM, SIGKILL after --grace)
-  126      CMD cannot be executed
-  127      CMD not found
-  128+N    CMD was killed by signal N (e.g. 137 for SIGKILL)
-  130, 143 pgadvisory itself got SIGINT or SIGTERM (128+N for signal N, e.g. 129 for
-           SIGHUP) while connecting or waiting for the lock; CMD was not started
-`
-
 const connectionHelp = `Connection: --dsn, else $DATABASE_URL, else libpq's PG* variables (PGHOST, PGPORT,
 PGUSER, PGPASSWORD, PGDATABASE, PGSSLMODE, ...). --dsn may also come before the command.
 Passwords are never printed.
@@ -45,67 +29,6 @@ Commands:
            create the fencing table that run --token takes tokens from
   demo     start a throwaway PostgreSQL and show workers contending for a lock
   help     print the help of a command: pgadvisory help run
-
-` + connectionHelp + `
-` + exitCodesHelp
-
-const runHelp = `Usage: pgadvisory run --key NAME [--wait DURATION | --no-wait] [flags] -- CMD [ARGS...]
-
-Takes the advisory lock NAME, runs CMD while holding it, releases it when CMD exits and
-exits with CMD's exit code. While it waits it reports who holds the lock (backend pid,
-application_name, client, for how long) when the holder changes and every 10 s.
-SIGINT, SIGTERM, SIGHUP and SIGQUIT are forwarded to CMD's process group; while
-pgadvisory is still connecting or waiting they end the wait at once, and CMD never starts.
-A signal that was ignored when pgadvisory started (nohup) stays ignored, for CMD too.
-If the lock is lost while CMD runs, CMD's process group gets SIGTERM, then SIGKILL after
---grace, and pgadvisory exits 76.
-
-CMD never outlives the lock. Like flock(1), run hands CMD the lock itself: the socket of
-the lock's connection, as file descriptor 3 (PGADVISORY_LOCK_FD=3 in its environment).
-The server keeps the lock until every process holding that socket has exited. If
-pgadvisory dies (SIGKILL, OOM kill), the kernel kills CMD (PR_SET_PDEATHSIG), and the lock
-stays held until CMD and every process it started that kept descriptor 3 (a background
-job, a script's child) are gone; only then can anyone else take it. CMD must never read
-or write descriptor 3. A daemon started by CMD should close it (3>&-), or it keeps the
-lock held after a pgadvisory crash for as long as it runs. A command that closes it loses
-the protection: the lock then ends with pgadvisory, and CMD, killed a moment later, may
-still run when the next holder starts. When CMD exits, run releases the lock, whatever
-CMD left running.
-
-Fencing: a CMD that stalls can outlive its lock for a moment (until it is stopped). With
---token, run takes a fencing token once the lock is held (a number greater than every
-token an earlier holder of NAME took; one row per lock in the fencing table, created once
-with pgadvisory init-fencing) and hands it to CMD, which can make its writes to this
-database conditional on it, in the same transaction:
-  SELECT token FROM $PGADVISORY_FENCE_TABLE WHERE key = $PGADVISORY_KEY FOR SHARE
-and roll back unless it returns $PGADVISORY_TOKEN (a newer holder took a newer token).
-Other stores can refuse a write whose token is smaller than one they have seen.
-
-Environment of CMD:
-  PGADVISORY_LOCK_FD      3, the lock's connection (see above)
-  PGADVISORY_KEY          the lock's 64-bit key (what pgadvisory hash NAME prints)
-  PGADVISORY_TOKEN        with --token: the fencing token
-  PGADVISORY_FENCE_TABLE  with --token: the fencing table, quoted for SQL
-
-Flags:
-  --key NAME           lock name (required; any UTF-8 text without NUL, up to 4096 bytes;
-                       write --key=NAME for a name that starts with '-')
-  --wait DURATION      give up (exit 75) after waiting this long, e.g. 30s, 10m;
-                       0 (the default) waits as long as it takes
-  --no-wait            exit 75 at once if the lock is held
-  --shared             shared mode: shared holders run together; an exclusive one runs alone
-  --quiet              do not report who holds the lock while waiting
-  --grace DURATION     if the lock is lost: time between SIGTERM and SIGKILL to CMD
-                       (default 10s)
-  --holder-name NAME   application_name other sessions see
-                       (default "pgadvisory HOST/PID"; HOST is the pod name in Kubernetes)
-  --token              take a fencing token and export it as PGADVISORY_TOKEN (not with
-                       --shared); if the fencing table does not exist, exit 69 and say
-                       how to create it; CMD is not started
-  --fence-table [SCHEMA.]TABLE
-                       the fencing table of --token (default advisory_fence, found
-                       through the search_path)
-  --dsn DSN            connection string (default $DATABASE_URL, else the PG* variables)
 
 ` + connectionHelp + `
 ` + exitCodesHelp

@@ -23,6 +23,7 @@ func TestHelpGoesToStdoutAndExitsZero(t *testing.T) {
 		{[]string{"run", "--help"}, []string{"--key NAME", "--wait DURATION", "--no-wait", "--grace", "--holder-name", "--dsn", "Exit codes:"}},
 		{[]string{"run", "-h"}, []string{"--key NAME"}},
 		{[]string{"run", "--help"}, []string{"--token", "--fence-table", "PGADVISORY_TOKEN", "PGADVISORY_KEY", "FOR SHARE"}},
+		{[]string{"run", "--help"}, []string{"--drain-wait", "PGAPPNAME", "PGOPTIONS", "PGADVISORY_APPNAME"}},
 		{[]string{"init-fencing", "--help"}, []string{"Usage: pgadvisory init-fencing", "--fence-table", "--dsn"}},
 		{[]string{"help", "init-fencing"}, []string{"Usage: pgadvisory init-fencing"}},
 		{[]string{"run", "--key", "k", "--help"}, []string{"--key NAME"}},
@@ -52,7 +53,7 @@ func TestRunHelpHasTheExitCodeTable(t *testing.T) {
 	r := noDB(t, "run", "--help")
 	require.Equal(t, 0, r.code)
 	table := r.stdout[strings.Index(r.stdout, "Exit codes:"):]
-	for _, code := range []string{"0 ", "64 ", "69 ", "70 ", "75 ", "76 ", "126 ", "127 ", "128+N ", "130, 143 "} {
+	for _, code := range []string{"0 ", "64 ", "69 ", "70 ", "75 ", "76 ", "77 ", "126 ", "127 ", "128+N ", "130, 143 "} {
 		assert.Regexp(t, `(?m)^  `+regexp.QuoteMeta(code), table, "exit code %s", code)
 	}
 }
@@ -75,6 +76,8 @@ func TestUsageErrorsSayWhy(t *testing.T) {
 		{[]string{"run", "--wait", "10", "--key", "k", "--", "true"}, "--wait 10: missing unit: use a unit: 10s, 5m"},
 		{[]string{"run", "--grace", "soon", "--key", "k", "--", "true"}, "--grace soon: not a duration"},
 		{[]string{"run", "--no-wait=maybe", "--key", "k", "--", "true"}, "--no-wait maybe: not a boolean"},
+		{[]string{"run", "--drain-wait", "-1s", "--key", "k", "--", "true"}, "run: --drain-wait -1s: want 0 (terminate at once) to 1h0m0s"},
+		{[]string{"run", "--drain-wait", "2h", "--key", "k", "--", "true"}, "run: --drain-wait 2h0m0s: want 0"},
 		{[]string{"hash", "x", "y"}, "hash: takes exactly one NAME, got 2 arguments"},
 		{[]string{"hash"}, "hash: takes exactly one NAME, got 0 arguments"},
 		{[]string{"hash", ""}, "hash: advisory: invalid key: empty name"},

@@ -1,0 +1,82 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/pgadvisory/advisory"
+)
+
+// maxDrainWait is the longest --drain-wait (advisory.WithDrainWait's limit).
+const maxDrainWait = time.Hour
+
+// drain makes sure that no server session of an earlier holder's work still runs before
+// CMD starts (Lock.Drain), and says what it found. ctx ends it (a signal). On failure the
+// caller releases the lock: CMD must not start while that work may still commit.
+func (r *runner) drain(ctx context.Context, l *advisory.Lock) error {
+	rep, err := l.Drain(ctx)
+	r.reportDrain(rep)
+	switch {
+	case err == nil:
+		return nil
+	case ctx.Err() != nil:
+		return err // a signal: run reports it
+	case errors.Is(err, advisory.ErrLockLost), errors.Is(err, advisory.ErrNotHeld):
+		return fail(exitLost, `lock "%s" was lost while draining an earlier holder's sessions: %v; `+
+			"the command was not started", r.key, err)
+	case permissionDenied(err): // the library's message names the lock and the remedy
+		return fail(exitNoPerm, "%v; the command was not started", err)
+	case errors.Is(err, advisory.ErrWorkNotDrained):
+		return fail(exitNotAcquired, "%v; the command was not started", err)
+	}
+	return fail(exitUnavailable, `lock "%s": cannot drain earlier holders' sessions: %v; the command was not started`,
+		r.key, err)
+}
+
+// permissionDenied reports whether err is the server's refusal to terminate a session
+// (SQLSTATE 42501, insufficient_privilege).
+func permissionDenied(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "42501"
+}
+
+// reportDrain says, one line per session, which sessions of earlier holders the drain
+// found and how each ended. A session that was terminated is always reported (run acted
+// on someone else's work); one that ended on its own is not with --quiet.
+func (r *runner) reportDrain(rep advisory.DrainReport) {
+	for _, s := range rep.Sessions {
+		if r.quiet && !s.Terminated && s.After > 0 {
+			continue
+		}
+		r.say(`lock "%s": an earlier holder's session was still running: backend pid %d ("%s"%s): %s`,
+			r.key, s.PID, s.ApplicationName, sessionDetail(s), drainOutcome(s))
+	}
+}
+
+// sessionDetail is the role and state of a drained session, where the server showed them.
+func sessionDetail(s advisory.DrainedSession) string {
+	var d string
+	if s.User != "" {
+		d += fmt.Sprintf(`, role "%s"`, s.User)
+	}
+	if s.State != "" {
+		d += ", " + s.State
+	}
+	return d
+}
+
+// drainOutcome says how a drained session ended, and when.
+func drainOutcome(s advisory.DrainedSession) string {
+	after := s.After.Round(time.Millisecond)
+	switch {
+	case s.After == 0:
+		return "still running"
+	case s.Terminated:
+		return fmt.Sprintf("terminated, gone %v after the drain began", after)
+	}
+	return fmt.Sprintf("ended on its own %v after the drain began", after)
+}

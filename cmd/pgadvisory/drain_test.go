@@ -1,0 +1,179 @@
+package main_test
+
+import (
+	"fmt"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/pgadvisory/advisory"
+)
+
+// TestRunDrainsAKilledHoldersMigration: four runs of a slow psql migration at once; the
+// holder's pgadvisory is SIGKILLed while its migration's transaction runs (the kernel
+// kills psql with it, but its backend would run the transaction to its COMMIT). In each
+// of three rounds the dead transaction never commits, its backend is gone before the
+// next holder's command issues its first statement (by the server's clock), no holder's
+// sessions overlap another's, the migration is applied exactly once, the surviving runs
+// exit 0 and the next holder says what it drained.
+func TestRunDrainsAKilledHoldersMigration(t *testing.T) {
+	t.Parallel()
+	needPsql(t)
+	migrationSchema(t)
+	for round := 1; round <= 3; round++ {
+		mr := migrationRound{name: fmt.Sprintf("drain-r%d", round), workers: 4}
+		mr.pattern = "pgadv/% " + mr.name + "-w%"
+		res := mr.run(t)
+		requireDrained(t, mr, res)
+	}
+}
+
+// requireDrained asserts what TestRunDrainsAKilledHoldersMigration promises of a round.
+func requireDrained(t *testing.T, mr migrationRound, res roundResult) {
+	t.Helper()
+	for i, r := range res.results {
+		want := 0
+		if i == res.killed {
+			want = 128 + 9 // SIGKILL
+		}
+		assert.Equal(t, want, r.code, "%s worker %d: %s", mr.name, i, r.stderr)
+	}
+	starts, commits := res.of("start"), res.of("commit")
+	require.Len(t, starts, mr.workers, "%s: every command started once: %v", mr.name, res.rows)
+	require.Equal(t, res.deadPID, starts[0].pid, "%s: the killed holder's command ran first", mr.name)
+	for _, s := range starts {
+		assert.True(t, strings.HasPrefix(s.app, "pgadv/"), "%s: a command's session is tagged: %q", mr.name, s.app)
+	}
+	require.Len(t, commits, 1, "%s: the migration was applied exactly once: %v", mr.name, res.rows)
+	assert.Equal(t, starts[1].pid, commits[0].pid, "%s: by the next holder, not the dead one", mr.name)
+	assert.Equal(t, 1, res.applied, mr.name)
+	assert.True(t, res.hasPrice, mr.name)
+
+	dead, ok := res.seen[res.deadPID]
+	require.True(t, ok, "%s: the observer saw the killed holder's backend", mr.name)
+	margin := starts[1].ts.Sub(dead.last)
+	assert.Positive(t, margin, "%s: the killed holder's backend was still running %v after the next "+
+		"holder's command issued its first statement", mr.name, -margin)
+	requireNoOverlap(t, mr.name, starts, res.seen)
+
+	next := res.results[mr.worker(starts[1].app)]
+	assert.Contains(t, next.stderr, fmt.Sprintf("an earlier holder's session was still running: backend pid %d (",
+		res.deadPID), "%s: the next holder reports the drain", mr.name)
+	assertTerminalSafe(t, next.stderr)
+	t.Logf("%s: killed holder's backend last seen %.1f ms before the next holder's first statement; next holder: %s",
+		mr.name, float64(margin.Microseconds())/1000, drainLine(next.stderr, res.deadPID))
+}
+
+// requireNoOverlap asserts that no backend seen before a command's first statement (other
+// than the command's own) was still seen after it: an earlier holder's work was over
+// before the next holder's began.
+func requireNoOverlap(t *testing.T, round string, starts []migrationRow, seen map[uint32]backendSeen) {
+	t.Helper()
+	for _, s := range starts[1:] {
+		for pid, b := range seen {
+			if pid != s.pid && b.first.Before(s.ts) {
+				assert.True(t, b.last.Before(s.ts), "%s: backend %d (%q) was seen %v after backend %d's "+
+					"command issued its first statement", round, pid, b.app, b.last.Sub(s.ts), s.pid)
+			}
+		}
+	}
+}
+
+// drainLine is the line of stderr that reports the drain of backend pid.
+func drainLine(stderr string, pid uint32) string {
+	for _, line := range strings.Split(stderr, "\n") {
+		if strings.Contains(line, fmt.Sprintf("backend pid %d (", pid)) && strings.Contains(line, "earlier holder") {
+			return line
+		}
+	}
+	return "(no drain reported)"
+}
+
+// leaveWorkBehind makes a run of key (as the test server's superuser) whose command
+// leaves a session of its work running after the run ended: a psql in the background,
+// with the lock's descriptor closed, in pg_sleep(60). It returns that session's pid;
+// the session is terminated when the test ends.
+func leaveWorkBehind(t *testing.T, key string) uint32 {
+	t.Helper()
+	marker := strings.ReplaceAll(t.Name(), "/", "_")
+	script := `psql -X -q -d "$1" -c "SELECT pg_sleep(60), '$2'" >/dev/null 2>&1 3>&- &`
+	r := cli(t, "run", "--key", key, "--", "sh", "-c", script, "sh", dsn(t), marker)
+	require.Equal(t, 0, r.code, r.stderr)
+	var pid uint32
+	var app string
+	require.Eventually(t, func() bool {
+		return adminQuery(t, `SELECT pid, application_name FROM pg_stat_activity
+			WHERE query LIKE '%pg_sleep(60)%' AND query LIKE '%'||$1||'%' AND pid <> pg_backend_pid()`, marker).
+			Scan(&pid, &app) == nil
+	}, 20*time.Second, 10*time.Millisecond, "the earlier holder's session never showed up")
+	t.Cleanup(func() { pgxExec(t, fmt.Sprintf("SELECT pg_terminate_backend(%d)", pid)) })
+	require.True(t, strings.HasPrefix(app, "pgadv/"), app)
+	return pid
+}
+
+// backendAlive reports whether backend pid is in pg_stat_activity.
+func backendAlive(t *testing.T, pid uint32) bool {
+	t.Helper()
+	var alive bool
+	require.NoError(t, adminQuery(t, "SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE pid = $1)", pid).Scan(&alive))
+	return alive
+}
+
+// TestRunRefusesToStartWhenItMayNotDrain: an earlier holder (a superuser) left a session
+// of its work running; a run as a role that may not terminate it exits 77 with the
+// remedy, without starting its command, and releases the lock. A superuser's run then
+// terminates the session (--drain-wait 0) and starts.
+func TestRunRefusesToStartWhenItMayNotDrain(t *testing.T) {
+	t.Parallel()
+	needPsql(t)
+	_, roleDSN := tempRole(t, "drainer")
+	pid := leaveWorkBehind(t, t.Name())
+
+	started := t.TempDir() + "/started"
+	r := wait(t, startEnv(t, []string{"DATABASE_URL=" + roleDSN}, "run", "--drain-wait", "200ms",
+		"--key", t.Name(), "--", "touch", started))
+	assert.Equal(t, 77, r.code, r.stderr)
+	assert.NoFileExists(t, started, "the command never started")
+	assert.Contains(t, r.stderr, fmt.Sprintf("backend pid %d (", pid))
+	assert.Contains(t, r.stderr, "still running")
+	assert.Contains(t, r.stderr, "GRANT pg_signal_backend", "the remedy")
+	assert.Contains(t, r.stderr, "superuser", "the remedy for a superuser's session")
+	assert.Contains(t, r.stderr, "the command was not started")
+	assert.NotContains(t, r.stderr, breakPassword)
+	assert.Empty(t, holders(t, advisory.KeyOf(t.Name())), "the lock was released")
+	assert.True(t, backendAlive(t, pid), "nothing was terminated")
+
+	r = cli(t, "run", "--drain-wait", "0", "--key", t.Name(), "--", "touch", started)
+	assert.Equal(t, 0, r.code, r.stderr)
+	assert.FileExists(t, started)
+	assert.Regexp(t, fmt.Sprintf(`backend pid %d \(.*\): terminated, gone \S+ after the drain began`, pid), r.stderr)
+	assert.False(t, backendAlive(t, pid))
+}
+
+// TestRunSignalEndsTheDrain: SIGTERM while run waits for an earlier holder's session to
+// end (--drain-wait 1m) ends run at once: 143, the command not started, the lock
+// released, the session left alone.
+func TestRunSignalEndsTheDrain(t *testing.T) {
+	t.Parallel()
+	needPsql(t)
+	pid := leaveWorkBehind(t, t.Name())
+	m, _ := holdLock(t, t.Name()+"/observer", "")
+	started := t.TempDir() + "/started"
+	p := start(t, "run", "--drain-wait", "1m", "--holder-name", "drain-interrupted", "--key", t.Name(),
+		"--", "touch", started)
+	waitHeldByApp(t, m, t.Name(), "drain-interrupted")
+	sent := time.Now()
+	require.NoError(t, p.cmd.Process.Signal(syscall.SIGTERM))
+	r := wait(t, p)
+	assert.Equal(t, 143, r.code, r.stderr)
+	assert.Less(t, time.Since(sent), 5*time.Second, "ended at once, not after the drain wait")
+	assert.Contains(t, r.stderr, "interrupted by SIGTERM")
+	assert.Contains(t, r.stderr, "the command was not started")
+	assert.NoFileExists(t, started)
+	assert.Empty(t, holders(t, advisory.KeyOf(t.Name())), "the lock was released")
+	assert.True(t, backendAlive(t, pid), "the session was left alone")
+}
