@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/pgadvisory/advisory"
@@ -22,6 +23,38 @@ type partitionedHolder struct {
 	lockPID, workPID uint32
 	tag              string // the application_name prefix of A's work sessions
 	settings         string // the work session's client_connection_check_interval and keepalive
+	cli              bool   // A is pgadvisory run (see startPartitionedRun), not Manager.Do
+}
+
+// told waits until A says its lock is lost, checks how it says it, and returns when.
+func (a partitionedHolder) told(t *testing.T) time.Time {
+	t.Helper()
+	if a.cli {
+		l := a.h.expect(t, "pgadvisory: lock ", 60*time.Second)
+		assert.Contains(t, l.text, "lost while the command ran", "run reports the loss: %s", l.text)
+		assert.Contains(t, l.text, "the network went silent past the keepalive limit", "the loss is classified")
+		return l.at
+	}
+	l := a.h.expect(t, "LOST", 60*time.Second)
+	assert.True(t, strings.HasPrefix(l.text, "LOST lock-lost "), "A's fn ctx ends with the loss as its cause: %s", l.text)
+	assert.Contains(t, l.text, "the network went silent past the keepalive limit", "the loss is classified")
+	return l.at
+}
+
+// done waits for A's end: Do returned the loss, or run exited with its lost-lock code.
+func (a partitionedHolder) done(t *testing.T) {
+	t.Helper()
+	if !a.cli {
+		l := a.h.expect(t, "DONE", 30*time.Second)
+		assert.True(t, strings.HasPrefix(l.text, "DONE lock-lost "), "A's Do reports the loss: %s", l.text)
+		return
+	}
+	select {
+	case <-a.h.exit:
+		assert.Equal(t, runExitLost, a.h.cmd.ProcessState.ExitCode(), "run exits with the lost-lock code")
+	case <-time.After(30 * time.Second):
+		t.Fatal("pgadvisory run did not exit within 30 s of the loss")
+	}
 }
 
 // startPartitionedHolder starts holder A in the namespace and returns once its work's
@@ -39,13 +72,19 @@ func startPartitionedHolder(t *testing.T, name string) partitionedHolder {
 		settings: "client_connection_check_interval=" + f[4] + ", keepalive " + f[5]}
 	require.NotEqual(t, "0", f[4], "the work's options reached its session: client_connection_check_interval is set")
 	require.EqualValues(t, a.lockPID, holderOf(t, advisory.KeyOf(name)), "A's lock session holds the lock")
+	waitWorkSleeps(t, a.workPID)
+	return a
+}
+
+// waitWorkSleeps waits until A's work session runs its pg_sleep.
+func waitWorkSleeps(t *testing.T, pid uint32) {
+	t.Helper()
 	require.Eventually(t, func() bool {
 		var n int
 		require.NoError(t, admin.QueryRow(context.Background(), `SELECT count(*) FROM pg_stat_activity
-			WHERE pid = $1 AND state = 'active' AND query LIKE '%pg_sleep%'`, a.workPID).Scan(&n))
+			WHERE pid = $1 AND state = 'active' AND query LIKE '%pg_sleep%'`, pid).Scan(&n))
 		return n == 1
 	}, 10*time.Second, time.Millisecond, "A's work transaction sleeps")
-	return a
 }
 
 // runPartitionedHolder is holder A: Manager.Do with the tight keepalive profile; fn runs
@@ -93,12 +132,17 @@ func partitionedWork(ctx context.Context, dsn string) error {
 		tag).Scan(&workPID, &check, &keepalive); err != nil {
 		return err
 	}
+	told := make(chan struct{})
 	go func() {
 		<-ctx.Done()
 		fmt.Println("LOST", lossKind(context.Cause(ctx)), context.Cause(ctx))
+		close(told)
 	}()
 	fmt.Println("LOCKED", l.PID(), workPID, tag, check, keepalive)
 	if _, err := tx.Exec(ctx, "SELECT pg_sleep($1)", workSleep.Seconds()); err != nil {
+		if ctx.Err() != nil {
+			<-told // LOST before DONE: Do returns as soon as fn does
+		}
 		return err
 	}
 	return tx.Commit(ctx)
