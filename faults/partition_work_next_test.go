@@ -91,8 +91,8 @@ func (b *nextHolder) viaDo(ctx context.Context, name, aTag string) (r takeOver) 
 }
 
 // nextHoldersWork is B's work on a pool tagged for B's holding: its first statement
-// reads the server's clock and counts the sessions of A's work still there; then it
-// inserts B's marker.
+// counts the sessions of A's work still there and then reads the server's clock (the CTE
+// is read first), so start is no earlier than the count; then it inserts B's marker.
 func nextHoldersWork(ctx context.Context, l *advisory.Lock, aTag string) (start time.Time, aLeft int, err error) {
 	cfg, err := pgxpool.ParseConfig(srv.DSN())
 	if err != nil {
@@ -104,8 +104,9 @@ func nextHoldersWork(ctx context.Context, l *advisory.Lock, aTag string) (start 
 		return start, 0, err
 	}
 	defer pool.Close()
-	err = pool.QueryRow(ctx, `SELECT clock_timestamp(),
-		(SELECT count(*) FROM pg_stat_activity WHERE starts_with(application_name, $1))`, aTag).Scan(&start, &aLeft)
+	err = pool.QueryRow(ctx, `WITH left_over AS MATERIALIZED (
+		  SELECT count(*) AS n FROM pg_stat_activity WHERE starts_with(application_name, $1))
+		SELECT clock_timestamp(), n FROM left_over`, aTag).Scan(&start, &aLeft)
 	if err == nil {
 		_, err = pool.Exec(ctx, "INSERT INTO "+workMarkers+" (holder) VALUES ($1)", l.WorkAppName(""))
 	}

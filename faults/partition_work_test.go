@@ -33,18 +33,33 @@ const workSleep = 30 * time.Second
 // and A's transaction never committed. Whether B's drain terminated A's work backend or
 // that backend had ended on its own (its keepalive and client_connection_check_interval
 // came with the work's options) depends on the timers' phases and B's drain wait: each
-// round says which happened; the invariant holds either way.
+// takeover says which happened; the invariant holds either way. Each of the 3 rounds cuts
+// 3 such pairs at once, one for each way B drains.
 func TestPartitionedHoldersWorkIsGoneBeforeTheNextHolderStarts(t *testing.T) {
 	ctx := needPartitionLab(t)
 	bounds := boundsOf(t, "tight")
-	for r, b := range []*nextHolder{
-		lockThenDrain(t, "Lock + Drain, drain wait 1 s (default)"),
-		lockThenDrain(t, "Lock + Drain, drain wait 0 (terminate at once)", advisory.WithDrainWait(0)),
-		doDrains(t, "Manager.Do (drains before fn), drain wait 1 s (default)"),
-	} {
-		res := workPartitionRound(t, ctx, startPartitionedHolder, b, r)
-		logWorkRound(t, r, b, res)
-		assertPartitionBounds(t, partitionResult{profile: "tight", told: res.told, freed: res.freed, bounds: bounds})
+	for r := 0; r < 3; r++ {
+		pairs := threeDrains(t, startPartitionedHolder)
+		for i, res := range workPartitionRound(t, ctx, r, pairs) {
+			logWorkRound(t, r, pairs[i].b, res)
+			assertPartitionBounds(t, partitionResult{profile: "tight", told: res.told, freed: res.freed, bounds: bounds})
+		}
+	}
+}
+
+// workPair is a holder A, started by start, and the B that waits to take over from it.
+type workPair struct {
+	start func(t *testing.T, name string) partitionedHolder
+	b     *nextHolder
+}
+
+// threeDrains pairs As from start with a B of each kind: Lock then Drain with the
+// default drain wait, with none (terminate at once), and Manager.Do.
+func threeDrains(t *testing.T, start func(*testing.T, string) partitionedHolder) []workPair {
+	return []workPair{
+		{start, lockThenDrain(t, "Lock + Drain, drain wait 1 s (default)")},
+		{start, lockThenDrain(t, "Lock + Drain, drain wait 0 (terminate at once)", advisory.WithDrainWait(0))},
+		{start, doDrains(t, "Manager.Do (drains before fn), drain wait 1 s (default)")},
 	}
 }
 
@@ -70,80 +85,111 @@ func needPartitionLab(t *testing.T) context.Context {
 	return ctx
 }
 
+// logWorkRound logs one takeover. The server runs on this machine: its clock_timestamp()
+// and the test's time.Now() read the same clock, so the timeline mixes them.
 func logWorkRound(t *testing.T, r int, b *nextHolder, res workRound) {
 	t.Logf("round %d, B by %s: told %.2fs, freed %.2fs; drain took %v: A's work backend %s; "+
-		"B's fn began %v after the grant; A's work last seen %v before B's first statement "+
-		"(observer: %d samples, longest gap %v)", r, b.how, res.told.Seconds(), res.freed.Seconds(),
-		res.drain.Took, res.outcome, res.fnAfter, res.clearance, res.samples, res.maxGap)
+		"B's fn began %v after the grant (observer: %d samples, longest gap %v)", r, b.how, res.told.Seconds(),
+		res.freed.Seconds(), res.drain.Took, res.outcome, res.fnAfter, res.samples, res.maxGap)
+	t.Logf("round %d timeline after the cut: A told %+.3fs; A's work seen from %+.3fs, running at %+.3fs, "+
+		"gone by %+.3fs; B granted %+.3fs; B's fn %+.3fs; B's first statement %+.3fs", r, res.told.Seconds(),
+		res.workFirst.Seconds(), res.workAlive.Seconds(), res.workGone.Seconds(), res.freed.Seconds(),
+		(res.freed + res.fnAfter).Seconds(), res.bFirst.Seconds())
 }
 
-// workRound is what one round measured.
+// workRound is what one takeover measured.
 type workRound struct {
 	told, freed time.Duration // after the partition began
 	drain       advisory.DrainReport
 	outcome     string        // what became of A's work backend
 	fnAfter     time.Duration // B's lock granted -> B's fn (or, for Lock, its work) began
-	clearance   time.Duration // A's work last seen -> B's first statement (server clock)
 	samples     int
 	maxGap      time.Duration
+	// On the server's clock, after the cut: when the observer first saw A's work session,
+	// last saw it running (a lower bound of its end) and saw it gone (an upper bound), and
+	// B's first statement (when it had found no session of A's work left).
+	workFirst, workAlive, workGone, bFirst time.Duration
 }
 
-// workPartitionRound runs one round with holder A from start and B as b.
-func workPartitionRound(t *testing.T, ctx context.Context, start func(*testing.T, string) partitionedHolder,
-	b *nextHolder, round int) workRound {
+// workPartitionRound starts each pair's A in the namespace (staggered, so that keepalive
+// timers run at different phases) with its B waiting, cuts the namespace once, and judges
+// every takeover.
+func workPartitionRound(t *testing.T, ctx context.Context, round int, pairs []workPair) []workRound {
 	seed := uint64(time.Now().UnixNano())
 	rng := rand.New(rand.NewPCG(seed, uint64(round)))
-	name := fmt.Sprintf("%s/%d", t.Name(), round)
 	t.Logf("round %d seed %d", round, seed)
 	obs := startWorkObserver(t)
-	a := start(t, name)
-	t.Logf("round %d: A's work session %d: %s", round, a.workPID, a.settings)
-	took := b.takeOver(ctx, name, a.tag)
-	require.Eventually(t, func() bool { return waiters(t, advisory.KeyOf(name)) == 1 }, 10*time.Second, time.Millisecond)
-	// Vary the keepalive timers' phases against the moment of the cut.
-	time.Sleep(time.Duration(rng.IntN(2000)) * time.Millisecond)
+	as := make([]partitionedHolder, len(pairs))
+	took := make([]<-chan takeOver, len(pairs))
+	for i, p := range pairs {
+		name := fmt.Sprintf("%s/%d/%d", t.Name(), round, i)
+		as[i] = p.start(t, name)
+		t.Logf("round %d: A%d's work session %d: %s", round, i, as[i].workPID, as[i].settings)
+		took[i] = p.b.takeOver(ctx, name, as[i].tag)
+		require.Eventually(t, func() bool { return waiters(t, advisory.KeyOf(name)) == 1 }, 10*time.Second, time.Millisecond)
+		time.Sleep(time.Duration(rng.IntN(1500)) * time.Millisecond)
+	}
 	t0 := time.Now()
 	require.NoError(t, netLab.partition())
-
-	var res workRound
-	res.told = a.told(t).Sub(t0)
-	var bRes takeOver
-	select {
-	case bRes = <-took:
-	case <-time.After(60 * time.Second):
-		t.Fatal("B did not take over within 60 s of the partition")
+	res := make([]workRound, len(pairs))
+	for i, a := range as {
+		res[i].told = a.told(t).Sub(t0) // the time its line arrived, whenever it is read
 	}
-	require.NoError(t, bRes.err, "B")
-	a.done(t)
+	bs := make([]takeOver, len(pairs))
+	for i := range bs {
+		select {
+		case bs[i] = <-took[i]:
+		case <-time.After(60 * time.Second):
+			t.Fatalf("B%d did not take over within 60 s of the partition", i)
+		}
+		require.NoError(t, bs[i].err, "B%d", i)
+	}
+	for _, a := range as {
+		a.done(t)
+	}
 	require.NoError(t, netLab.heal())
 	obs.stop()
-
-	res.freed, res.drain, res.fnAfter = bRes.grantAt.Sub(t0), bRes.drain, bRes.fnAt.Sub(bRes.grantAt)
-	assert.Zero(t, bRes.aLeft, "VIOLATION: a session of A's work was running when B's work began")
-	res.clearance = judgeWorkSpans(t, obs, a, bRes.bStart)
-	res.outcome = drainOutcome(bRes.drain, a.workPID)
-	res.samples, res.maxGap = obs.samples, obs.maxGap
-	var committed int
-	require.NoError(t, admin.QueryRow(ctx, "SELECT count(*) FROM "+workMarkers+" WHERE holder = $1", a.tag).Scan(&committed))
-	assert.Zero(t, committed, "VIOLATION: A's partitioned work committed")
+	for i := range res {
+		judgeTakeover(t, ctx, obs, as[i], bs[i], t0, &res[i])
+	}
 	return res
 }
 
-// judgeWorkSpans asserts that every session of A's work was last seen before B's work
-// began and returns by how much (the smallest gap).
-func judgeWorkSpans(t *testing.T, obs *workObserver, a partitionedHolder, bStart time.Time) time.Duration {
+// judgeTakeover asserts that none of A's work was left when B's work began and that A's
+// transaction never committed, and fills in what r records of the takeover.
+func judgeTakeover(t *testing.T, ctx context.Context, obs *workObserver, a partitionedHolder, b takeOver,
+	t0 time.Time, r *workRound) {
 	t.Helper()
-	spans := obs.tagged(a.tag)
-	seenWork := false
-	clearance := time.Duration(1<<63 - 1)
-	for _, s := range spans {
-		seenWork = seenWork || s.pid == a.workPID
-		overlap := max(0, s.last.Sub(bStart))
-		assert.Zero(t, overlap, "VIOLATION: A's work session %d (%q) seen %v after B's work began", s.pid, s.app, overlap)
-		clearance = min(clearance, bStart.Sub(s.last))
+	r.freed, r.drain, r.fnAfter = b.grantAt.Sub(t0), b.drain, b.fnAt.Sub(b.grantAt)
+	assert.Zero(t, b.aLeft, "VIOLATION: a session of A's work was running when B's work began")
+	work := judgeWorkSpans(t, obs, a, b.bStart)
+	r.bFirst = b.bStart.Sub(t0)
+	r.workFirst, r.workAlive, r.workGone = work.first.Sub(t0), work.aliveAt.Sub(t0), work.goneBy.Sub(t0)
+	r.outcome = drainOutcome(b.drain, a.workPID)
+	r.samples, r.maxGap = obs.samples, obs.maxGap
+	var committed int
+	require.NoError(t, admin.QueryRow(ctx, "SELECT count(*) FROM "+workMarkers+" WHERE holder = $1", a.tag).Scan(&committed))
+	assert.Zero(t, committed, "VIOLATION: A's partitioned work committed")
+}
+
+// judgeWorkSpans checks the observer's record of A's work against B's first statement:
+// no sample that began at or after it listed a session of A's work (which would prove an
+// overlap), and A's work session was seen to end. It returns that session's span.
+func judgeWorkSpans(t *testing.T, obs *workObserver, a partitionedHolder, bStart time.Time) workSpan {
+	t.Helper()
+	obs.sampledPast(t, bStart)
+	var work workSpan
+	for _, s := range obs.tagged(a.tag) {
+		if s.pid == a.workPID {
+			work = s
+		}
+		overlap := max(0, s.aliveAt.Sub(bStart))
+		assert.True(t, s.aliveAt.Before(bStart), "VIOLATION: A's work session %d (%q) was running %v after B's work began",
+			s.pid, s.app, overlap)
 	}
-	require.True(t, seenWork, "the observer saw A's work session %d", a.workPID)
-	return clearance
+	require.Equal(t, a.workPID, work.pid, "the observer saw A's work session")
+	require.False(t, work.goneBy.IsZero(), "the observer saw A's work session %d end", work.pid)
+	return work
 }
 
 // drainOutcome says what became of A's work backend: terminated by B's drain, ended on
