@@ -44,8 +44,9 @@ const runClientKeepalive = "keepalives_idle=1 keepalives_interval=1 keepalives_c
 // holding's tag (PGAPPNAME) and settings (PGOPTIONS). The cut comes while psql's
 // transaction sleeps; run is told and stops psql, whose backend runs on; B (as in
 // TestPartitionedHoldersWorkIsGoneBeforeTheNextHolderStarts) must find it gone before its
-// own work starts, and A's transaction must never commit. One cut, 3 pairs: with the
-// server's default keepalive a cut takes about 30 s to free the locks.
+// own work starts, and A's transaction must never commit. One cut, 4 pairs (the same Bs,
+// the control included): with the server's default keepalive a cut takes about 30 s to
+// free the locks.
 func TestPartitionedRunsCommandIsGoneBeforeTheNextHolderStarts(t *testing.T) {
 	ctx := needPartitionLab(t)
 	cli := buildCLI(t)
@@ -53,7 +54,7 @@ func TestPartitionedRunsCommandIsGoneBeforeTheNextHolderStarts(t *testing.T) {
 	script := filepath.Join(t.TempDir(), "work.sql")
 	require.NoError(t, os.WriteFile(script, fmt.Appendf(nil, runWorkSQL, int(runWorkSleep.Seconds())), 0o644))
 	start := func(t *testing.T, name string) partitionedHolder { return startPartitionedRun(t, cli, script, name) }
-	pairs := threeDrains(t, start)
+	pairs := pairsOfEachKind(t, start)
 	for i, res := range workPartitionRound(t, ctx, 0, pairs) {
 		logWorkRound(t, 0, pairs[i].b, res)
 		assertPartitionBounds(t, partitionResult{profile: "run", told: res.told, freed: res.freed, bounds: bounds})

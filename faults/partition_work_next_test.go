@@ -21,12 +21,19 @@ type nextHolder struct {
 	how      string
 	m        *advisory.Manager
 	do       bool
+	noDrain  bool // the control: B's work starts as soon as it holds the lock
 	acquired chan time.Time
 	drained  *drainLog
 }
 
 func lockThenDrain(t *testing.T, how string, opts ...advisory.Option) *nextHolder {
 	return &nextHolder{how: how, m: newManager(t, "", opts...)}
+}
+
+// lockNoDrain is the control: Lock, then the work, as before work fencing. Its takeovers
+// are measured, not judged: they show the overlap the drain prevents.
+func lockNoDrain(t *testing.T) *nextHolder {
+	return &nextHolder{how: "Lock, no drain (control)", m: newManager(t, ""), noDrain: true}
 }
 
 func doDrains(t *testing.T, how string) *nextHolder {
@@ -66,7 +73,10 @@ func (b *nextHolder) viaLock(ctx context.Context, name, aTag string) (r takeOver
 	if err != nil {
 		return r
 	}
-	if r.drain, r.err = l.Drain(ctx); r.err == nil {
+	if !b.noDrain {
+		r.drain, r.err = l.Drain(ctx)
+	}
+	if r.err == nil {
 		r.fnAt = time.Now()
 		r.bStart, r.aLeft, r.err = nextHoldersWork(ctx, l, aTag)
 	}

@@ -34,12 +34,13 @@ const workSleep = 30 * time.Second
 // that backend had ended on its own (its keepalive and client_connection_check_interval
 // came with the work's options) depends on the timers' phases and B's drain wait: each
 // takeover says which happened; the invariant holds either way. Each of the 3 rounds cuts
-// 3 such pairs at once, one for each way B drains.
+// 4 such pairs at once: one for each way B drains, and a control B that does not drain,
+// whose overlap with A's work is measured, not judged (it is what the drain prevents).
 func TestPartitionedHoldersWorkIsGoneBeforeTheNextHolderStarts(t *testing.T) {
 	ctx := needPartitionLab(t)
 	bounds := boundsOf(t, "tight")
 	for r := 0; r < 3; r++ {
-		pairs := threeDrains(t, startPartitionedHolder)
+		pairs := pairsOfEachKind(t, startPartitionedHolder)
 		for i, res := range workPartitionRound(t, ctx, r, pairs) {
 			logWorkRound(t, r, pairs[i].b, res)
 			assertPartitionBounds(t, partitionResult{profile: "tight", told: res.told, freed: res.freed, bounds: bounds})
@@ -53,13 +54,15 @@ type workPair struct {
 	b     *nextHolder
 }
 
-// threeDrains pairs As from start with a B of each kind: Lock then Drain with the
-// default drain wait, with none (terminate at once), and Manager.Do.
-func threeDrains(t *testing.T, start func(*testing.T, string) partitionedHolder) []workPair {
+// pairsOfEachKind pairs As from start with a B of each kind: Lock then Drain with the
+// default drain wait, with none (terminate at once), and Manager.Do; and with the
+// control, a B that does not drain.
+func pairsOfEachKind(t *testing.T, start func(*testing.T, string) partitionedHolder) []workPair {
 	return []workPair{
 		{start, lockThenDrain(t, "Lock + Drain, drain wait 1 s (default)")},
 		{start, lockThenDrain(t, "Lock + Drain, drain wait 0 (terminate at once)", advisory.WithDrainWait(0))},
 		{start, doDrains(t, "Manager.Do (drains before fn), drain wait 1 s (default)")},
+		{start, lockNoDrain(t)},
 	}
 }
 
@@ -95,6 +98,8 @@ func logWorkRound(t *testing.T, r int, b *nextHolder, res workRound) {
 		"gone by %+.3fs; B granted %+.3fs; B's fn %+.3fs; B's first statement %+.3fs", r, res.told.Seconds(),
 		res.workFirst.Seconds(), res.workAlive.Seconds(), res.workGone.Seconds(), res.freed.Seconds(),
 		(res.freed + res.fnAfter).Seconds(), res.bFirst.Seconds())
+	t.Logf("round %d overlap of A's work with B's: %v to %v; B's first statement found %d of A's sessions",
+		r, res.overlapMin, res.overlapMax, res.aLeft)
 }
 
 // workRound is what one takeover measured.
@@ -109,6 +114,10 @@ type workRound struct {
 	// last saw it running (a lower bound of its end) and saw it gone (an upper bound), and
 	// B's first statement (when it had found no session of A's work left).
 	workFirst, workAlive, workGone, bFirst time.Duration
+	// How long A's work session ran on after B's first statement: at least, at most (the
+	// observer's resolution); and how many of A's sessions that statement counted.
+	overlapMin, overlapMax time.Duration
+	aLeft                  int
 }
 
 // workPartitionRound starts each pair's A in the namespace (staggered, so that keepalive
@@ -145,27 +154,47 @@ func workPartitionRound(t *testing.T, ctx context.Context, round int, pairs []wo
 		require.NoError(t, bs[i].err, "B%d", i)
 	}
 	for _, a := range as {
+		waitWorkGone(t, a) // the control's, left to end on its own (no later than the drained ones)
 		a.done(t)
 	}
 	require.NoError(t, netLab.heal())
 	obs.stop()
 	for i := range res {
-		judgeTakeover(t, ctx, obs, as[i], bs[i], t0, &res[i])
+		judgeTakeover(t, ctx, obs, as[i], bs[i], pairs[i].b.noDrain, t0, &res[i])
 	}
 	return res
+}
+
+// waitWorkGone waits, while the namespace is still cut, until no session of A's work is
+// left: the server's keepalive and client_connection_check_interval end it within the
+// server's release bound and one check interval after the cut.
+func waitWorkGone(t *testing.T, a partitionedHolder) {
+	t.Helper()
+	require.Eventually(t, func() bool {
+		var n int
+		require.NoError(t, admin.QueryRow(context.Background(),
+			"SELECT count(*) FROM pg_stat_activity WHERE starts_with(application_name, $1)", a.tag).Scan(&n))
+		return n == 0
+	}, 60*time.Second, 5*time.Millisecond, "A's work sessions end")
 }
 
 // judgeTakeover asserts that none of A's work was left when B's work began and that A's
 // transaction never committed, and fills in what r records of the takeover.
 func judgeTakeover(t *testing.T, ctx context.Context, obs *workObserver, a partitionedHolder, b takeOver,
-	t0 time.Time, r *workRound) {
+	control bool, t0 time.Time, r *workRound) {
 	t.Helper()
-	r.freed, r.drain, r.fnAfter = b.grantAt.Sub(t0), b.drain, b.fnAt.Sub(b.grantAt)
-	assert.Zero(t, b.aLeft, "VIOLATION: a session of A's work was running when B's work began")
-	work := judgeWorkSpans(t, obs, a, b.bStart)
+	r.freed, r.drain, r.fnAfter, r.aLeft = b.grantAt.Sub(t0), b.drain, b.fnAt.Sub(b.grantAt), b.aLeft
+	if !control {
+		assert.Zero(t, b.aLeft, "VIOLATION: a session of A's work was running when B's work began")
+	}
+	work := judgeWorkSpans(t, obs, a, b.bStart, control)
 	r.bFirst = b.bStart.Sub(t0)
 	r.workFirst, r.workAlive, r.workGone = work.first.Sub(t0), work.aliveAt.Sub(t0), work.goneBy.Sub(t0)
 	r.outcome = drainOutcome(b.drain, a.workPID)
+	r.overlapMin, r.overlapMax = max(0, work.aliveAt.Sub(b.bStart)), max(0, work.goneBy.Sub(b.bStart))
+	if control {
+		r.outcome = "not drained (control)"
+	}
 	r.samples, r.maxGap = obs.samples, obs.maxGap
 	var committed int
 	require.NoError(t, admin.QueryRow(ctx, "SELECT count(*) FROM "+workMarkers+" WHERE holder = $1", a.tag).Scan(&committed))
@@ -174,8 +203,9 @@ func judgeTakeover(t *testing.T, ctx context.Context, obs *workObserver, a parti
 
 // judgeWorkSpans checks the observer's record of A's work against B's first statement:
 // no sample that began at or after it listed a session of A's work (which would prove an
-// overlap), and A's work session was seen to end. It returns that session's span.
-func judgeWorkSpans(t *testing.T, obs *workObserver, a partitionedHolder, bStart time.Time) workSpan {
+// overlap; not asserted for the control), and A's work session was seen to end. It
+// returns that session's span.
+func judgeWorkSpans(t *testing.T, obs *workObserver, a partitionedHolder, bStart time.Time, control bool) workSpan {
 	t.Helper()
 	obs.sampledPast(t, bStart)
 	var work workSpan
@@ -183,9 +213,8 @@ func judgeWorkSpans(t *testing.T, obs *workObserver, a partitionedHolder, bStart
 		if s.pid == a.workPID {
 			work = s
 		}
-		overlap := max(0, s.aliveAt.Sub(bStart))
-		assert.True(t, s.aliveAt.Before(bStart), "VIOLATION: A's work session %d (%q) was running %v after B's work began",
-			s.pid, s.app, overlap)
+		assert.True(t, control || s.aliveAt.Before(bStart), "VIOLATION: A's work session %d (%q) was running %v after B's work began",
+			s.pid, s.app, s.aliveAt.Sub(bStart))
 	}
 	require.Equal(t, a.workPID, work.pid, "the observer saw A's work session")
 	require.False(t, work.goneBy.IsZero(), "the observer saw A's work session %d end", work.pid)
