@@ -115,6 +115,27 @@ func startMerged(t *testing.T, env []string, argv ...string) *helper {
 	return h
 }
 
+// expectContaining waits for a line that contains text and returns it; other lines are
+// logged (pgadvisory's and psql's messages say what went wrong if it never comes).
+func (h *helper) expectContaining(t *testing.T, text string, timeout time.Duration) line {
+	t.Helper()
+	deadline := time.After(timeout)
+	for {
+		select {
+		case l, ok := <-h.lines:
+			if !ok {
+				t.Fatalf("pgadvisory run exited before printing %q", text)
+			}
+			if strings.Contains(l.text, text) {
+				return l
+			}
+			t.Logf("run: %s", l.text)
+		case <-deadline:
+			t.Fatalf("pgadvisory run did not print %q within %v", text, timeout)
+		}
+	}
+}
+
 // buildCLI builds pgadvisory into the test's temporary directory.
 func buildCLI(t *testing.T) string {
 	t.Helper()
