@@ -20,19 +20,18 @@ import (
 // runExitLost is pgadvisory run's exit code when the lock was lost while its command ran.
 const runExitLost = 76
 
-// runWorkSQL is A's command's work, run by psql: one transaction that inserts the marker
-// (the session's application_name, which PGAPPNAME made the holding's tag), reports the
-// session on stderr, and sleeps past the server's release bound before it commits.
+// runWorkSQL is A's command's work, run by psql: it reports its session on stderr, then
+// runs one transaction in one Query message (psql's \; joins statements), as a migration
+// tool sends a migration file, so the server runs it to its COMMIT without the client: it
+// inserts the marker (the session's application_name, which PGAPPNAME made the holding's
+// tag) and sleeps past the server's release bound.
 const runWorkSQL = `\set ON_ERROR_STOP on
-BEGIN;
-INSERT INTO ` + workMarkers + ` (holder) VALUES (current_setting('application_name'))
-  RETURNING pg_backend_pid() AS pid, split_part(current_setting('application_name'), ' ', 1) AS tag,
+SELECT pg_backend_pid() AS pid, split_part(current_setting('application_name'), ' ', 1) AS tag,
     current_setting('client_connection_check_interval') AS cci,
     concat_ws('/', current_setting('tcp_keepalives_idle'), current_setting('tcp_keepalives_interval'),
       current_setting('tcp_keepalives_count'), current_setting('tcp_user_timeout')) AS ka \gset
 \warn LOCKED :pid :tag :cci :ka
-SELECT pg_sleep(%d);
-COMMIT;
+BEGIN \; INSERT INTO ` + workMarkers + ` (holder) VALUES (current_setting('application_name')) \; SELECT pg_sleep(%d) \; COMMIT;
 `
 
 // runClientKeepalive is A's client keepalive, in libpq's keys in its connection string:

@@ -20,8 +20,9 @@ const workMarkers = "partition_work_markers"
 
 // workSleep is how long A's work transaction sleeps between its insert and its commit:
 // far past the server's release bound, so the work is still running when the lock is
-// freed unless its own backend gives up first.
-const workSleep = 30 * time.Second
+// freed unless its own backend gives up first. The untagged control's work sleeps
+// untaggedWorkSleep: it commits while the next holder works.
+const workSleep, untaggedWorkSleep = 30 * time.Second, 16 * time.Second
 
 // TestPartitionedHoldersWorkIsGoneBeforeTheNextHolderStarts: holder A, a process in the
 // network namespace, holds a lock through Manager.Do and runs its work (a transaction:
@@ -36,11 +37,17 @@ const workSleep = 30 * time.Second
 // takeover says which happened; the invariant holds either way. Each of the 3 rounds cuts
 // 4 such pairs at once: one for each way B drains, and a control B that does not drain,
 // whose overlap with A's work is measured, not judged (it is what the drain prevents).
+// Round 0 adds the control of the time before work fencing: A's work untagged and without
+// the settings, which B's drain cannot find and which commits while B works.
 func TestPartitionedHoldersWorkIsGoneBeforeTheNextHolderStarts(t *testing.T) {
 	ctx := needPartitionLab(t)
 	bounds := boundsOf(t, "tight")
 	for r := 0; r < 3; r++ {
 		pairs := pairsOfEachKind(t, startPartitionedHolder)
+		if r == 0 {
+			pairs = append(pairs, workPair{startUntaggedHolder,
+				lockThenDrain(t, "Lock + Drain, A's work untagged (control: before work fencing)")})
+		}
 		for i, res := range workPartitionRound(t, ctx, r, pairs) {
 			logWorkRound(t, r, pairs[i].b, res)
 			assertPartitionBounds(t, partitionResult{profile: "tight", told: res.told, freed: res.freed, bounds: bounds})
@@ -94,6 +101,11 @@ func logWorkRound(t *testing.T, r int, b *nextHolder, res workRound) {
 	t.Logf("round %d, B by %s: told %.2fs, freed %.2fs; drain took %v: A's work backend %s; "+
 		"B's fn began %v after the grant (observer: %d samples, longest gap %v)", r, b.how, res.told.Seconds(),
 		res.freed.Seconds(), res.drain.Took, res.outcome, res.fnAfter, res.samples, res.maxGap)
+	if res.committed != 0 {
+		t.Logf("round %d: A's untagged work committed %v after B's first statement (which found %d of its sessions)",
+			r, res.committed, res.aLeft)
+		return
+	}
 	t.Logf("round %d timeline after the cut: A told %+.3fs; A's work seen from %+.3fs, running at %+.3fs, "+
 		"gone by %+.3fs; B granted %+.3fs; B's fn %+.3fs; B's first statement %+.3fs", r, res.told.Seconds(),
 		res.workFirst.Seconds(), res.workAlive.Seconds(), res.workGone.Seconds(), res.freed.Seconds(),
@@ -118,6 +130,8 @@ type workRound struct {
 	// observer's resolution); and how many of A's sessions that statement counted.
 	overlapMin, overlapMax time.Duration
 	aLeft                  int
+	// The untagged control: when its work committed, after B's first statement.
+	committed time.Duration
 }
 
 // workPartitionRound starts each pair's A in the namespace (staggered, so that keepalive
@@ -153,8 +167,12 @@ func workPartitionRound(t *testing.T, ctx context.Context, round int, pairs []wo
 		}
 		require.NoError(t, bs[i].err, "B%d", i)
 	}
-	for _, a := range as {
-		waitWorkGone(t, a) // the control's, left to end on its own (no later than the drained ones)
+	for i, a := range as {
+		if a.untagged {
+			res[i].committed = waitCommitted(t, a).Sub(bs[i].bStart)
+		} else {
+			waitWorkGone(t, a) // the control's, left to end on its own (no later than the drained ones)
+		}
 		a.done(t)
 	}
 	require.NoError(t, netLab.heal())
@@ -163,6 +181,19 @@ func workPartitionRound(t *testing.T, ctx context.Context, round int, pairs []wo
 		judgeTakeover(t, ctx, obs, as[i], bs[i], pairs[i].b.noDrain, t0, &res[i])
 	}
 	return res
+}
+
+// waitCommitted waits for the untagged control's work to commit, as nothing stops it,
+// and returns when it saw the marker.
+func waitCommitted(t *testing.T, a partitionedHolder) time.Time {
+	t.Helper()
+	require.Eventually(t, func() bool {
+		var n int
+		require.NoError(t, admin.QueryRow(context.Background(),
+			"SELECT count(*) FROM "+workMarkers+" WHERE holder = $1", a.tag).Scan(&n))
+		return n == 1
+	}, untaggedWorkSleep+30*time.Second, 5*time.Millisecond, "the untagged control's work commits")
+	return time.Now()
 }
 
 // waitWorkGone waits, while the namespace is still cut, until no session of A's work is
@@ -184,18 +215,22 @@ func judgeTakeover(t *testing.T, ctx context.Context, obs *workObserver, a parti
 	control bool, t0 time.Time, r *workRound) {
 	t.Helper()
 	r.freed, r.drain, r.fnAfter, r.aLeft = b.grantAt.Sub(t0), b.drain, b.fnAt.Sub(b.grantAt), b.aLeft
+	r.samples, r.maxGap, r.bFirst = obs.samples, obs.maxGap, b.bStart.Sub(t0)
+	if a.untagged {
+		r.outcome = "untagged, so not found by the drain (control: before work fencing)"
+		assert.Positive(t, r.committed, "the untagged control's work commits after B's work began")
+		return
+	}
 	if !control {
 		assert.Zero(t, b.aLeft, "VIOLATION: a session of A's work was running when B's work began")
 	}
 	work := judgeWorkSpans(t, obs, a, b.bStart, control)
-	r.bFirst = b.bStart.Sub(t0)
 	r.workFirst, r.workAlive, r.workGone = work.first.Sub(t0), work.aliveAt.Sub(t0), work.goneBy.Sub(t0)
 	r.outcome = drainOutcome(b.drain, a.workPID)
 	r.overlapMin, r.overlapMax = max(0, work.aliveAt.Sub(b.bStart)), max(0, work.goneBy.Sub(b.bStart))
 	if control {
 		r.outcome = "not drained (control)"
 	}
-	r.samples, r.maxGap = obs.samples, obs.maxGap
 	var committed int
 	require.NoError(t, admin.QueryRow(ctx, "SELECT count(*) FROM "+workMarkers+" WHERE holder = $1", a.tag).Scan(&committed))
 	assert.Zero(t, committed, "VIOLATION: A's partitioned work committed")

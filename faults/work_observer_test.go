@@ -11,7 +11,8 @@ import (
 )
 
 // workObserver samples pg_stat_activity every few milliseconds, from its own connection,
-// for sessions whose application_name carries a work tag ("pgadv/..."), and keeps, per
+// for sessions whose application_name carries a work tag ("pgadv/...", or the untagged
+// control's "pgadv-untagged/..."), and keeps, per
 // session, when it was seen, on the server's clock. A sample is one statement, so one
 // snapshot of pg_stat_activity, taken at an unknown moment between the sample's begin and
 // end clock rows (see workSample). Hence, for a session:
@@ -49,7 +50,7 @@ type spanKey struct {
 // and before the last.
 const workSample = `SELECT 0, 'begin', clock_timestamp()
 	UNION ALL SELECT pid, application_name, clock_timestamp() FROM pg_stat_activity
-	  WHERE starts_with(application_name, 'pgadv/')
+	  WHERE starts_with(application_name, 'pgadv')
 	UNION ALL SELECT 0, 'end', clock_timestamp()`
 
 func startWorkObserver(t *testing.T) *workObserver {
