@@ -175,6 +175,7 @@ func configure(cfg *pgxpool.Config, set *settings, ps *proxyState) *pgxpool.Conf
 	}
 	cc.DialFunc = keepaliveDialer(cc.DialFunc, set.clientKeepalive)
 	cc.BuildContextWatcherHandler = newCancelHandler(set.cancelGrace)
+	cc.OnNotice = noticeRecorder(cc.OnNotice)
 	// An idle pooled connection whose backend was terminated (or whose server went away)
 	// already has the FATAL, or an EOF, waiting in its socket: ping it, which fails, so
 	// that the pool hands out another instead of a Lock meeting the FATAL. pgxpool pings

@@ -88,6 +88,15 @@ var (
 	// privilege to grant), or it did not go within 10 s of its termination. Starting the
 	// work then could overlap the earlier holder's.
 	ErrWorkNotDrained = errors.New("advisory: an earlier holder's work is still running")
+
+	// ErrCommitUnconfirmed means a commit the library made for the caller ([Lock.Token],
+	// [Lock.BeginFunc], [Manager.DoTx], [Session.BeginFunc], [Manager.CreateFenceTable])
+	// happened on the server it is connected to, but the server could not confirm it as
+	// synchronous_commit promises: its wait for synchronous replication was cancelled, and
+	// the server said so with a WARNING. After a failover to a standby the commit may be
+	// gone. Token then returns no token (the next call takes a new one); a transaction's
+	// writes must be treated as in doubt.
+	ErrCommitUnconfirmed = errors.New("advisory: commit not confirmed: committed locally, durability unknown")
 )
 
 // LockedError is returned by TryLock when another session holds the lock. It wraps

@@ -26,7 +26,10 @@ import (
 // waits for another BeginFunc running on the same Lock, bounded by ctx; Unlock waits for
 // it too.
 //
-// It returns nil if the transaction committed. If fn returns an error, the transaction
+// It returns nil if the transaction committed, confirmed as synchronous_commit promises;
+// an error wrapping [ErrCommitUnconfirmed] if it committed on the server but the server
+// warned that it could not confirm it (its wait for a synchronous standby was cancelled:
+// after a failover the commit may be gone). If fn returns an error, the transaction
 // is rolled back and that error returned. If the lock was lost before the call or is lost
 // before the commit, nothing is committed and the error wraps [ErrLockLost]; the same if
 // the commit fails because the session is gone. (As with any commit whose reply is lost,
@@ -53,15 +56,18 @@ func (l *Lock) BeginTxFunc(ctx context.Context, opts pgx.TxOptions, fn func(pgx.
 }
 
 // DoTx takes the lock with the given name (blocking as [Manager.Lock] does), drains
-// earlier holders' work as [Manager.Do] does, runs fn in a
-// fenced transaction on the lock's connection (see [Lock.BeginFunc]), and unlocks. fn's
-// ctx is derived from ctx and is also cancelled if the lock is lost; the transaction then
-// does not commit, and DoTx's error wraps [ErrLockLost]. It returns nil if and only if
-// the transaction committed (even if the lock ends before the unlock: the commit happened
-// while it was held). Otherwise it returns the error of Lock, of fn (the transaction was
-// rolled back) or of the commit, joined with a loss reported by the unlock. The unlock is
-// bounded by 5 s of its own, as in [Manager.Do]. If fn panics, the transaction is rolled back and the lock released
-// before the panic goes on.
+// earlier holders' work as [Manager.Do] does, runs fn in a fenced transaction on the
+// lock's connection (see [Lock.BeginFunc]), and unlocks. fn's ctx is derived from ctx and
+// is also cancelled if the lock is lost; the transaction then does not commit, and DoTx's
+// error wraps [ErrLockLost].
+//
+// It returns nil if and only if the transaction committed, confirmed (even if the lock
+// ends before the unlock: the commit happened while it was held); an error wrapping
+// [ErrCommitUnconfirmed] says it committed without the confirmation synchronous_commit
+// promises (see [Lock.BeginFunc]). Otherwise it returns the error of Lock, of fn (the
+// transaction was rolled back) or of the commit, joined with a loss reported by the
+// unlock. The unlock is bounded by 5 s of its own, as in [Manager.Do]. If fn panics, the
+// transaction is rolled back and the lock released before the panic goes on.
 func (m *Manager) DoTx(ctx context.Context, name string, fn func(ctx context.Context, tx pgx.Tx) error) error {
 	if fn == nil {
 		panic("advisory: DoTx with a nil function")

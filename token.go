@@ -42,8 +42,17 @@ func (m *Manager) CreateFenceTable(ctx context.Context) error {
 		return err
 	}
 	defer m.active.Done()
-	if _, err := m.pool.Exec(ctx, fmt.Sprintf(createSQL, m.set.fenceTable)); err != nil {
+	c, err := m.pool.Acquire(ctx)
+	if err != nil {
 		return fmt.Errorf("advisory: create the fencing table %s: %w", m.set.fenceTable, err)
+	}
+	defer c.Release()
+	clearWarning(c.Conn().PgConn())
+	if _, err := c.Exec(ctx, fmt.Sprintf(createSQL, m.set.fenceTable)); err != nil {
+		return fmt.Errorf("advisory: create the fencing table %s: %w", m.set.fenceTable, err)
+	}
+	if n := takeWarning(c.Conn().PgConn()); n != nil {
+		return fmt.Errorf("advisory: create the fencing table %s: %w", m.set.fenceTable, unconfirmed("its commit", n))
 	}
 	return nil
 }
@@ -58,7 +67,10 @@ func (m *Manager) CreateFenceTable(ctx context.Context) error {
 // The first call takes the token: one statement on the lock's connection that updates the
 // key's row in the fencing table and waits for its commit to be flushed (about one disk
 // flush). Later calls return the same token at once. ctx governs that statement; a
-// cancelled call takes no token and keeps the lock. It fails with an error wrapping
+// cancelled call takes no token and keeps the lock. A token whose commit the server could
+// not confirm (ctx ended while the commit waited for a synchronous standby: the server
+// then commits locally with a WARNING) is never returned: the error wraps
+// [ErrCommitUnconfirmed], the lock is kept, and the next call takes a newer token. It fails with an error wrapping
 // [ErrLockLost] or [ErrNotHeld] if the lock has ended, even if a token was taken before,
 // and with one wrapping [ErrNoFenceTable] if the table does not exist.
 func (l *Lock) Token(ctx context.Context) (int64, error) {
@@ -77,7 +89,11 @@ func (l *Lock) Token(ctx context.Context) (int64, error) {
 	tok := s.fenceToken.Load() // taken meanwhile by a concurrent call
 	var err error
 	if tok == 0 {
+		clearWarning(s.pg)
 		err = s.pc.QueryRow(ctx, fmt.Sprintf(tokenSQL, s.m.set.fenceTable), int64(s.key), s.token).Scan(&tok)
+		if n := takeWarning(s.pg); err == nil && n != nil {
+			err = unconfirmed("the fencing token's commit", n)
+		}
 	}
 	if errors.Is(err, pgx.ErrNoRows) {
 		err = s.foreignError()

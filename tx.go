@@ -71,8 +71,12 @@ func (s *pin) inTx(ctx context.Context, opts pgx.TxOptions, fn func(pgx.Tx) erro
 		cctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 		defer cancel()
 	}
+	clearWarning(s.pg)
 	if err := tx.Commit(cctx); err != nil && !errors.Is(err, pgx.ErrTxClosed) {
 		return false, err
+	}
+	if n := takeWarning(s.pg); n != nil {
+		return true, unconfirmed("the transaction's commit", n)
 	}
 	return true, nil
 }

@@ -40,9 +40,12 @@ func describeHolder(h advisory.Holder, now time.Time) string {
 	if h.ApplicationName != "" {
 		who = append(who, `"`+h.ApplicationName+`"`) // escaped with the whole message
 	}
-	if h.ClientAddr != "" {
+	switch {
+	case h.ClientAddr != "":
 		who = append(who, h.ClientAddr)
-	} else if h.State != "" {
+	case clientHidden(h):
+		who = append(who, "client not visible to this role")
+	default:
 		who = append(who, "local socket")
 	}
 	s := fmt.Sprintf("backend pid %d", h.PID)

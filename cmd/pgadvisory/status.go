@@ -18,16 +18,19 @@ import (
 // statusRow is one line of `status --json`. The field names are stable: scripts may rely
 // on them. key is a string because JSON numbers lose int64 precision in most parsers.
 type statusRow struct {
-	Key             string    `json:"key"`
-	Pair            bool      `json:"pair"`           // taken as pg_advisory_lock(int4, int4): key is hi<<32|lo
-	Name            string    `json:"name,omitempty"` // when taken through this library
-	Mode            string    `json:"mode"`           // "exclusive" or "shared"
-	State           string    `json:"state"`          // "holding" or "waiting"
-	PID             uint32    `json:"pid"`
-	ApplicationName string    `json:"application_name"`
-	Client          string    `json:"client"` // host:port; "" over a Unix socket
-	BackendStart    time.Time `json:"backend_start"`
-	Since           time.Time `json:"since"` // holding: when granted (approx.); waiting: when the wait began
+	Key             string `json:"key"`
+	Pair            bool   `json:"pair"`           // taken as pg_advisory_lock(int4, int4): key is hi<<32|lo
+	Name            string `json:"name,omitempty"` // when taken through this library
+	Mode            string `json:"mode"`           // "exclusive" or "shared"
+	State           string `json:"state"`          // "holding" or "waiting"
+	PID             uint32 `json:"pid"`
+	ApplicationName string `json:"application_name"`
+	Client          string `json:"client"` // host:port; "" over a Unix socket, or when hidden
+	// ClientHidden: the role may not see the session's details (another role's, without
+	// pg_read_all_stats), so an empty Client says nothing about how it connected.
+	ClientHidden bool      `json:"client_hidden,omitempty"`
+	BackendStart time.Time `json:"backend_start"`
+	Since        time.Time `json:"since"` // holding: when granted (approx.); waiting: when the wait began
 }
 
 func statusCommand(args []string, global connFlags, stdout io.Writer) error {
@@ -127,7 +130,7 @@ func terminalSafeJSON(b []byte) []byte {
 func toRow(h advisory.Holder) statusRow {
 	r := statusRow{Key: strconv.FormatInt(int64(h.Key), 10), Pair: h.Pair, Name: h.Name, Mode: "exclusive",
 		State: "holding", PID: h.PID, ApplicationName: h.ApplicationName, Client: h.ClientAddr,
-		BackendStart: h.BackendStart, Since: h.Since}
+		BackendStart: h.BackendStart, Since: h.Since, ClientHidden: clientHidden(h)}
 	if h.Shared {
 		r.Mode = "shared"
 	}
@@ -149,7 +152,10 @@ func printTable(w io.Writer, rows []statusRow, now time.Time) {
 		if name == "" {
 			name = "-"
 		}
-		if client == "" {
+		switch {
+		case r.ClientHidden:
+			client = "(hidden)"
+		case client == "":
 			client = "local"
 		}
 		if r.Pair {
@@ -164,6 +170,10 @@ func printTable(w io.Writer, rows []statusRow, now time.Time) {
 	}
 	tw.Flush()
 }
+
+// clientHidden reports that pg_stat_activity hid the session's details from this role: a
+// session it may see always has a backend_start, over TCP and Unix sockets alike.
+func clientHidden(h advisory.Holder) bool { return h.ClientAddr == "" && h.BackendStart.IsZero() }
 
 func mustInt(s string) int64 {
 	n, _ := strconv.ParseInt(s, 10, 64)

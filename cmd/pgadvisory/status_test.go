@@ -78,3 +78,23 @@ func TestHash(t *testing.T) {
 	assert.Equal(t, 64, cli(t, "hash").code)
 	assert.Equal(t, 64, cli(t, "hash", "").code)
 }
+
+// TestStatusSaysWhenTheClientIsHidden: a role that may not see another role's session
+// is told its client is hidden, never "local" (which means a Unix socket on the database
+// host): in the table, in --json and in run's report of who holds the lock.
+func TestStatusSaysWhenTheClientIsHidden(t *testing.T) {
+	name := t.Name()
+	holdLock(t, name, "") // the superuser, over TCP
+	_, roleDSN := tempRole(t, "hidden")
+	r := cli(t, "status", "--dsn", roleDSN, "--key", name)
+	require.Equal(t, 0, r.code, r.stderr)
+	assert.Contains(t, r.stdout, "(hidden)")
+	assert.NotContains(t, r.stdout, " local ")
+	r = cli(t, "status", "--dsn", roleDSN, "--key", name, "--json")
+	require.Equal(t, 0, r.code, r.stderr)
+	assert.Contains(t, r.stdout, `"client_hidden": true`)
+	r = cli(t, "run", "--dsn", roleDSN, "--key", name, "--no-wait", "--", "true")
+	assert.Equal(t, 75, r.code, r.stderr)
+	assert.Contains(t, r.stderr, "client not visible to this role")
+	assert.NotContains(t, r.stderr, "local socket")
+}

@@ -57,7 +57,10 @@ const statusHelp = `Usage: pgadvisory status [--key NAME] [--json] [--watch[=INT
 
 Lists the sessions holding or waiting for advisory locks in the database: key, name (for
 locks taken by this tool or library), mode, state, pid, application_name, client and for
-how long. Names and other text from the server are printed escaped (\n, \x1b, \u202e, ...).
+how long. CLIENT is "local" for a Unix-socket session and "(hidden)" for another role's
+session whose details this role may not see (GRANT pg_read_all_stats shows them; in
+--json: "client_hidden": true). Names and other text from the server are printed escaped
+(\n, \x1b, \u202e, ...).
 PID is the server's backend process id (pg_terminate_backend takes it; pgadvisory break
 does it for you). A lock of a pgadvisory run that was killed stays listed as holding,
 under the dead run's application_name, until its command (and what the command started

@@ -2,6 +2,7 @@ package pglocal
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -98,17 +99,27 @@ func (c *Cluster) start(ctx context.Context) error {
 	return c.waitReady(ctx)
 }
 
+// errPortTaken means another process listened on the cluster's port first.
+var errPortTaken = errors.New("the port is taken by another process")
+
+// waitReady waits until our server answers on the port. A server that answers there
+// but is not ours (another cluster took the port between FreePort and our bind, and ours
+// exits with "Address already in use") is not taken for ours: its data directory
+// differs.
 func (c *Cluster) waitReady(ctx context.Context) error {
 	dsn := c.DSN() + " connect_timeout=2"
 	deadline := time.Now().Add(60 * time.Second)
 	for {
-		conn, err := pgx.Connect(ctx, dsn)
+		err := c.ours(ctx, dsn)
 		if err == nil {
-			return conn.Close(ctx)
+			return nil
 		}
 		select {
 		case <-c.exit:
 			log, _ := os.ReadFile(filepath.Join(c.dir, "server.log"))
+			if strings.Contains(string(log), "already in use") {
+				return fmt.Errorf("%w: port %d: %s", errPortTaken, c.port, log)
+			}
 			return fmt.Errorf("postgres exited during start-up: %s", log)
 		case <-ctx.Done():
 			return ctx.Err()
@@ -118,6 +129,27 @@ func (c *Cluster) waitReady(ctx context.Context) error {
 			return fmt.Errorf("postgres not ready after 60s: %w", err)
 		}
 	}
+}
+
+// ours connects and checks that the server is this cluster: its data directory.
+func (c *Cluster) ours(ctx context.Context, dsn string) error {
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(ctx)
+	var dir string
+	if err := conn.QueryRow(ctx, "SHOW data_directory").Scan(&dir); err != nil {
+		return err
+	}
+	want := filepath.Join(c.dir, "data")
+	if real, err := filepath.EvalSymlinks(want); err == nil && dir != want {
+		want = real
+	}
+	if dir != want {
+		return fmt.Errorf("port %d answers for another cluster (%s), not ours (%s)", c.port, dir, want)
+	}
+	return nil
 }
 
 // stopServer asks for a fast shutdown (SIGINT), then kills the process group after 10 s.

@@ -45,6 +45,9 @@ type Options struct {
 	// BaseBackupFrom, when set, is the connection string of a primary: the cluster is a
 	// streaming hot standby of it (pg_basebackup -R) instead of a fresh initdb.
 	BaseBackupFrom string
+	// Port is the port to try first; 0 picks a free one. If another server takes the port
+	// before ours binds it, Start moves to another free port.
+	Port int
 }
 
 // FindBinaries returns a directory holding initdb and postgres: the directory named by
@@ -102,8 +105,15 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 	} else if err == nil {
 		err = c.initdb(ctx)
 	}
-	if err == nil {
-		err = c.start(ctx)
+	for tries := 1; err == nil; tries++ {
+		// A free port can be taken by another process between FreePort and the bind:
+		// move on to another, a few times.
+		if err = c.start(ctx); !errors.Is(err, errPortTaken) || tries == 5 {
+			break
+		}
+		if c.port, err = FreePort(); err != nil {
+			break
+		}
 	}
 	if err != nil {
 		c.Close()
@@ -125,6 +135,9 @@ func (c *Cluster) prepare() error {
 	}
 	if c.cred, err = OwnDir(dir); err != nil {
 		return err
+	}
+	if c.port = c.opts.Port; c.port != 0 {
+		return nil
 	}
 	c.port, err = FreePort()
 	return err

@@ -1,0 +1,8 @@
+-- +goose Up
+-- The slow migration: one DDL transaction (goose runs a file in a transaction of its own,
+-- and records the version in it) that takes a few seconds. The test SIGKILLs the
+-- holder while it sleeps.
+SELECT work_begin(3);
+ALTER TABLE items ADD COLUMN price numeric NOT NULL DEFAULT 0;
+SELECT pg_sleep(3);
+SELECT work_end(3);
