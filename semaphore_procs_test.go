@@ -15,6 +15,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/pgadvisory/advisory"
 )
 
 // semWorkerEnv makes TestSemaphoreWorkerProcess a worker: "NAME LIMIT GOROUTINES ROUNDS".
@@ -22,7 +24,8 @@ const semWorkerEnv = "ADVISORY_SEM_WORKER"
 
 // TestSemaphoreBoundAcrossProcesses runs 3 processes × 10 goroutines, each goroutine
 // acquiring a limit-4 semaphore 5 times, while the test samples pg_locks: never more
-// than 4 slots held, the bound reached, and every goroutine done (none starved).
+// than 4 slots held, the bound reached (the test holds 3 slots until it has seen it
+// reached), and every goroutine done (none starved).
 func TestSemaphoreBoundAcrossProcesses(t *testing.T) {
 	if testing.Short() {
 		t.Skip("slow: 3 worker processes")
@@ -35,6 +38,16 @@ func TestSemaphoreBoundAcrossProcesses(t *testing.T) {
 	keys := make([]int64, limit)
 	for i, k := range s.SlotKeys() {
 		keys[i] = int64(k)
+	}
+	// The test holds all slots but one until the sampler has seen the bound reached once:
+	// the workers' one slot turns over so fast that with all four free a sampler starved
+	// of CPU (two busy cores) could miss the moment all four are held, and the bound
+	// would look unreached. Then it lets the workers have every slot.
+	var mine []*advisory.Lock
+	for range limit - 1 {
+		l, err := s.Acquire(ctxT(t))
+		require.NoError(t, err)
+		mine = append(mine, l)
 	}
 	outs, errs, done := startSemWorkers(t, procs, fmt.Sprintf("%s %d %d %d", t.Name(), limit, goroutines, rounds))
 	maxHeld, samples, start := 0, 0, time.Now()
@@ -51,6 +64,12 @@ func TestSemaphoreBoundAcrossProcesses(t *testing.T) {
 			  AND (classid::bigint << 32 | objid::bigint) = ANY($1)`, keys).Scan(&held))
 		require.LessOrEqual(t, held, limit, "slots held at once (sample %d)", samples)
 		maxHeld, samples = max(maxHeld, held), samples+1
+		if held == limit && mine != nil {
+			for _, l := range mine {
+				require.NoError(t, l.Unlock(ctxT(t)))
+			}
+			mine = nil
+		}
 	}
 	t.Logf("%d processes × %d goroutines × %d rounds in %v; %d pg_locks samples, at most %d slots held",
 		procs, goroutines, rounds, time.Since(start), samples, maxHeld)

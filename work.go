@@ -206,8 +206,10 @@ func (l *Lock) WorkConfig(cfg *pgconn.Config) {
 // before fn; call it after [Manager.Lock] before starting the work.
 //
 // It blocks for one statement on the lock's connection when nothing is found, else for
-// the wait and up to 10 s more for terminated sessions to go; ctx governs all of it, and
-// the lock is kept whatever happens. The report lists what was found, also on error. An
+// the wait and up to 10 s more for terminated sessions to go. ctx governs all of it: it
+// is checked before each statement and while waiting, but never interrupts a statement
+// (that would cost a CancelRequest, or the connection and the lock under load); each
+// statement is bounded by 5 s of its own. The lock is kept whatever happens. The report lists what was found, also on error. An
 // error wraps [ErrWorkNotDrained] if the role may not terminate a session (the text says
 // which privilege to grant) or a terminated session did not go in time; ctx.Err() if ctx
 // ended; the lock's end ([ErrLockLost], [ErrNotHeld]) if it ended. Sessions of earlier

@@ -142,14 +142,31 @@ func (d *drainer) run(ctx context.Context) error {
 	}
 }
 
+// statementCtx is the context of one drain statement: not the caller's ctx, which is
+// checked before each statement and between them instead. A statement interrupted by ctx
+// would cost a CancelRequest, and under load its fallback deadline closes the connection,
+// losing the lock for nothing; the statements are short, so cleanupTimeout bounds them.
+func (d *drainer) statementCtx(ctx context.Context) (context.Context, context.CancelFunc, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, nil, fmt.Errorf("advisory: drain %s: %w", d.s.describe(), err)
+	}
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+	return sctx, cancel, nil
+}
+
 // list returns the earlier holders' sessions still running, on the lock's connection.
 func (d *drainer) list(ctx context.Context) ([]workSession, error) {
 	s := d.s
-	if err := s.beginTx(ctx); err != nil {
+	sctx, cancel, err := d.statementCtx(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer cancel()
+	if err := s.beginTx(sctx); err != nil {
 		return nil, err
 	}
 	classid, objid, subid := pgLocksKey(s.key, s.pair)
-	rows, err := s.pc.Query(ctx, s.named(drainListSQL), s.workPrefix(), classid, objid, subid)
+	rows, err := s.pc.Query(sctx, s.named(drainListSQL), s.workPrefix(), classid, objid, subid)
 	var out []workSession
 	if err == nil {
 		var holders []int32
@@ -241,10 +258,15 @@ func (d *drainer) terminate(ctx context.Context, live []workSession) error {
 		return nil
 	}
 	s := d.s
-	if err := s.beginTx(ctx); err != nil {
+	sctx, cancel, err := d.statementCtx(ctx)
+	if err != nil {
 		return err
 	}
-	_, err := s.pc.Exec(ctx, s.named(drainTerminateSQL), pids, apps)
+	defer cancel()
+	if err := s.beginTx(sctx); err != nil {
+		return err
+	}
+	_, err = s.pc.Exec(sctx, s.named(drainTerminateSQL), pids, apps)
 	if lerr := s.endTx(err); lerr != nil {
 		return lerr
 	}

@@ -215,13 +215,7 @@ func summarize(t *testing.T, results []partitionResult) {
 	byProfile := map[string][]partitionResult{}
 	for _, r := range results {
 		byProfile[r.profile] = append(byProfile[r.profile], r)
-		b := r.bounds
-		t.Logf("%-7s told %6.2fs  freed %6.2fs  margin %+6.2fs  (bounds: told <= %v, freed in [%v, %v])",
-			r.profile, r.told.Seconds(), r.freed.Seconds(), (r.freed - r.told).Seconds(), b.HolderTold, b.ServerFreesAfter, b.ServerFreesBy)
-		assert.Less(t, r.told, r.freed, "the holder must be told before the server frees its lock")
-		assert.LessOrEqual(t, r.told, b.HolderTold+1500*time.Millisecond, "told within the client bound")
-		assert.GreaterOrEqual(t, r.freed, b.ServerFreesAfter-500*time.Millisecond, "not freed before the server bound")
-		assert.LessOrEqual(t, r.freed, b.ServerFreesBy+2*time.Second, "freed within the server bound")
+		assertPartitionBounds(t, r)
 	}
 	for p, rs := range byProfile {
 		margins := make([]float64, len(rs))
@@ -231,6 +225,18 @@ func summarize(t *testing.T, results []partitionResult) {
 		sort.Float64s(margins)
 		t.Logf("%s: %d holders, margin min %+.2fs median %+.2fs max %+.2fs", p, len(rs), margins[0], margins[len(margins)/2], margins[len(margins)-1])
 	}
+}
+
+// assertPartitionBounds logs one holder's figures and asserts the ordering and the bounds.
+func assertPartitionBounds(t *testing.T, r partitionResult) {
+	t.Helper()
+	b := r.bounds
+	t.Logf("%-7s told %6.2fs  freed %6.2fs  margin %+6.2fs  (bounds: told <= %v, freed in [%v, %v])",
+		r.profile, r.told.Seconds(), r.freed.Seconds(), (r.freed - r.told).Seconds(), b.HolderTold, b.ServerFreesAfter, b.ServerFreesBy)
+	assert.Less(t, r.told, r.freed, "the holder must be told before the server frees its lock")
+	assert.LessOrEqual(t, r.told, b.HolderTold+1500*time.Millisecond, "told within the client bound")
+	assert.GreaterOrEqual(t, r.freed, b.ServerFreesAfter-500*time.Millisecond, "not freed before the server bound")
+	assert.LessOrEqual(t, r.freed, b.ServerFreesBy+2*time.Second, "freed within the server bound")
 }
 
 // TestInvertedSettingsAreRefused: settings under which the server could free a lock

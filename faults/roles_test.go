@@ -26,6 +26,8 @@ func runRole(role string) int {
 		return runChaosWorker()
 	case "stale":
 		return runStaleHolder()
+	case "partwork":
+		return runPartitionedHolder()
 	}
 	fmt.Fprintf(os.Stderr, "unknown role %q\n", role)
 	return 2

@@ -16,8 +16,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-
-	"github.com/pgadvisory/advisory"
 )
 
 // demo is one `pgadvisory demo`: a throwaway server, three worker processes each running
@@ -27,9 +25,21 @@ type demo struct {
 	start   time.Time
 	self    string
 	dsn     string
+	admin   *pgx.Conn  // the demo's own session: it kills, terminates and looks
 	mu      sync.Mutex // serializes timeline lines
 	events  chan event
 	workers []*demoWorker
+	seen    demoSeen
+}
+
+// demoSeen is what the timeline has seen so far.
+type demoSeen struct {
+	holders                int               // migrations started
+	backends               map[uint32]string // migration backend pid → worker
+	killed                 string            // the worker SIGKILLed
+	killedAt, terminatedAt time.Time
+	takeover, told         time.Duration
+	drained                time.Duration // how long the killed holder's leftover session took to drain
 }
 
 type event struct {
@@ -39,10 +49,16 @@ type event struct {
 }
 
 type demoWorker struct {
-	name string
-	cmd  *exec.Cmd
-	exit chan struct{}
+	name    string
+	cmd     *exec.Cmd
+	exit    chan struct{}
+	backend uint32 // its migration's backend pid, once it said
 }
+
+// demoDrainWait is the workers' --drain-wait: shorter than the 1 s default, and than the
+// time the killed holder's backend runs on before it notices that its client is gone (see
+// demoStepTime), so that the drain terminates it, the same way every time.
+const demoDrainWait = 300 * time.Millisecond
 
 func demoCommand(args []string, stdout io.Writer) error {
 	fs := flag.NewFlagSet("pgadvisory demo", flag.ContinueOnError)
@@ -58,10 +74,13 @@ func demoCommand(args []string, stdout io.Writer) error {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	d := &demo{out: stdout, start: time.Now(), self: self, events: make(chan event, 256)}
+	d := &demo{out: stdout, start: time.Now(), self: self, events: make(chan event, 256),
+		seen: demoSeen{backends: map[uint32]string{}}}
 	fmt.Fprintln(stdout, "pgadvisory demo: three workers each run")
-	fmt.Fprintln(stdout, "    pgadvisory run --key migrations -- <a 6-step migration>")
-	fmt.Fprintln(stdout, "against one PostgreSQL; only the lock holder may migrate.")
+	fmt.Fprintf(stdout, "    pgadvisory run --key migrations --drain-wait %v -- <a %d-step migration in one transaction>\n",
+		demoDrainWait, demoSteps)
+	fmt.Fprintln(stdout, "against one PostgreSQL; only the lock holder may migrate, and a new holder first")
+	fmt.Fprintln(stdout, "drains what is left of an earlier holder's migration on the server.")
 	fmt.Fprintln(stdout)
 	srv, err := startDemoServer(ctx, func(text string) { d.say("demo", text) })
 	if err != nil {
@@ -89,22 +108,26 @@ func (d *demo) say(who, text string) {
 	fmt.Fprintf(d.out, "[%+7.3fs] %-9s %s\n", time.Since(d.start).Seconds(), who, display(text))
 }
 
-// script is the scenario. It returns when every worker has exited.
+// script is the scenario. It returns when every worker has exited and the demo table
+// has been checked.
 func (d *demo) script(ctx context.Context) error {
-	admin, err := pgx.Connect(ctx, d.dsn)
+	cfg, err := pgx.ParseConfig(d.dsn)
+	if err != nil {
+		return err
+	}
+	cfg.RuntimeParams["application_name"] = "pgadvisory demo"
+	admin, err := pgx.ConnectConfig(ctx, cfg)
 	if err != nil {
 		return err
 	}
 	defer admin.Close(context.Background())
-	for i := 1; i <= 3; i++ {
-		if err := d.startWorker(fmt.Sprintf("worker-%d", i)); err != nil {
-			return err
-		}
-		time.Sleep(150 * time.Millisecond) // so worker-1 is the first holder
+	d.admin = admin
+	if _, err := admin.Exec(ctx, demoCreateTable); err != nil {
+		return fmt.Errorf("create %s: %w", demoTable, err)
 	}
-	var killedAt, terminatedAt time.Time
-	var takeover, told time.Duration
-	holders := 0
+	if err := d.startWorkers(ctx); err != nil {
+		return err
+	}
 	for exited := 0; exited < len(d.workers); {
 		select {
 		case <-ctx.Done():
@@ -119,49 +142,18 @@ func (d *demo) script(ctx context.Context) error {
 				continue
 			}
 			d.say(ev.worker.name, ev.text)
-			switch {
-			case strings.HasPrefix(ev.text, "migration started"):
-				holders++
-			case strings.HasPrefix(ev.text, "acquired lock") && !killedAt.IsZero() && takeover == 0:
-				takeover = ev.at.Sub(killedAt)
-				d.say("demo", fmt.Sprintf("→ %s holds the lock %s after the SIGKILL", ev.worker.name, fmtDur(takeover)))
-			case strings.HasPrefix(ev.text, "applied migration 3/6") && holders == 1:
-				killedAt = time.Now()
-				syscall.Kill(-ev.worker.cmd.Process.Pid, syscall.SIGKILL)
-				d.say("demo", fmt.Sprintf("SIGKILL %s's pgadvisory (process %d) mid-migration: the kernel kills its migration too, "+
-					"and PostgreSQL frees the lock once both are gone", ev.worker.name, ev.worker.cmd.Process.Pid))
-			case strings.HasPrefix(ev.text, "applied migration 2/6") && holders == 2:
-				terminatedAt = time.Now()
-				pid, err := d.terminateHolder(ctx, admin)
-				if err != nil {
-					return err
-				}
-				d.say("demo", fmt.Sprintf("pg_terminate_backend(%d): the server ends %s's session (backend pid %d) under it", pid, ev.worker.name, pid))
-			case strings.Contains(ev.text, "lost while the command ran") && !terminatedAt.IsZero():
-				told = ev.at.Sub(terminatedAt)
-				d.say("demo", fmt.Sprintf("→ %s was told %s after the terminate, stopped its migration, and exits 76", ev.worker.name, fmtDur(told)))
+			if err := d.react(ctx, ev); err != nil {
+				return err
 			}
 		}
 	}
-	d.say("demo", fmt.Sprintf("done: takeover after SIGKILL %s; holder told of a terminated session %s", fmtDur(takeover), fmtDur(told)))
-	return nil
-}
-
-func (d *demo) terminateHolder(ctx context.Context, admin *pgx.Conn) (uint32, error) {
-	var pid uint32
-	err := admin.QueryRow(ctx, `SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND granted
-		AND objsubid = 1 AND classid = $1 AND objid = $2`,
-		uint32(uint64(advisory.KeyOf("migrations"))>>32), uint32(advisory.KeyOf("migrations"))).Scan(&pid)
-	if err != nil {
-		return 0, fmt.Errorf("find the holder: %w", err)
-	}
-	_, err = admin.Exec(ctx, "SELECT pg_terminate_backend($1)", int32(pid))
-	return pid, err
+	return d.conclude(ctx)
 }
 
 func (d *demo) startWorker(name string) error {
-	cmd := exec.Command(d.self, "run", "--key", "migrations", "--holder-name", name, "--dsn", d.dsn,
-		"--", d.self, "demo-migrate")
+	cmd := exec.Command(d.self, "run", "--key", "migrations", "--drain-wait", demoDrainWait.String(),
+		"--holder-name", name, "--", d.self, "demo-migrate", name)
+	cmd.Env = append(os.Environ(), "DATABASE_URL="+d.dsn) // for run, and for the migration
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	r, w, err := os.Pipe()
 	if err != nil {
@@ -214,21 +206,4 @@ func exitDescription(ps *os.ProcessState) string {
 
 func fmtDur(d time.Duration) string {
 	return d.Round(10 * time.Microsecond).String()
-}
-
-// demoMigrate is the demo's stand-in for `migrate up`: six steps, printed as they go.
-// If its parent (the pgadvisory run that holds the lock) dies, the kernel kills it (see
-// supervise); checking the parent at every step is a second line for the demo's sake.
-func demoMigrate(_ []string, stdout io.Writer) error {
-	parent := os.Getppid()
-	fmt.Fprintf(stdout, "migration started (process %d)\n", os.Getpid())
-	for i := 1; i <= 6; i++ {
-		time.Sleep(400 * time.Millisecond)
-		if os.Getppid() != parent {
-			return &exitError{code: 1, err: errors.New("the lock holder died: stopping")}
-		}
-		fmt.Fprintf(stdout, "applied migration %d/6\n", i)
-	}
-	fmt.Fprintln(stdout, "migration finished")
-	return nil
 }

@@ -2,7 +2,6 @@ package main_test
 
 import (
 	"encoding/json"
-	"os"
 	"strconv"
 	"strings"
 	"testing"
@@ -78,20 +77,6 @@ func TestHash(t *testing.T) {
 	assert.Contains(t, r.stdout, strconv.FormatInt(int64(advisory.KeyOf("it's")), 10))
 	assert.Equal(t, 64, cli(t, "hash").code)
 	assert.Equal(t, 64, cli(t, "hash", "").code)
-}
-
-func TestDemo(t *testing.T) {
-	dsn(t) // the demo starts its own server; skip or fail with the rest when none can be had
-	p := startEnv(t, []string{"ADVISORY_TEST_DSN="}, "demo")
-	r := wait(t, p)
-	require.Equal(t, 0, r.code, "stdout:\n%s\nstderr:\n%s", r.stdout, r.stderr)
-	for _, want := range []string{"holds the lock", "after the SIGKILL", "was told", "exited 76", "exited 0: migrated"} {
-		assert.Contains(t, r.stdout, want)
-	}
-	assert.Less(t, r.took.Seconds(), 60.0)
-	if testing.Verbose() {
-		os.Stdout.WriteString(r.stdout)
-	}
 }
 
 // TestStatusSaysWhenTheClientIsHidden: a role that may not see another role's session

@@ -107,14 +107,22 @@ engine answers, else the local PostgreSQL server binaries, e.g. apt-get install
 postgresql; ADVISORY_TEST_DSN names an existing server instead) and three worker
 processes, each running
 
-    pgadvisory run --key migrations -- <a six-step migration>
+    pgadvisory run --key migrations --drain-wait 300ms -- <a six-step migration>
 
-It SIGKILLs the first holder's pgadvisory mid-migration (the kernel kills its migration
-too; the next worker takes over within milliseconds of both being gone), terminates the second holder's session with pg_terminate_backend (it is
-told at once, stops its migration and exits 76), and prints a timeline. Takes about 10 s.
-Ctrl-C stops the workers and removes the server (docker rm -f for a container).
+The migration applies its steps in one transaction on a connection of its own, tagged
+through PGAPPNAME and PGOPTIONS; each step writes a row of table pgadvisory_demo.
 
-Exit codes: 0 success, 69 no server could be started, 70 internal error, 130 interrupted.
+The demo SIGKILLs the first holder's pgadvisory during step 4 (the kernel kills its
+migration too; the next worker takes over within milliseconds, and before it migrates it
+terminates the dead worker's migration session, still running step 4 on the server, so
+that its transaction is rolled back). It ends the second holder's session with
+pg_terminate_backend (it is told at once, stops its migration and exits 76; the third
+worker drains its migration session too). It prints a timeline, then the table: each
+step once, all by the third worker. Takes about 10 s. Ctrl-C stops the workers and
+removes the server (docker rm -f for a container).
+
+Exit codes: 0 success, 69 no server could be started, 70 internal error (or a table that
+does not show each step once), 130 interrupted.
 `
 
 // helpShown is returned by parseFlags after it printed the help.
