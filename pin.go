@@ -157,9 +157,10 @@ func (s *pin) unlockRow(ctx context.Context) (uint32, *bool, error) {
 // unlockFailure says what a failed unlock means. If the connection failed by itself (the
 // session was terminated, the server went away, the network failed) rather than because
 // ctx ended, the lock may have been lost before the unlock reached the server: that is a
-// loss, and the caller must hear ErrLockLost.
+// loss, and the caller must hear ErrLockLost. A FATAL from the server is such a failure
+// even when ctx has ended too (the two raced): the server ended the session, ctx did not.
 func (s *pin) unlockFailure(ctx context.Context, err error) (endErr error, lost bool) {
-	if errors.Is(err, errNotHeldByServer) || (ctx.Err() == nil && !usable(s.pg, err)) {
+	if errors.Is(err, errNotHeldByServer) || serverEnded(err) || (ctx.Err() == nil && !usable(s.pg, err)) {
 		return s.lossError(err, ""), true
 	}
 	return err, false
@@ -227,6 +228,12 @@ func (s *pin) release(ctx context.Context, endErr error) error {
 	}
 	s.end(!s.retire.Load(), endErr)
 	return nil
+}
+
+// serverEnded reports whether err is the server ending the session (a FATAL or PANIC).
+func serverEnded(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && (pgErr.Severity == "FATAL" || pgErr.Severity == "PANIC")
 }
 
 func (s *pin) endErr() error {
