@@ -8,8 +8,9 @@ import (
 )
 
 // Do runs fn while holding the lock with the given name: it blocks in [Manager.Lock] until
-// the lock is held or ctx ends, drains earlier holders' work ([Lock.Drain]; if that fails
-// it unlocks and returns its error without calling fn), runs fn, then unlocks. fn's
+// the lock is held or ctx ends, drains earlier holders' work ([Lock.Drain], unless
+// [WithoutDrain]; if that fails it unlocks and returns its error without calling fn), runs
+// fn, then unlocks. fn's
 // connections should carry the holding's tag: see [LockFromContext]. fn's ctx is derived from ctx and is
 // also cancelled if the lock is lost; context.Cause(fnCtx) then wraps [ErrLockLost], and
 // so does Do's error (together with fn's own error, if any). Otherwise Do returns fn's
@@ -36,6 +37,9 @@ func (m *Manager) Do(ctx context.Context, name string, fn func(ctx context.Conte
 // drainOrUnlock drains earlier holders' work (see Lock.Drain) before fn runs; if that
 // fails, it unlocks and returns the error, with a loss first.
 func drainOrUnlock(ctx context.Context, l *Lock) error {
+	if l.s.m.set.noDrain {
+		return nil
+	}
 	_, err := l.Drain(ctx)
 	if err == nil {
 		return nil

@@ -33,6 +33,7 @@ type settings struct {
 	sessionRetire      int
 	fenceTable         string // sanitized, possibly schema-qualified
 	drainWait          time.Duration
+	noDrain            bool // WithoutDrain: Do, DoTx, TryDo and Lead do not drain
 	hooks              Hooks
 }
 
@@ -191,4 +192,13 @@ func WithDrainWait(d time.Duration) Option {
 		s.drainWait = d
 		return nil
 	})
+}
+
+// WithoutDrain makes Do, DoTx, TryDo and Lead call fn without draining earlier holders'
+// work first (see [Lock.Drain]), for programs whose functions never tag connections of
+// their own: a drain costs one statement on the lock's connection (a scan of
+// pg_stat_activity: about 40 µs of server time here, plus a round trip), which doubles
+// the cost of a Do of an empty function. Lock.Drain still works. The default is to drain.
+func WithoutDrain() Option {
+	return option(func(s *settings) error { s.noDrain = true; return nil })
 }

@@ -464,3 +464,23 @@ func TestDoCancelledDuringTheDrainLosesNothing(t *testing.T) {
 	requireNoAcquired(t, m)
 	requireFree(t, advisory.KeyOf(t.Name()))
 }
+
+// TestWithoutDrainLeavesEarlierWorkAlone: with WithoutDrain, Do calls fn at once and an
+// earlier holder's tagged work runs on (the caller chose that); Lock.Drain still drains.
+func TestWithoutDrainLeavesEarlierWorkAlone(t *testing.T) {
+	t.Parallel()
+	name := t.Name()
+	first, second := newManager(t, nil), newManager(t, nil, advisory.WithoutDrain(), advisory.WithDrainWait(0))
+	workPID, _ := lostWithWork(t, first, name)
+	require.NoError(t, second.Do(ctxT(t), name, func(context.Context) error {
+		require.False(t, backendGone(t, workPID), "drained although WithoutDrain")
+		return nil
+	}))
+	l, err := second.Lock(ctxT(t), name)
+	require.NoError(t, err)
+	report, err := l.Drain(ctxT(t))
+	require.NoError(t, err)
+	require.Len(t, report.Sessions, 1)
+	require.True(t, backendGone(t, workPID))
+	require.NoError(t, l.Unlock(ctxT(t)))
+}
