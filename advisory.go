@@ -51,9 +51,10 @@ type Manager struct {
 const DefaultMaxConns = 16
 
 // New parses connString (a PostgreSQL URL or keyword/value string, with pgxpool's pool_*
-// settings; pool_max_conns defaults to [DefaultMaxConns]) and returns a Manager. It connects once to check that the server is reachable
-// and accepts the session settings; ctx governs only that check. On error nothing is left
-// open.
+// settings; pool_max_conns defaults to [DefaultMaxConns]) and returns a Manager. It connects to check that the server is reachable,
+// accepts the session settings and enforces advisory locks (a random key taken on one
+// session must be refused on a second: else [ErrUnsupportedServer]); ctx governs only
+// that check. On error nothing is left open.
 //
 // Every lock connection gets: TCP keepalive and TCP_USER_TIMEOUT on the client socket,
 // tcp_keepalives_* and tcp_user_timeout on the server end, client_connection_check_interval
@@ -228,8 +229,8 @@ func checkServer(ctx context.Context, pool *pgxpool.Pool, cfg *pgxpool.Config) e
 	if err != nil {
 		return connectError(err, cfg)
 	}
-	conn.Release()
-	return nil
+	defer conn.Release()
+	return checkEnforced(ctx, conn, &cfg.ConnConfig.Config)
 }
 
 // Bounds returns the loss-detection timings the Manager's keepalive settings give. Its

@@ -54,7 +54,10 @@ var (
 	ErrStandby = errors.New("advisory: the server is a hot standby; advisory locks there are local to it")
 
 	// ErrUnsupportedServer is returned by New, and by any call that opens a connection,
-	// for a server older than PostgreSQL 12.
+	// for a server older than PostgreSQL 12; and by New for a server that does not
+	// enforce advisory locks (the same key granted to two sessions at once: CockroachDB's
+	// stubs, YugabyteDB's no-op setting, or a pg_try_advisory_lock placed ahead of
+	// pg_catalog's in the role's search_path).
 	ErrUnsupportedServer = errors.New("advisory: unsupported server version")
 
 	// ErrTooManyLocks is returned when a Lock on a Session would take it past its cap (see

@@ -19,15 +19,17 @@ import (
 
 // txProxy imitates a transaction-pooling proxy: each client connection gets two server
 // connections, and route decides, per client transaction (a batch of messages ending in
-// Sync or Query), which one runs it. Only what the tests need: no TLS, no cancels.
+// Sync or Query), which one runs it: given the client connection's number (in the order
+// they connected, from 0) and the batch's. Only what the tests need: no TLS, no cancels.
 type txProxy struct {
 	ln       net.Listener
 	upstream string
-	route    func(batch int) int
+	route    func(conn, batch int) int
+	conns    int // client connections accepted so far
 	wg       sync.WaitGroup
 }
 
-func startTxProxy(t *testing.T, route func(batch int) int) string {
+func startTxProxy(t *testing.T, route func(conn, batch int) int) string {
 	cfg, err := pgxpool.ParseConfig(dsn(t))
 	require.NoError(t, err)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -49,11 +51,13 @@ func (p *txProxy) accept() {
 			return
 		}
 		p.wg.Add(1)
-		go func() { defer p.wg.Done(); p.serve(c) }()
+		n := p.conns
+		p.conns++
+		go func() { defer p.wg.Done(); p.serve(c, n) }()
 	}
 }
 
-func (p *txProxy) serve(client net.Conn) {
+func (p *txProxy) serve(client net.Conn, n int) {
 	defer client.Close()
 	startup, err := readStartup(client)
 	if err != nil {
@@ -79,7 +83,7 @@ func (p *txProxy) serve(client net.Conn) {
 		if err != nil || last == 'X' {
 			return
 		}
-		s := servers[p.route(batch)]
+		s := servers[p.route(n, batch)]
 		if _, err := s.Write(msgs); err != nil || relayUntilReady(s, client) != nil {
 			return
 		}
@@ -144,21 +148,33 @@ func relayUntilReady(server net.Conn, client io.Writer) error {
 // time; pooler_real_test.go meets the real PgBouncer.
 func TestTransactionPoolerIsDetected(t *testing.T) {
 	t.Parallel()
-	const setup = 2 // the set-up's batches: the look, then the settings
+	// The batches before a connection's first lock statement: the set-up's look and
+	// settings; on New's connection (the first) also its self-test's take and release of
+	// a probe key (see checkEnforced). Its second (the self-test's other session) runs one
+	// statement.
+	setup := func(conn int) int {
+		if conn == 0 {
+			return 4
+		}
+		return 2
+	}
 	for _, tc := range []struct {
 		name  string
-		route func(batch int) int
+		route func(conn, batch int) int
 		atNew bool
 		want  string
 	}{
 		// The set-up itself moves: New refuses before the Manager exists.
-		{"moved during set-up", func(b int) int { return min(b, 1) }, true, "setup statement did not run on its backend"},
+		{"moved during set-up", func(_, b int) int { return min(b, 1) }, true, "setup statement did not run on its backend"},
+		// Set-up on one backend, New's self-test on the other: refused at New, nothing held.
+		{"moved before the self-test", func(_, b int) int { return min(b/2, 1) }, true,
+			"self-test statement ran on another client's backend"},
 		// Set-up on one backend, everything after on the other, which carries no token: the
 		// lock statement does nothing there.
-		{"moved after set-up", func(b int) int { return min(b/setup, 1) }, false, "it did nothing there"},
+		{"moved after set-up", func(c, b int) int { return min(b/setup(c), 1) }, false, "it did nothing there"},
 		// After the set-up every transaction alternates: the statement prepared on one
 		// backend is missing on the other (the classic PgBouncer symptom).
-		{"alternating", func(b int) int { return max(b-setup+1, 0) % 2 }, false, "ErrPooler"},
+		{"alternating", func(c, b int) int { return max(b-setup(c)+1, 0) % 2 }, false, "ErrPooler"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			proxied := startTxProxy(t, tc.route)

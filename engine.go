@@ -1,0 +1,76 @@
+package advisory
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"strconv"
+
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// The engine self-test. Servers that speak PostgreSQL's protocol and report a
+// PostgreSQL server_version may still not enforce advisory locks: CockroachDB's
+// session-level pg_advisory_lock family is a stub that grants every call, and YugabyteDB
+// can be set to turn unsupported advisory locks into silent no-ops; a role whose
+// search_path puts another schema's pg_try_advisory_lock before pg_catalog's gets that
+// function instead. Any of them would let two holders in at once, silently. So New
+// proves the lock excludes: a random key taken on one session must be refused on a
+// second.
+//
+// Nothing may be left held, even behind a pooler that the set-up did not catch: the
+// first session's statements run only on its own backend (the ownership token, as the
+// lock statements do; the simple protocol, so no prepared statement can go missing), and
+// the second session takes and releases the key in one statement.
+
+// checkEnforced runs the self-test on conn, one of the pool's set-up connections, and a
+// second, plain connection made from cc. conn releases the key, or is closed if that
+// cannot be confirmed.
+func checkEnforced(ctx context.Context, conn *pgxpool.Conn, cc *pgconn.Config) error {
+	pg := conn.Conn().PgConn()
+	_, token := ownership(pg)
+	key := strconv.FormatInt(rand.Int64(), 10)
+	owned := "CASE WHEN current_setting('" + ownerSetting + "', true) = '" + token + "' THEN "
+	got, err := oneBool(pg.Exec(ctx, "SELECT "+owned+"pg_try_advisory_lock("+key+") END").ReadAll())
+	switch {
+	case err != nil:
+		return fmt.Errorf("advisory: check that the server enforces advisory locks: %w", err)
+	case got == "":
+		return fmt.Errorf("%w: the self-test statement ran on another client's backend; it did nothing there", ErrPooler)
+	case got == "f":
+		return nil // held elsewhere: refused, which is enforcement enough
+	}
+	defer func() {
+		if r, err := oneBool(pg.Exec(ctx, "SELECT "+owned+"pg_advisory_unlock("+key+") END").ReadAll()); err != nil || r != "t" {
+			conn.Conn().Close(ctx) // never back to the pool holding the key
+		}
+	}()
+	other, err := pgconn.ConnectConfig(ctx, cc.Copy())
+	if err != nil {
+		return fmt.Errorf("advisory: check that the server enforces advisory locks: second connection: %w", err)
+	}
+	defer other.Close(ctx)
+	both, err := oneBool(other.Exec(ctx, "SELECT CASE WHEN pg_try_advisory_lock("+key+") THEN pg_advisory_unlock("+key+") ELSE false END").ReadAll())
+	if err != nil {
+		return fmt.Errorf("advisory: check that the server enforces advisory locks: %w", err)
+	}
+	if both == "t" {
+		return fmt.Errorf("%w: the server granted the same advisory lock to two sessions at once: it does not "+
+			"enforce advisory locks (CockroachDB's are stubs; YugabyteDB can turn them into no-ops), or a "+
+			"pg_try_advisory_lock ahead of pg_catalog's in the search_path replaces the real one", ErrUnsupportedServer)
+	}
+	return nil
+}
+
+// oneBool returns the text of the single value a one-row query returned ("t", "f", or ""
+// for NULL).
+func oneBool(rows []*pgconn.Result, err error) (string, error) {
+	if err != nil {
+		return "", err
+	}
+	if len(rows) != 1 || len(rows[0].Rows) != 1 || len(rows[0].Rows[0]) != 1 {
+		return "", fmt.Errorf("unexpected answer to the self-test statement")
+	}
+	return string(rows[0].Rows[0][0]), nil
+}
