@@ -2,6 +2,7 @@ package advisory
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"strconv"
@@ -26,7 +27,10 @@ import (
 
 // checkEnforced runs the self-test on conn, one of the pool's set-up connections, and a
 // second, plain connection made from cc. conn releases the key, or is closed if that
-// cannot be confirmed.
+// cannot be confirmed. A second session that got the key proves nothing if the first's
+// session ended meanwhile (an operator or a fault terminated it), nor does a second
+// session that could not connect or was ended: then the test is inconclusive and New
+// goes on. A stub engine answers every statement, so it is never inconclusive.
 func checkEnforced(ctx context.Context, conn *pgxpool.Conn, cc *pgconn.Config) error {
 	pg := conn.Conn().PgConn()
 	_, token := ownership(pg)
@@ -41,26 +45,33 @@ func checkEnforced(ctx context.Context, conn *pgxpool.Conn, cc *pgconn.Config) e
 	case got == "f":
 		return nil // held elsewhere: refused, which is enforcement enough
 	}
-	defer func() {
-		if r, err := oneBool(pg.Exec(ctx, "SELECT "+owned+"pg_advisory_unlock("+key+") END").ReadAll()); err != nil || r != "t" {
-			conn.Conn().Close(ctx) // never back to the pool holding the key
-		}
-	}()
+	both, berr := secondTry(ctx, cc, key)
+	released, uerr := oneBool(pg.Exec(ctx, "SELECT "+owned+"pg_advisory_unlock("+key+") END").ReadAll())
+	if uerr != nil || released != "t" {
+		conn.Conn().Close(ctx) // never back to the pool holding the key
+	}
+	var pgErr *pgconn.PgError
+	switch {
+	case berr != nil && errors.As(berr, &pgErr) && !serverEnded(berr):
+		return fmt.Errorf("advisory: check that the server enforces advisory locks: %w", berr)
+	case berr != nil, both != "t", uerr != nil && !usable(pg, uerr):
+		return nil // refused; or a session failed meanwhile (terminated, say): inconclusive
+	}
+	return fmt.Errorf("%w: the server granted the same advisory lock to two sessions at once: it does not "+
+		"enforce advisory locks (CockroachDB's are stubs; YugabyteDB can turn them into no-ops), or a "+
+		"pg_try_advisory_lock ahead of pg_catalog's in the search_path replaces the real one", ErrUnsupportedServer)
+}
+
+// secondTry tries the key on a new plain connection, and releases it at once if it got
+// it, in one statement: "t" if it got it.
+func secondTry(ctx context.Context, cc *pgconn.Config, key string) (string, error) {
 	other, err := pgconn.ConnectConfig(ctx, cc.Copy())
 	if err != nil {
-		return fmt.Errorf("advisory: check that the server enforces advisory locks: second connection: %w", err)
+		return "", fmt.Errorf("second connection: %w", err)
 	}
 	defer other.Close(ctx)
-	both, err := oneBool(other.Exec(ctx, "SELECT CASE WHEN pg_try_advisory_lock("+key+") THEN pg_advisory_unlock("+key+") ELSE false END").ReadAll())
-	if err != nil {
-		return fmt.Errorf("advisory: check that the server enforces advisory locks: %w", err)
-	}
-	if both == "t" {
-		return fmt.Errorf("%w: the server granted the same advisory lock to two sessions at once: it does not "+
-			"enforce advisory locks (CockroachDB's are stubs; YugabyteDB can turn them into no-ops), or a "+
-			"pg_try_advisory_lock ahead of pg_catalog's in the search_path replaces the real one", ErrUnsupportedServer)
-	}
-	return nil
+	return oneBool(other.Exec(ctx, "SELECT CASE WHEN pg_try_advisory_lock("+key+") THEN pg_advisory_unlock("+key+
+		") ELSE false END").ReadAll())
 }
 
 // oneBool returns the text of the single value a one-row query returned ("t", "f", or ""
