@@ -80,8 +80,9 @@ func oneBool(rows []*pgconn.Result, err error) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	if len(rows) != 1 || len(rows[0].Rows) != 1 || len(rows[0].Rows[0]) != 1 {
-		return "", fmt.Errorf("unexpected answer to the self-test statement")
+	row, err := onlyRow(rows, 1, "the self-test statement")
+	if err != nil {
+		return "", err
 	}
-	return string(rows[0].Rows[0][0]), nil
+	return string(row[0]), nil
 }

@@ -79,11 +79,8 @@ func (m *Manager) holders(ctx context.Context, all bool, key Key, pair bool) ([]
 		return nil, err
 	}
 	defer m.active.Done()
-	subid := int16(1)
-	if pair {
-		subid = 2
-	}
-	rows, err := m.pool.Query(ctx, holdersSQL, all, uint32(uint64(key)>>32), uint32(key), subid)
+	classid, objid, subid := pgLocksKey(key, pair)
+	rows, err := m.pool.Query(ctx, holdersSQL, all, classid, objid, subid)
 	if err != nil {
 		return nil, fmt.Errorf("advisory: list holders: %w", err)
 	}

@@ -72,8 +72,9 @@ func (l *Lock) Unlock(ctx context.Context) error {
 // (pair it with a parent-death signal, so that the child does not outlive it).
 //
 // Once File has been called, the lock's connection is closed when the lock ends, never
-// returned to the pool. The descriptor is close-on-exec until passed through ExtraFiles; the caller must close
-// the file once the child has started. The child must never read from or write to it. It
+// returned to the pool. The descriptor is close-on-exec until passed through
+// ExtraFiles; the caller must close the file once the child has started. The child must
+// never read from or write to it. It
 // does not block. It returns an error wrapping [ErrNotHeld] or [ErrLockLost] if the lock
 // has ended, and an error on a platform or connection without a socket descriptor
 // (Linux with TCP or a Unix socket always has one).

@@ -215,7 +215,7 @@ func (l *Lock) WorkConfig(cfg *pgconn.Config) {
 // ended; the lock's end ([ErrLockLost], [ErrNotHeld]) if it ended. Sessions of earlier
 // holders may then still be running: do not start the work.
 func (l *Lock) Drain(ctx context.Context) (DrainReport, error) {
-	d := &drainer{s: l.s, start: time.Now(), index: map[uint32]int{}}
+	d := &drainer{s: l.s, prefix: l.s.workPrefix(), start: time.Now(), index: map[uint32]int{}}
 	err := d.run(ctx)
 	return d.report, err
 }

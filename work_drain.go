@@ -88,16 +88,16 @@ const drainExitBound = 10 * time.Second
 
 // workSession is one listed session.
 type workSession struct {
-	pid       uint32
-	app       string
-	user      string
-	state     string
-	holderPID uint32
+	pid   uint32
+	app   string
+	user  string
+	state string
 }
 
 // drainer is one Drain in progress.
 type drainer struct {
 	s      *pin
+	prefix string // the lock's tag prefix (see workPrefix)
 	start  time.Time
 	me     string // the role the drain runs as
 	report DrainReport
@@ -142,65 +142,67 @@ func (d *drainer) run(ctx context.Context) error {
 	}
 }
 
-// statementCtx is the context of one drain statement: not the caller's ctx, which is
-// checked before each statement and between them instead. A statement interrupted by ctx
-// would cost a CancelRequest, and under load its fallback deadline closes the connection,
-// losing the lock for nothing; the statements are short, so cleanupTimeout bounds them.
-func (d *drainer) statementCtx(ctx context.Context) (context.Context, context.CancelFunc, error) {
+// onLockConn runs one drain statement (stmt) on the lock's connection, taken from the
+// watcher for it (as a transaction takes it). The statement runs under a context of its
+// own, not the caller's ctx, which is checked before it (and between statements, see
+// run): a statement interrupted by ctx would cost a CancelRequest, and under load its
+// fallback deadline closes the connection, losing the lock for nothing; the statements
+// are short, so cleanupTimeout bounds them. It returns the session's end error if the
+// lock was lost meanwhile, else stmt's error.
+func (d *drainer) onLockConn(ctx context.Context, stmt func(sctx context.Context) error) error {
 	if err := ctx.Err(); err != nil {
-		return nil, nil, fmt.Errorf("advisory: drain %s: %w", d.s.describe(), err)
+		return fmt.Errorf("advisory: drain %s: %w", d.s.describe(), err)
 	}
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
-	return sctx, cancel, nil
+	defer cancel()
+	if err := d.s.beginTx(sctx); err != nil {
+		return err
+	}
+	err := stmt(sctx)
+	if lerr := d.s.endTx(err); lerr != nil {
+		return lerr
+	}
+	return err
 }
 
 // list returns the earlier holders' sessions still running, on the lock's connection.
 func (d *drainer) list(ctx context.Context) ([]workSession, error) {
 	s := d.s
-	sctx, cancel, err := d.statementCtx(ctx)
-	if err != nil {
-		return nil, err
-	}
-	defer cancel()
-	if err := s.beginTx(sctx); err != nil {
-		return nil, err
-	}
 	classid, objid, subid := pgLocksKey(s.key, s.pair)
-	rows, err := s.pc.Query(sctx, s.named(drainListSQL), s.workPrefix(), classid, objid, subid)
 	var out []workSession
-	if err == nil {
-		var holders []int32
-		var w workSession
-		for rows.Next() {
-			if err = rows.Scan(&w.pid, &w.app, &w.user, &w.state, &d.me, &holders); err != nil {
-				break
-			}
-			if d.earlier(&w, holders) {
-				out = append(out, w)
-			}
-		}
-		rows.Close()
+	err := d.onLockConn(ctx, func(sctx context.Context) error {
+		rows, err := s.pc.Query(sctx, s.named(drainListSQL), d.prefix, classid, objid, subid)
 		if err == nil {
-			err = rows.Err()
+			var holders []int32
+			var w workSession
+			for rows.Next() {
+				if err = rows.Scan(&w.pid, &w.app, &w.user, &w.state, &d.me, &holders); err != nil {
+					break
+				}
+				if d.earlier(w, holders) {
+					out = append(out, w)
+				}
+			}
+			rows.Close()
+			if err == nil {
+				err = rows.Err()
+			}
 		}
-	}
-	if lerr := s.endTx(err); lerr != nil {
-		return nil, lerr
-	}
-	if err != nil {
-		return nil, fmt.Errorf("advisory: drain %s: list earlier holders' sessions: %w", s.describe(), withCtxErr(ctx, err))
-	}
-	return out, nil
+		if err != nil {
+			return fmt.Errorf("advisory: drain %s: list earlier holders' sessions: %w", s.describe(), withCtxErr(ctx, err))
+		}
+		return nil
+	})
+	return out, err
 }
 
 // earlier reports whether w works for an earlier holding: not this one, and not another
 // that holds the lock now (shared holders hold it together).
-func (d *drainer) earlier(w *workSession, holders []int32) bool {
-	holder, pid, ok := holderOf(w.app, d.s.workPrefix())
-	if !ok || d.s.workPrefix()+holder == d.s.workTag() {
+func (d *drainer) earlier(w workSession, holders []int32) bool {
+	holder, pid, ok := holderOf(w.app, d.prefix)
+	if !ok || d.prefix+holder == d.s.workTag() { // the tag is made only if a session is found
 		return false
 	}
-	w.holderPID = pid
 	return pid == d.s.pid || !slices.Contains(holders, int32(pid))
 }
 
@@ -257,21 +259,14 @@ func (d *drainer) terminate(ctx context.Context, live []workSession) error {
 	if len(pids) == 0 {
 		return nil
 	}
-	s := d.s
-	sctx, cancel, err := d.statementCtx(ctx)
+	err := d.onLockConn(ctx, func(sctx context.Context) error {
+		if _, err := d.s.pc.Exec(sctx, d.s.named(drainTerminateSQL), pids, apps); err != nil {
+			return d.terminateError(ctx, live, err)
+		}
+		return nil
+	})
 	if err != nil {
 		return err
-	}
-	defer cancel()
-	if err := s.beginTx(sctx); err != nil {
-		return err
-	}
-	_, err = s.pc.Exec(sctx, s.named(drainTerminateSQL), pids, apps)
-	if lerr := s.endTx(err); lerr != nil {
-		return lerr
-	}
-	if err != nil {
-		return d.terminateError(ctx, live, err)
 	}
 	for _, ds := range sent {
 		ds.Terminated = true
