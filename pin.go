@@ -198,7 +198,8 @@ func (s *pin) isClosing() bool {
 // to the pool, or closes it if the release cannot be confirmed. endErr is what Err
 // reports afterwards. It returns nil on a confirmed release; the session's end error if
 // it had already ended (ErrNotHeld, or a loss); ErrNotHeld if another release is under
-// way; else the failed statement's error (the connection is then closed).
+// way, or the loss Close reports if that release is Close's; else the failed statement's
+// error (the connection is then closed).
 func (s *pin) release(ctx context.Context, endErr error) error {
 	if err := s.awaitTx(ctx); err != nil {
 		return err
@@ -210,7 +211,11 @@ func (s *pin) release(ctx context.Context, endErr error) error {
 		s.mu.Unlock()
 		return err
 	case stateReleasing:
+		closing := s.closing
 		s.mu.Unlock()
+		if closing { // the release under way is Close's: the lock ends as Close ends it
+			return s.closedLoss()
+		}
 		return ErrNotHeld
 	}
 	s.state = stateReleasing
