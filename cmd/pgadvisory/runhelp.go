@@ -22,11 +22,12 @@ const exitCodesHelp = `Exit codes:
 `
 
 // runHelp is the help of run.
-const runHelp = `Usage: pgadvisory run --key NAME [--wait DURATION | --no-wait] [flags] -- CMD [ARGS...]
+const runHelp = `Usage: pgadvisory run (--name NAME | --key KEY) [--wait DURATION | --no-wait] [flags] -- CMD [ARGS...]
 
-Takes the advisory lock NAME, runs CMD while holding it, releases it when CMD exits and
-exits with CMD's exit code. While it waits it reports who holds the lock (backend pid,
-application_name, client, for how long) when the holder changes and every 10 s.
+Takes the advisory lock NAME (or the lock with the 64-bit key KEY), runs CMD while
+holding it, releases it when CMD exits and exits with CMD's exit code. While it waits it
+reports who holds the lock (backend pid, application_name, client, for how long) when the
+holder changes and every 10 s.
 SIGINT, SIGTERM, SIGHUP and SIGQUIT are forwarded to CMD's process group; while
 pgadvisory is still connecting or waiting they end the wait at once, and CMD never starts.
 A signal that was ignored when pgadvisory started (nohup) stays ignored, for CMD too.
@@ -79,10 +80,8 @@ Environment of CMD:
   PGADVISORY_TOKEN        with --token: the fencing token
   PGADVISORY_FENCE_TABLE  with --token: the fencing table, quoted for SQL
 
-Flags:
-  --key NAME           lock name (required; any UTF-8 text without NUL, up to 4096 bytes;
-                       write --key=NAME for a name that starts with '-')
-  --wait DURATION      give up (exit 75) after waiting this long, e.g. 30s, 10m;
+Flags (exactly one of --name and --key):
+` + lockFlagsHelp + `  --wait DURATION      give up (exit 75) after waiting this long, e.g. 30s, 10m;
                        0 (the default) waits as long as it takes
   --no-wait            exit 75 at once if the lock is held
   --shared             shared mode: shared holders run together; an exclusive one runs alone
