@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -86,7 +87,7 @@ func breakCommand(args []string, global connFlags, stdin *os.File, stdout, stder
 	defer stop()
 	ctx, in := watchInterrupts(sigs)
 	defer in.end()
-	m, err := conn.connect(ctx, "pgadvisory break")
+	m, err := conn.connect(ctx, "break", "pgadvisory break")
 	if err != nil {
 		return interrupted(in, "break", err)
 	}
@@ -131,7 +132,10 @@ type breaker struct {
 
 func (b *breaker) run(ctx context.Context, yes bool, stdin *os.File) error {
 	hs, err := b.m.HoldersKey(ctx, b.target.key)
-	if err != nil {
+	switch {
+	case errors.Is(err, advisory.ErrPooler):
+		return poolerError("break", "the server", err)
+	case err != nil:
 		return fail(exitUnavailable, "break: %v", err)
 	}
 	holders := grantedPIDs(hs)

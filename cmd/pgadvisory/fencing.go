@@ -127,7 +127,7 @@ func initFencingCommand(args []string, global connFlags, stdout io.Writer) error
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	m, err := conn.connect(ctx, "pgadvisory init-fencing", fence.options()...)
+	m, err := conn.connect(ctx, "init-fencing", "pgadvisory init-fencing", fence.options()...)
 	if err != nil {
 		return err
 	}

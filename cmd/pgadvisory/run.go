@@ -106,7 +106,7 @@ func (r *runner) check(fs *flag.FlagSet) error {
 func (r *runner) run() int {
 	ctx, in := watchInterrupts(r.sigs)
 	r.phase = "connecting"
-	m, err := r.conn.connect(ctx, r.holder, append(r.fence.options(), advisory.WithDrainWait(r.drainW))...)
+	m, err := r.conn.connect(ctx, "run", r.holder, append(r.fence.options(), advisory.WithDrainWait(r.drainW))...)
 	if err != nil {
 		if sig := in.end(); sig != nil {
 			return r.interrupted(sig)
@@ -266,8 +266,11 @@ func (r *runner) holders(ctx context.Context, m *advisory.Manager) (desc, who st
 }
 
 func (r *runner) lockFailure(err error) error {
-	if err == nil {
+	switch {
+	case err == nil:
 		return nil
+	case errors.Is(err, advisory.ErrPooler):
+		return poolerError("run", "the server", err)
 	}
 	return fail(exitUnavailable, "%v", err)
 }

@@ -62,7 +62,7 @@ func statusCommand(args []string, global connFlags, stdout io.Writer) error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	m, err := conn.connect(ctx, "pgadvisory status")
+	m, err := conn.connect(ctx, "status", "pgadvisory status")
 	if err != nil {
 		return err
 	}
@@ -78,7 +78,7 @@ func watchStatus(conn connFlags, q statusQuery, interval time.Duration, stdout i
 	defer stop()
 	ctx, in := watchInterrupts(sigs)
 	defer in.end()
-	m, err := conn.connect(ctx, "pgadvisory status")
+	m, err := conn.connect(ctx, "status", "pgadvisory status")
 	if err != nil {
 		return interrupted(in, "status", err)
 	}

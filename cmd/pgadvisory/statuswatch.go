@@ -64,7 +64,10 @@ func (q statusQuery) render(ctx context.Context, w io.Writer) error {
 	} else {
 		hs, err = q.m.AllHolders(ctx)
 	}
-	if err != nil {
+	switch {
+	case errors.Is(err, advisory.ErrPooler):
+		return poolerError("status", "the server", err)
+	case err != nil:
 		return fail(exitUnavailable, "status: %v", err)
 	}
 	rows := make([]statusRow, len(hs))
