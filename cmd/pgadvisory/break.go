@@ -134,7 +134,7 @@ func (b *breaker) run(ctx context.Context, yes bool, stdin *os.File) error {
 	hs, err := b.m.HoldersKey(ctx, b.target.key)
 	switch {
 	case errors.Is(err, advisory.ErrPooler):
-		return poolerError("break", "the server", err)
+		return poolerError("break", "the address pgadvisory connected to", err)
 	case err != nil:
 		return fail(exitUnavailable, "break: %v", err)
 	}

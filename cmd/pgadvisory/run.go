@@ -270,7 +270,7 @@ func (r *runner) lockFailure(err error) error {
 	case err == nil:
 		return nil
 	case errors.Is(err, advisory.ErrPooler):
-		return poolerError("run", "the server", err)
+		return poolerError("run", "the address pgadvisory connected to", err)
 	}
 	return fail(exitUnavailable, "%v", err)
 }

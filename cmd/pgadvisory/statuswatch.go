@@ -66,7 +66,7 @@ func (q statusQuery) render(ctx context.Context, w io.Writer) error {
 	}
 	switch {
 	case errors.Is(err, advisory.ErrPooler):
-		return poolerError("status", "the server", err)
+		return poolerError("status", "the address pgadvisory connected to", err)
 	case err != nil:
 		return fail(exitUnavailable, "status: %v", err)
 	}
