@@ -74,6 +74,11 @@ refresh. A failed query is shown in its block and retried at the next refresh.
 With --name or --key only the sessions of that lock are listed; when there are none,
 status says which key (and name) it looked for. With --json that is an empty array.
 
+Behind a transaction-pooling proxy (PgBouncer pool_mode=transaction) status is refused
+(69) with the reason: it reads the locks through the library's connection, which refuses
+such a proxy. Point it at PostgreSQL itself, where it shows the locks of the proxy's
+clients too (under the server pids of the proxy's server connections).
+
 Flags:
 ` + lockFlagsHelp + `  --json              print a JSON array with stable field names, values exactly as on
                       the server
@@ -82,8 +87,9 @@ Flags:
   --dsn DSN           connection string (default $DATABASE_URL, else the PG* variables)
 
 ` + connectionHelp + `
-Exit codes: 0 success, 64 usage error, 69 server unavailable; with --watch, 130 or 143
-when SIGINT or SIGTERM ends it (128+N for signal N).
+Exit codes: 0 success (also when no lock matches), 64 usage error, 69 server unavailable
+or a transaction-pooling proxy; with --watch, 130 or 143 when SIGINT or SIGTERM ends it
+(128+N for signal N).
 `
 
 const hashHelp = `Usage: pgadvisory hash NAME
