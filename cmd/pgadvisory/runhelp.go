@@ -81,28 +81,28 @@ Environment of CMD:
   PGADVISORY_FENCE_TABLE  with --token: the fencing table, quoted for SQL
 
 Flags (exactly one of --name and --key):
-` + lockFlagsHelp + `  --wait DURATION      give up (exit 75) after waiting this long, e.g. 30s, 10m;
-                       0 (the default) waits as long as it takes
-  --no-wait            exit 75 at once if the lock is held
-  --shared             shared mode: shared holders run together; an exclusive one runs alone
-  --quiet              do not report who holds the lock while waiting, nor an earlier
-                       holder's sessions that ended on their own (terminated ones are
-                       always reported)
+` + lockFlagsHelp + `  --wait DURATION     give up (exit 75) after waiting this long, e.g. 30s, 10m;
+                      0 (the default) waits as long as it takes
+  --no-wait           exit 75 at once if the lock is held
+  --shared            shared mode: shared holders run together; an exclusive one runs alone
+  --quiet             do not report who holds the lock while waiting, nor an earlier
+                      holder's sessions that ended on their own (terminated ones are
+                      always reported)
   --drain-wait DURATION
-                       how long to wait for an earlier holder's sessions to end on their
-                       own before terminating them (default 1s; 0 terminates at once;
-                       at most 1h)
-  --grace DURATION     if the lock is lost: time between SIGTERM and SIGKILL to CMD
-                       (default 10s)
-  --holder-name NAME   application_name other sessions see
-                       (default "pgadvisory HOST/PID"; HOST is the pod name in Kubernetes)
-  --token              take a fencing token and export it as PGADVISORY_TOKEN (not with
-                       --shared); if the fencing table does not exist, exit 69 and say
-                       how to create it; CMD is not started
+                      how long to wait for an earlier holder's sessions to end on their
+                      own before terminating them (default 1s; 0 terminates at once;
+                      at most 1h)
+  --grace DURATION    if the lock is lost: time between SIGTERM and SIGKILL to CMD
+                      (default 10s)
+  --holder-name NAME  application_name other sessions see
+                      (default "pgadvisory HOST/PID"; HOST is the pod name in Kubernetes)
+  --token             take a fencing token and export it as PGADVISORY_TOKEN (not with
+                      --shared); if the fencing table does not exist, exit 69 and say
+                      how to create it; CMD is not started
   --fence-table [SCHEMA.]TABLE
-                       the fencing table of --token (default advisory_fence, found
-                       through the search_path)
-  --dsn DSN            connection string (default $DATABASE_URL, else the PG* variables)
+                      the fencing table of --token (default advisory_fence, found
+                      through the search_path)
+  --dsn DSN           connection string (default $DATABASE_URL, else the PG* variables)
 
 ` + connectionHelp + `
 ` + exitCodesHelp
