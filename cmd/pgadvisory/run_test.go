@@ -171,7 +171,7 @@ func adminQuery(t testing.TB, sql string, args ...any) pgx.Row {
 func TestRunUsageErrors(t *testing.T) {
 	t.Parallel()
 	for _, args := range [][]string{
-		{"run", "--", "true"},  // no --key
+		{"run", "--", "true"},  // no --name or --key
 		{"run", "--name", "k"}, // no command
 		{"run", "--name", "k", "--wait", "1s", "--no-wait", "--", "true"},
 		{"run", "--name", "", "--", "true"},
