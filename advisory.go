@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgadvisory/advisory/internal/connstr"
+	"github.com/pgadvisory/advisory/internal/sockfd"
 )
 
 // A Manager takes advisory locks on one database. It owns a pgxpool.Pool set up for
@@ -194,7 +195,7 @@ func configure(cfg *pgxpool.Config, set *settings, ps *proxyState) *pgxpool.Conf
 	// by itself only connections idle for more than a second.
 	ping := cfg.ShouldPing
 	cfg.ShouldPing = func(ctx context.Context, p pgxpool.ShouldPingParams) bool {
-		if pg := p.Conn.PgConn(); pendingInput(pg.Conn(), connFD(pg)) {
+		if pg := p.Conn.PgConn(); sockfd.Pending(pg.Conn(), connFD(pg)) {
 			return true
 		}
 		if ping != nil {

@@ -11,6 +11,8 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/pgadvisory/advisory/internal/sockfd"
 )
 
 // A pin is one connection taken from the Manager's pool and pinned while it may hold a
@@ -256,7 +258,7 @@ func (s *pin) shutdown() {
 	case st == stateAcquiring:
 		s.cancel.interrupt()
 	case st == stateInTx && s.txFD >= 0:
-		shutdownSocket(s.txFD) // the transaction fails and is rolled back; see endTx
+		sockfd.Shutdown(s.txFD) // the transaction fails and is rolled back; see endTx
 	}
 	s.mu.Unlock()
 	if st == stateHeld {
@@ -299,7 +301,7 @@ func (s *pin) end(keep bool, err error) {
 		s.discard()
 	}
 	if dup >= 0 {
-		closeFD(dup)
+		sockfd.Close(dup)
 	}
 	s.pc.Release() // pgxpool destroys a closed connection instead of keeping it
 	s.m.forget(s)

@@ -6,10 +6,6 @@ import (
 	"context"
 	"errors"
 	"os"
-	"os/exec"
-	"path/filepath"
-	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -186,27 +182,4 @@ func readerExited(t *testing.T, s *pin) {
 		}
 		time.Sleep(time.Millisecond)
 	}
-}
-
-// parentOf reads the parent pid after the command name, which may hold spaces and
-// parentheses: checked on this process and on a child whose name is "a) b (c".
-func TestParentOfReadsProcStat(t *testing.T) {
-	ppid, ok := parentOf(os.Getpid())
-	require.True(t, ok)
-	require.Equal(t, os.Getppid(), ppid)
-	dir := t.TempDir()
-	odd := filepath.Join(dir, "a) b (c")
-	require.NoError(t, os.Symlink("/bin/sleep", odd))
-	cmd := exec.Command(odd, "5")
-	require.NoError(t, cmd.Start())
-	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-	require.Eventually(t, func() bool {
-		b, err := os.ReadFile("/proc/" + strconv.Itoa(cmd.Process.Pid) + "/stat")
-		return err == nil && strings.Contains(string(b), "(a) b (c)")
-	}, 5*time.Second, time.Millisecond, "the child's /proc stat does not show its odd name")
-	ppid, ok = parentOf(cmd.Process.Pid)
-	require.True(t, ok)
-	require.Equal(t, os.Getpid(), ppid)
-	_, ok = parentOf(1 << 30) // no such process
-	require.False(t, ok)
 }

@@ -6,6 +6,8 @@ import (
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/pgadvisory/advisory/internal/sockfd"
 )
 
 // A caller's transaction on a held lock's connection (Lock.BeginFunc, Session.BeginFunc)
@@ -142,7 +144,7 @@ func (s *pin) beginTx(ctx context.Context) error {
 	}
 	s.mu.Lock()
 	if s.txFD < 0 { // kept for the next transaction, until the session ends (see end)
-		if fd, err := dupSocket(s.pg.Conn()); err == nil {
+		if fd, err := sockfd.Dup(s.pg.Conn()); err == nil {
 			s.txFD = fd
 		}
 	}
@@ -259,11 +261,11 @@ func (s *pin) closeTxDone() {
 // when the transaction returns (endTx). The caller holds s.mu.
 func (s *pin) hungUp() {
 	s.watch = watchNone // the one-shot registration fired; endTx removes it
-	cause := socketError(s.txFD)
+	cause := sockfd.Err(s.txFD)
 	if cause == nil {
 		cause = errPeerClosed
 	}
-	shutdownSocket(s.txFD)
+	sockfd.Shutdown(s.txFD)
 	s.err = s.lossError(cause, " (seen during a transaction)")
 	if s.closing { // the hang-up is shutdown's own
 		s.err = s.closedLoss()

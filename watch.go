@@ -5,10 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"syscall"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/pgadvisory/advisory/internal/sockfd"
 )
 
 // watchMode says who watches a held session's idle connection.
@@ -127,9 +128,9 @@ func lossCause(err error) (code, words string) {
 		return "terminated", "the server terminated the session (pg_terminate_backend or shutdown)"
 	case errors.As(err, &pgErr):
 		return "server_closed", "the server ended the session"
-	case errors.Is(err, syscall.ETIMEDOUT):
+	case sockfd.TimedOut(err):
 		return "keepalive", "the network went silent past the keepalive limit (partition or host down)"
-	case errors.Is(err, syscall.ECONNRESET), errors.Is(err, syscall.EPIPE):
+	case sockfd.Reset(err):
 		return "reset", "the connection was reset"
 	case errors.Is(err, errNotHeldByServer):
 		return "connection_failed", "the session no longer held it"
