@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgadvisory/advisory/internal/sockfd"
+	"github.com/pgadvisory/advisory/internal/sockwatch"
 )
 
 // A pin is one connection taken from the Manager's pool and pinned while it may hold a
@@ -46,8 +47,7 @@ type pin struct {
 	dst    [2]any
 	rowPID uint32
 	rowOK  pgtype.Bool
-	pollID uint64 // the poller's ID for this session's registration; 0 while not registered
-	pollFD int    // the descriptor registered with the poller: fd, or txFD in a transaction
+	polled sockwatch.Registration // with the poller, of fd, or of txFD in a transaction; zero while none
 
 	done      chan struct{} // closed when the session has ended
 	watchDone chan struct{} // closed when the current reader goroutine has exited; nil before the first (see startReader)

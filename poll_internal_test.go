@@ -48,47 +48,6 @@ func requireDoneSoon(t *testing.T, l *Lock, what string) {
 	}
 }
 
-func pollID(l *Lock) uint64 {
-	l.s.mu.Lock()
-	defer l.s.mu.Unlock()
-	return l.s.pollID
-}
-
-// Registration IDs are 64-bit and never reused: a lock whose ID has the same low 32 bits
-// as a long-held lock's (the int32 IDs of old wrapped there and overwrote it) is watched
-// separately, and both losses are seen.
-func TestPollerIDsNeverCollide(t *testing.T) {
-	m, admin := internalManager(t)
-	if m.poller == nil {
-		t.Skip("no epoll poller")
-	}
-	ctx := context.Background()
-	m.poller.mu.Lock()
-	m.poller.next = 1<<32 - 2 // the next IDs cross the 32-bit boundary
-	m.poller.mu.Unlock()
-	long, err := m.Lock(ctx, t.Name()+"/long")
-	require.NoError(t, err)
-	across, err := m.Lock(ctx, t.Name()+"/across")
-	require.NoError(t, err)
-	longID := pollID(long)
-	require.Equal(t, uint64(1<<32-1), longID)
-	require.Equal(t, uint64(1<<32), pollID(across))
-
-	m.poller.mu.Lock()
-	m.poller.next = longID + 1<<32 - 1 // the next ID's low 32 bits are long's
-	m.poller.mu.Unlock()
-	twin, err := m.Lock(ctx, t.Name()+"/twin")
-	require.NoError(t, err)
-	require.Equal(t, uint32(longID), uint32(pollID(twin)))
-
-	terminateBackend(t, admin, long.PID())
-	requireDoneSoon(t, long, "the long-held lock")
-	terminateBackend(t, admin, twin.PID())
-	requireDoneSoon(t, twin, "the lock with the same low 32 bits")
-	terminateBackend(t, admin, across.PID())
-	requireDoneSoon(t, across, "the lock past the boundary")
-}
-
 // A release that begins just as the watcher finds the connection dead must not touch the
 // epoll set afterwards: the dead socket's descriptor number may already belong to another
 // lock's connection, whose registration an EPOLL_CTL_DEL would silently remove.

@@ -12,8 +12,8 @@ import (
 
 // A caller's transaction on a held lock's connection (Lock.BeginFunc, Session.BeginFunc)
 // takes the connection from the watcher for its duration, and gives it back after.
-// Meanwhile the poller still watches the socket, for a hang-up only (see
-// poller.addHangup): the server ending the session (pg_terminate_backend, a shutdown) or
+// Meanwhile the poller still watches the socket, for a hang-up only (see beginTx and
+// sockwatch.Watcher.AddHangup): the server ending the session (pg_terminate_backend, a shutdown) or
 // the network failing closes Done at once, even while fn does other work, and makes every
 // later statement of the transaction fail, so nothing commits after a loss.
 
@@ -148,9 +148,7 @@ func (s *pin) beginTx(ctx context.Context) error {
 			s.txFD = fd
 		}
 	}
-	if s.txFD >= 0 && s.m.poller != nil && s.m.poller.addHangup(s, s.txFD) == nil {
-		s.watch = watchHangup
-	}
+	s.watchForHangup()
 	closing := s.closing
 	s.mu.Unlock()
 	if closing { // Close began before the socket could be shut down: see shutdown
@@ -158,6 +156,21 @@ func (s *pin) beginTx(ctx context.Context) error {
 	}
 	s.cancel.gentle.Store(true)
 	return nil
+}
+
+// watchForHangup has the poller watch the connection during a transaction, for a hang-up or
+// an error only, never for input, which is the transaction's. It watches txFD, the
+// session's own duplicate of the socket's descriptor: the caller's statements may make
+// pgx close the connection's descriptor at any time, but the duplicate's number stays the
+// session's until it closes it (see end), after endTx removed the registration. The
+// caller holds s.mu.
+func (s *pin) watchForHangup() {
+	if s.txFD < 0 || s.m.poller == nil {
+		return
+	}
+	if reg, err := s.m.poller.AddHangup(s.txFD, s); err == nil {
+		s.polled, s.watch = reg, watchHangup
+	}
 }
 
 // txBusy says what keeps beginTx (and release, see awaitTx) from taking the connection:
@@ -216,9 +229,7 @@ func (s *pin) endTx(cause error) error {
 	s.cancel.gentle.Store(false)
 	sent := s.cancel.settle()
 	s.mu.Lock()
-	if s.pollID != 0 {
-		s.m.poller.remove(s)
-	}
+	s.m.poller.Remove(&s.polled) // nothing if not registered
 	s.watch = watchNone
 	lost, closing := s.announced, s.closing
 	s.mu.Unlock()
