@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/pgadvisory/advisory/internal/cancelreq"
 	"github.com/pgadvisory/advisory/internal/sockfd"
 	"github.com/pgadvisory/advisory/internal/sockwatch"
 )
@@ -26,7 +27,7 @@ type pin struct {
 	m      *Manager
 	pc     *pgxpool.Conn
 	pg     *pgconn.PgConn
-	cancel *cancelHandler
+	cancel *cancelreq.Handler
 	pid    uint32
 	token  string // the connection's ownership token: see ownedBy
 	key    Key
@@ -256,7 +257,7 @@ func (s *pin) shutdown() {
 	st := s.state
 	switch {
 	case st == stateAcquiring:
-		s.cancel.interrupt()
+		s.cancel.Interrupt()
 	case st == stateInTx && s.txFD >= 0:
 		sockfd.Shutdown(s.txFD) // the transaction fails and is rolled back; see endTx
 	}

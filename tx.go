@@ -154,7 +154,7 @@ func (s *pin) beginTx(ctx context.Context) error {
 	if closing { // Close began before the socket could be shut down: see shutdown
 		return s.endTx(nil)
 	}
-	s.cancel.gentle.Store(true)
+	s.cancel.SetGentle(true)
 	return nil
 }
 
@@ -226,8 +226,8 @@ func (s *pin) waitTx(ctx context.Context, ready func() bool) error {
 // closed it, or a transaction is still open): cause is the transaction's last error,
 // for the message. It returns nil, or the session's end error.
 func (s *pin) endTx(cause error) error {
-	s.cancel.gentle.Store(false)
-	sent := s.cancel.settle()
+	s.cancel.SetGentle(false)
+	sent := s.cancel.Settle()
 	s.mu.Lock()
 	s.m.poller.Remove(&s.polled) // nothing if not registered
 	s.watch = watchNone
