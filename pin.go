@@ -48,7 +48,9 @@ type pin struct {
 	dst    [2]any
 	rowPID uint32
 	rowOK  pgtype.Bool
-	polled sockwatch.Registration // with the poller, of fd, or of txFD in a transaction; zero while none
+	// polled is the poller's registration of fd, or of txFD in a transaction; zero while
+	// not registered (see watchIdle, watchForHangup).
+	polled sockwatch.Registration
 
 	done      chan struct{} // closed when the session has ended
 	watchDone chan struct{} // closed when the current reader goroutine has exited; nil before the first (see startReader)

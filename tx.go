@@ -12,10 +12,10 @@ import (
 
 // A caller's transaction on a held lock's connection (Lock.BeginFunc, Session.BeginFunc)
 // takes the connection from the watcher for its duration, and gives it back after.
-// Meanwhile the poller still watches the socket, for a hang-up only (see beginTx and
-// sockwatch.Watcher.AddHangup): the server ending the session (pg_terminate_backend, a shutdown) or
-// the network failing closes Done at once, even while fn does other work, and makes every
-// later statement of the transaction fail, so nothing commits after a loss.
+// Meanwhile the poller still watches the socket, for a hang-up only (see watchForHangup):
+// the server ending the session (pg_terminate_backend, a shutdown) or the network failing
+// closes Done at once, even while fn does other work, and makes every later statement of
+// the transaction fail, so nothing commits after a loss.
 
 // errPeerClosed is the cause of a loss seen as the server closing the connection.
 var errPeerClosed = errors.New("the server closed the connection")
@@ -158,12 +158,12 @@ func (s *pin) beginTx(ctx context.Context) error {
 	return nil
 }
 
-// watchForHangup has the poller watch the connection during a transaction, for a hang-up or
-// an error only, never for input, which is the transaction's. It watches txFD, the
-// session's own duplicate of the socket's descriptor: the caller's statements may make
-// pgx close the connection's descriptor at any time, but the duplicate's number stays the
-// session's until it closes it (see end), after endTx removed the registration. The
-// caller holds s.mu.
+// watchForHangup has the poller watch the connection during a transaction, for a hang-up
+// or an error only, never for input, which is the transaction's (see
+// sockwatch.Watcher.AddHangup). It watches txFD, the session's own duplicate of the
+// socket's descriptor: the caller's statements may make pgx close the connection's
+// descriptor at any time, but the duplicate's number stays the session's until it closes
+// it (see end), after endTx removed the registration. The caller holds s.mu.
 func (s *pin) watchForHangup() {
 	if s.txFD < 0 || s.m.poller == nil {
 		return

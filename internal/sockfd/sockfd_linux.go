@@ -40,7 +40,8 @@ func Dup(c net.Conn) (int, error) {
 }
 
 // Pending reports whether an idle connection has something to read: bytes the peer sent
-// unasked, or an end of file. It peeks without blocking and without consuming anything,
+// unasked, or an end of file (an idle connection of a request-response protocol, healthy,
+// has nothing). It peeks without blocking and without consuming anything,
 // and says true if it cannot tell (false without a socket, and always false off Linux).
 // fd is the socket's descriptor if the caller knows it (see [FD]), or -1: a caller that
 // owns the idle connection knows nothing can close it meanwhile, and asking the runtime
