@@ -15,6 +15,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgadvisory/advisory/internal/connstr"
+	"github.com/pgadvisory/advisory/internal/sockfd"
+	"github.com/pgadvisory/advisory/internal/sockwatch"
 )
 
 // A Manager takes advisory locks on one database. It owns a pgxpool.Pool set up for
@@ -38,7 +40,7 @@ type Manager struct {
 	pool   *pgxpool.Pool
 	set    settings
 	proxy  *proxyState
-	poller *poller // nil where epoll is not available
+	poller *sockwatch.Watcher // watches held idle sessions; nil where epoll is not available
 	// maxConns is the pool's size. (pgxpool's Config() returns a deep copy: far too
 	// costly for every Lock call.)
 	maxConns int
@@ -152,7 +154,7 @@ func NewWithConfig(ctx context.Context, cfg *pgxpool.Config, opts ...Option) (*M
 		pool.Close()
 		return nil, err
 	}
-	p, err := newPoller()
+	p, err := sockwatch.New()
 	if err != nil {
 		pool.Close()
 		return nil, fmt.Errorf("advisory: start socket poller: %w", err)
@@ -194,7 +196,7 @@ func configure(cfg *pgxpool.Config, set *settings, ps *proxyState) *pgxpool.Conf
 	// by itself only connections idle for more than a second.
 	ping := cfg.ShouldPing
 	cfg.ShouldPing = func(ctx context.Context, p pgxpool.ShouldPingParams) bool {
-		if pg := p.Conn.PgConn(); pendingInput(pg.Conn(), connFD(pg)) {
+		if pg := p.Conn.PgConn(); sockfd.Pending(pg.Conn(), connFD(pg)) {
 			return true
 		}
 		if ping != nil {
@@ -280,7 +282,7 @@ func (m *Manager) Close() {
 	}
 	m.active.Wait()
 	if m.poller != nil {
-		m.poller.stop()
+		m.poller.Stop()
 	}
 	m.pool.Close()
 	close(m.closeDone)

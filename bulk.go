@@ -78,7 +78,7 @@ func (ss *Session) take(ctx context.Context, ts []target, try bool) error {
 	var owned *bool
 	var busy []int64
 	var err error
-	s.cancel.waiting.Store(true) // each statement below is a lock wait: see waitRow
+	s.cancel.SetWaiting(true) // each statement below is a lock wait: see waitRow
 	switch {
 	case len(ts) == 1:
 		pid, owned, err = s.takeOne(ctx, ts[0], try)
@@ -91,9 +91,9 @@ func (ss *Session) take(ctx context.Context, ts []target, try bool) error {
 		var taken []int64
 		err = s.pc.QueryRow(ctx, tryLockAllSQL, keysOf(ts), s.token).Scan(&pid, &owned, &taken, &busy)
 	}
-	s.cancel.waiting.Store(false)
+	s.cancel.SetWaiting(false)
 	ss.setWaiting(false) // before settle: see setWaiting
-	sent := s.cancel.settle()
+	sent := s.cancel.Settle()
 	if notSent(s.pg, err) && ctx.Err() != nil {
 		// pgx refused to start the statement (ctx had ended): the server saw nothing and
 		// the connection is as it was.

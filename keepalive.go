@@ -5,8 +5,9 @@ import (
 	"fmt"
 	"net"
 	"strconv"
-	"syscall"
 	"time"
+
+	"github.com/pgadvisory/advisory/internal/sockfd"
 )
 
 // TCPKeepalive configures TCP keepalive on one end of a lock connection. A silent peer
@@ -163,28 +164,10 @@ func applyClientKeepalive(conn net.Conn, k TCPKeepalive) error {
 	if err != nil {
 		return fmt.Errorf("advisory: set TCP keepalive: %w", err)
 	}
-	raw, err := tcp.SyscallConn()
-	if err != nil {
-		return fmt.Errorf("advisory: set TCP_USER_TIMEOUT: %w", err)
-	}
-	var serr error
-	err = raw.Control(func(fd uintptr) {
-		serr = setUserTimeout(fd, k.userTimeout())
-	})
-	if err == nil {
-		err = serr
-	}
-	if err != nil {
+	if err := sockfd.SetUserTimeout(tcp, k.userTimeout()); err != nil {
 		return fmt.Errorf("advisory: set TCP_USER_TIMEOUT: %w", err)
 	}
 	return nil
-}
-
-// tcpUserTimeout is TCP_USER_TIMEOUT from linux/tcp.h (not in package syscall).
-const tcpUserTimeout = 0x12
-
-func setUserTimeout(fd uintptr, d time.Duration) error {
-	return syscall.SetsockoptInt(int(fd), syscall.IPPROTO_TCP, tcpUserTimeout, int(d/time.Millisecond))
 }
 
 // serverSettings are the session settings of every new lock connection, as (name,

@@ -15,6 +15,10 @@ import (
 	"github.com/pgadvisory/advisory/internal/pgtest"
 )
 
+// tcpUserTimeout is TCP_USER_TIMEOUT from linux/tcp.h (not in package syscall), for
+// reading the option back (package sockfd sets it).
+const tcpUserTimeout = 0x12
+
 // TestKeepaliveIsAppliedOnBothEnds reads back, on a lock connection, what the server
 // says its keepalive settings are (SHOW) and what the kernel says of the client socket
 // (getsockopt). TestMain (in advisory_test) exports the test server's DSN.

@@ -6,10 +6,11 @@ import (
 	"fmt"
 	"os"
 	"strconv"
-	"syscall"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/pgadvisory/advisory/internal/sockfd"
 )
 
 // A Lock is one held advisory lock. It pins one connection until Unlock, loss, or the
@@ -82,9 +83,9 @@ func (l *Lock) File() (*os.File, error) {
 	if err := l.Err(); err != nil {
 		return nil, err
 	}
-	// The runtime pins the descriptor while dupSocket works on it, so a concurrent close
+	// The runtime pins the descriptor while sockfd.Dup works on it, so a concurrent close
 	// (a watcher finding the connection dead) cannot hand us a reused number.
-	fd, err := dupSocket(l.s.pg.Conn())
+	fd, err := sockfd.Dup(l.s.pg.Conn())
 	if err != nil {
 		return nil, fmt.Errorf("advisory: duplicate the lock's socket: %w", err)
 	}
@@ -92,7 +93,7 @@ func (l *Lock) File() (*os.File, error) {
 	// would carry a later, unrelated lock on a session that a child process keeps alive.
 	l.s.retire.Store(true)
 	if err := l.Err(); err != nil { // ended meanwhile: the copy would hold nothing
-		syscall.Close(fd)
+		sockfd.Close(fd)
 		return nil, err
 	}
 	return os.NewFile(uintptr(fd), "advisory-lock-"+l.Key().String()), nil

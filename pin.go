@@ -11,6 +11,10 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/pgadvisory/advisory/internal/cancelreq"
+	"github.com/pgadvisory/advisory/internal/sockfd"
+	"github.com/pgadvisory/advisory/internal/sockwatch"
 )
 
 // A pin is one connection taken from the Manager's pool and pinned while it may hold a
@@ -23,7 +27,7 @@ type pin struct {
 	m      *Manager
 	pc     *pgxpool.Conn
 	pg     *pgconn.PgConn
-	cancel *cancelHandler
+	cancel *cancelreq.Handler
 	pid    uint32
 	token  string // the connection's ownership token: see ownedBy
 	key    Key
@@ -44,8 +48,9 @@ type pin struct {
 	dst    [2]any
 	rowPID uint32
 	rowOK  pgtype.Bool
-	pollID uint64 // the poller's ID for this session's registration; 0 while not registered
-	pollFD int    // the descriptor registered with the poller: fd, or txFD in a transaction
+	// polled is the poller's registration of fd, or of txFD in a transaction; zero while
+	// not registered (see watchIdle, watchForHangup).
+	polled sockwatch.Registration
 
 	done      chan struct{} // closed when the session has ended
 	watchDone chan struct{} // closed when the current reader goroutine has exited; nil before the first (see startReader)
@@ -254,9 +259,9 @@ func (s *pin) shutdown() {
 	st := s.state
 	switch {
 	case st == stateAcquiring:
-		s.cancel.interrupt()
+		s.cancel.Interrupt()
 	case st == stateInTx && s.txFD >= 0:
-		shutdownSocket(s.txFD) // the transaction fails and is rolled back; see endTx
+		sockfd.Shutdown(s.txFD) // the transaction fails and is rolled back; see endTx
 	}
 	s.mu.Unlock()
 	if st == stateHeld {
@@ -299,7 +304,7 @@ func (s *pin) end(keep bool, err error) {
 		s.discard()
 	}
 	if dup >= 0 {
-		closeFD(dup)
+		sockfd.Close(dup)
 	}
 	s.pc.Release() // pgxpool destroys a closed connection instead of keeping it
 	s.m.forget(s)

@@ -17,7 +17,7 @@ func (s *pin) lock(ctx context.Context) error {
 	pid, owned, err := s.waitRow(ctx, s.st.lock, s.st.keyInText)
 	disarm()
 	s.setState(stateSettling)
-	interrupted := s.cancel.settle()
+	interrupted := s.cancel.Settle()
 	if perr := s.checkBackend(pid, owned, err); perr != nil {
 		return perr
 	}
@@ -60,7 +60,7 @@ func (s *pin) abandon(ctx context.Context, err error, interrupted bool) error {
 func (s *pin) tryLock(ctx context.Context) error {
 	pid, got, err := s.waitRow(ctx, s.st.tryLock, s.st.keyInText)
 	s.setState(stateSettling)
-	interrupted := s.cancel.settle()
+	interrupted := s.cancel.Settle()
 	if perr := s.checkBackend(pid, got, err); perr != nil {
 		return perr
 	}

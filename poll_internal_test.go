@@ -6,10 +6,6 @@ import (
 	"context"
 	"errors"
 	"os"
-	"os/exec"
-	"path/filepath"
-	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -50,47 +46,6 @@ func requireDoneSoon(t *testing.T, l *Lock, what string) {
 	case <-time.After(10 * time.Second):
 		t.Fatalf("%s: loss not seen within 10s", what)
 	}
-}
-
-func pollID(l *Lock) uint64 {
-	l.s.mu.Lock()
-	defer l.s.mu.Unlock()
-	return l.s.pollID
-}
-
-// Registration IDs are 64-bit and never reused: a lock whose ID has the same low 32 bits
-// as a long-held lock's (the int32 IDs of old wrapped there and overwrote it) is watched
-// separately, and both losses are seen.
-func TestPollerIDsNeverCollide(t *testing.T) {
-	m, admin := internalManager(t)
-	if m.poller == nil {
-		t.Skip("no epoll poller")
-	}
-	ctx := context.Background()
-	m.poller.mu.Lock()
-	m.poller.next = 1<<32 - 2 // the next IDs cross the 32-bit boundary
-	m.poller.mu.Unlock()
-	long, err := m.Lock(ctx, t.Name()+"/long")
-	require.NoError(t, err)
-	across, err := m.Lock(ctx, t.Name()+"/across")
-	require.NoError(t, err)
-	longID := pollID(long)
-	require.Equal(t, uint64(1<<32-1), longID)
-	require.Equal(t, uint64(1<<32), pollID(across))
-
-	m.poller.mu.Lock()
-	m.poller.next = longID + 1<<32 - 1 // the next ID's low 32 bits are long's
-	m.poller.mu.Unlock()
-	twin, err := m.Lock(ctx, t.Name()+"/twin")
-	require.NoError(t, err)
-	require.Equal(t, uint32(longID), uint32(pollID(twin)))
-
-	terminateBackend(t, admin, long.PID())
-	requireDoneSoon(t, long, "the long-held lock")
-	terminateBackend(t, admin, twin.PID())
-	requireDoneSoon(t, twin, "the lock with the same low 32 bits")
-	terminateBackend(t, admin, across.PID())
-	requireDoneSoon(t, across, "the lock past the boundary")
 }
 
 // A release that begins just as the watcher finds the connection dead must not touch the
@@ -186,27 +141,4 @@ func readerExited(t *testing.T, s *pin) {
 		}
 		time.Sleep(time.Millisecond)
 	}
-}
-
-// parentOf reads the parent pid after the command name, which may hold spaces and
-// parentheses: checked on this process and on a child whose name is "a) b (c".
-func TestParentOfReadsProcStat(t *testing.T) {
-	ppid, ok := parentOf(os.Getpid())
-	require.True(t, ok)
-	require.Equal(t, os.Getppid(), ppid)
-	dir := t.TempDir()
-	odd := filepath.Join(dir, "a) b (c")
-	require.NoError(t, os.Symlink("/bin/sleep", odd))
-	cmd := exec.Command(odd, "5")
-	require.NoError(t, cmd.Start())
-	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-	require.Eventually(t, func() bool {
-		b, err := os.ReadFile("/proc/" + strconv.Itoa(cmd.Process.Pid) + "/stat")
-		return err == nil && strings.Contains(string(b), "(a) b (c)")
-	}, 5*time.Second, time.Millisecond, "the child's /proc stat does not show its odd name")
-	ppid, ok = parentOf(cmd.Process.Pid)
-	require.True(t, ok)
-	require.Equal(t, os.Getpid(), ppid)
-	_, ok = parentOf(1 << 30) // no such process
-	require.False(t, ok)
 }

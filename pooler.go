@@ -5,6 +5,8 @@ import (
 	"fmt"
 
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/pgadvisory/advisory/internal/sockfd"
 )
 
 // Keys of a connection's PgConn.CustomData set by its setup (see setup.go): the backend
@@ -34,7 +36,7 @@ func connFD(pg *pgconn.PgConn) int {
 	if fd, ok := pg.CustomData()[fdKey].(int); ok {
 		return fd
 	}
-	return socketFD(pg.Conn())
+	return sockfd.FD(pg.Conn())
 }
 
 func ownership(pg *pgconn.PgConn) (pid uint32, token string) {

@@ -208,7 +208,7 @@ func (s *Session) takeInterruptibly(ctx context.Context, ts []target, try bool) 
 // setWaiting marks the Session's lock statement as running (Close interrupts it) or not.
 // Marking it running fails once Close has begun. take unmarks it as soon as the statement
 // returns and before it settles the cancel handler, as pin.lock does with its state, so
-// that an interrupt from Close is always one that settle sees.
+// that an interrupt from Close is always one that Settle sees.
 func (s *Session) setWaiting(on bool) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -313,7 +313,7 @@ func (s *Session) Close(ctx context.Context) error {
 	if !s.isClosing() {
 		close(s.closing)
 		if s.waiting {
-			s.pin.cancel.interrupt()
+			s.pin.cancel.Interrupt()
 		}
 	}
 	s.mu.Unlock()

@@ -15,6 +15,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/pgadvisory/advisory/internal/sockfd"
 )
 
 // ownerSetting is the custom setting in which a lock connection's backend keeps the
@@ -100,7 +102,7 @@ func setUp(ctx context.Context, conn *pgx.Conn, set *settings, ps *proxyState) e
 	}
 	pg.CustomData()[backendPIDKey] = pid
 	pg.CustomData()[tokenKey] = token
-	pg.CustomData()[fdKey] = socketFD(pg.Conn())
+	pg.CustomData()[fdKey] = sockfd.FD(pg.Conn())
 	pg.CustomData()[dbOIDKey] = seen.dbOID
 	if !set.checkedOnly && pid == pg.PID() && seen.directPath(pg.Conn()) {
 		pg.CustomData()[directKey] = true
@@ -125,13 +127,13 @@ type look struct {
 // sees the proxy's connection, from the proxy's address and port). Over a Unix socket
 // (the server sees no address there): the process that listens on the socket we
 // connected to (SO_PEERCRED) is the parent of the backend, that is, the postmaster that
-// forked it, not a pooler's process (see unixDirect). On such a connection no other
+// forked it, not a pooler's process (see sockfd.ListenerIsParent). On such a connection no other
 // client's statements can ever run on the backend, nor ours on another's, so the lock
 // statements need not check the ownership token (see statementsFor): a direct connection
 // spares the server that work on every statement. Every other connection keeps the check.
 func (l look) directPath(c net.Conn) bool {
 	if c.LocalAddr().Network() == "unix" {
-		return l.clientAddr == "" && l.clientPort == 0 && unixDirect(c, l.pid)
+		return l.clientAddr == "" && l.clientPort == 0 && sockfd.ListenerIsParent(c, l.pid)
 	}
 	local, ok1 := c.LocalAddr().(*net.TCPAddr)
 	remote, ok2 := c.RemoteAddr().(*net.TCPAddr)

@@ -6,14 +6,16 @@ import (
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/pgadvisory/advisory/internal/sockfd"
 )
 
 // A caller's transaction on a held lock's connection (Lock.BeginFunc, Session.BeginFunc)
 // takes the connection from the watcher for its duration, and gives it back after.
-// Meanwhile the poller still watches the socket, for a hang-up only (see
-// poller.addHangup): the server ending the session (pg_terminate_backend, a shutdown) or
-// the network failing closes Done at once, even while fn does other work, and makes every
-// later statement of the transaction fail, so nothing commits after a loss.
+// Meanwhile the poller still watches the socket, for a hang-up only (see watchForHangup):
+// the server ending the session (pg_terminate_backend, a shutdown) or the network failing
+// closes Done at once, even while fn does other work, and makes every later statement of
+// the transaction fail, so nothing commits after a loss.
 
 // errPeerClosed is the cause of a loss seen as the server closing the connection.
 var errPeerClosed = errors.New("the server closed the connection")
@@ -142,20 +144,33 @@ func (s *pin) beginTx(ctx context.Context) error {
 	}
 	s.mu.Lock()
 	if s.txFD < 0 { // kept for the next transaction, until the session ends (see end)
-		if fd, err := dupSocket(s.pg.Conn()); err == nil {
+		if fd, err := sockfd.Dup(s.pg.Conn()); err == nil {
 			s.txFD = fd
 		}
 	}
-	if s.txFD >= 0 && s.m.poller != nil && s.m.poller.addHangup(s, s.txFD) == nil {
-		s.watch = watchHangup
-	}
+	s.watchForHangup()
 	closing := s.closing
 	s.mu.Unlock()
 	if closing { // Close began before the socket could be shut down: see shutdown
 		return s.endTx(nil)
 	}
-	s.cancel.gentle.Store(true)
+	s.cancel.SetGentle(true)
 	return nil
+}
+
+// watchForHangup has the poller watch the connection during a transaction, for a hang-up
+// or an error only, never for input, which is the transaction's (see
+// sockwatch.Watcher.AddHangup). It watches txFD, the session's own duplicate of the
+// socket's descriptor: the caller's statements may make pgx close the connection's
+// descriptor at any time, but the duplicate's number stays the session's until it closes
+// it (see end), after endTx removed the registration. The caller holds s.mu.
+func (s *pin) watchForHangup() {
+	if s.txFD < 0 || s.m.poller == nil {
+		return
+	}
+	if reg, err := s.m.poller.AddHangup(s.txFD, s); err == nil {
+		s.polled, s.watch = reg, watchHangup
+	}
 }
 
 // txBusy says what keeps beginTx (and release, see awaitTx) from taking the connection:
@@ -211,12 +226,10 @@ func (s *pin) waitTx(ctx context.Context, ready func() bool) error {
 // closed it, or a transaction is still open): cause is the transaction's last error,
 // for the message. It returns nil, or the session's end error.
 func (s *pin) endTx(cause error) error {
-	s.cancel.gentle.Store(false)
-	sent := s.cancel.settle()
+	s.cancel.SetGentle(false)
+	sent := s.cancel.Settle()
 	s.mu.Lock()
-	if s.pollID != 0 {
-		s.m.poller.remove(s)
-	}
+	s.m.poller.Remove(&s.polled) // nothing if not registered
 	s.watch = watchNone
 	lost, closing := s.announced, s.closing
 	s.mu.Unlock()
@@ -259,11 +272,11 @@ func (s *pin) closeTxDone() {
 // when the transaction returns (endTx). The caller holds s.mu.
 func (s *pin) hungUp() {
 	s.watch = watchNone // the one-shot registration fired; endTx removes it
-	cause := socketError(s.txFD)
+	cause := sockfd.Err(s.txFD)
 	if cause == nil {
 		cause = errPeerClosed
 	}
-	shutdownSocket(s.txFD)
+	sockfd.Shutdown(s.txFD)
 	s.err = s.lossError(cause, " (seen during a transaction)")
 	if s.closing { // the hang-up is shutdown's own
 		s.err = s.closedLoss()

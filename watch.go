@@ -5,10 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"syscall"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/pgadvisory/advisory/internal/sockfd"
 )
 
 // watchMode says who watches a held session's idle connection.
@@ -38,11 +39,22 @@ func (s *pin) hold() bool {
 }
 
 // watchIdle makes the session held and starts its watcher. The caller holds s.mu.
+//
+// The poller's registration is one-shot: the first event hands the session to its
+// reader. Descriptor numbers are reused as soon as a socket is closed, so the poller must
+// only ever be given s.fd while that number is certainly s's socket. The rule that
+// ensures it: a session is registered only while it is in watchPolled mode, and in that
+// mode nobody reads from or closes its connection (the poller does no I/O on it). Both
+// ways out of watchPolled, SocketEvent and stopWatch, remove the registration under s.mu
+// before anyone else may touch the connection. The reader goroutine, which may see the
+// connection fail and close it, starts only after that.
 func (s *pin) watchIdle() {
 	s.state = stateHeld
-	if s.m.poller != nil && s.m.poller.add(s) == nil {
-		s.watch = watchPolled
-		return
+	if s.m.poller != nil {
+		if reg, err := s.m.poller.Add(s.fd, s); err == nil {
+			s.polled, s.watch = reg, watchPolled
+			return
+		}
 	}
 	s.startReader()
 }
@@ -57,9 +69,10 @@ func (s *pin) startReader() {
 	go s.readUntilLoss(s.watchDone)
 }
 
-// socketEvent is called by the poller when the held session's socket became readable or
-// hung up. The reader goroutine takes over and reads what came.
-func (s *pin) socketEvent() {
+// SocketEvent is called by the poller (it implements sockwatch.Handler) when the held
+// session's socket became readable or hung up. The reader goroutine takes over and reads
+// what came.
+func (s *pin) SocketEvent() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.watch == watchHangup {
@@ -69,7 +82,7 @@ func (s *pin) socketEvent() {
 	if s.watch != watchPolled {
 		return // stopWatch took the connection back first
 	}
-	s.m.poller.remove(s) // before the reader may close the socket: see poller.add
+	s.m.poller.Remove(&s.polled) // before the reader may close the socket: see watchIdle
 	s.startReader()
 }
 
@@ -99,7 +112,7 @@ func (s *pin) stopWatch() bool {
 	mode, exited := s.watch, s.watchDone
 	s.watch = watchNone
 	if mode == watchPolled {
-		s.m.poller.remove(s) // the socket is open: nobody else touches it in this mode
+		s.m.poller.Remove(&s.polled) // the socket is open: nobody else touches it in this mode
 	}
 	s.mu.Unlock()
 	if mode != watchReading {
@@ -127,9 +140,9 @@ func lossCause(err error) (code, words string) {
 		return "terminated", "the server terminated the session (pg_terminate_backend or shutdown)"
 	case errors.As(err, &pgErr):
 		return "server_closed", "the server ended the session"
-	case errors.Is(err, syscall.ETIMEDOUT):
+	case sockfd.TimedOut(err):
 		return "keepalive", "the network went silent past the keepalive limit (partition or host down)"
-	case errors.Is(err, syscall.ECONNRESET), errors.Is(err, syscall.EPIPE):
+	case sockfd.Reset(err):
 		return "reset", "the connection was reset"
 	case errors.Is(err, errNotHeldByServer):
 		return "connection_failed", "the session no longer held it"
