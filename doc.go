@@ -101,7 +101,8 @@
 // Errors wrap one of the sentinels ([ErrLocked], [ErrLockLost], [ErrNotHeld],
 // [ErrClosed], [ErrInvalidKey], [ErrInvalidOption], [ErrPooler], [ErrStandby],
 // [ErrUnsupportedServer], [ErrPoolExhausted], [ErrTooManyLocks], [ErrLockTableFull],
-// [ErrStaleToken], [ErrNoFenceTable], [ErrWorkNotDrained], [ErrCommitUnconfirmed])
-// together with their cause (a *pgconn.PgError, a network error, ctx.Err()): test with
-// errors.Is and errors.As. Messages start with "advisory:" and never contain a password.
+// [ErrStaleToken], [ErrNoFenceTable], [ErrSharedToken], [ErrWorkNotDrained],
+// [ErrCommitUnconfirmed]) together with their cause (a *pgconn.PgError, a network error,
+// ctx.Err()): test with errors.Is and errors.As. Messages start with "advisory:" and
+// never contain a password.
 package advisory

@@ -160,10 +160,20 @@ func (v *verdict) markLost() {
 }
 
 // token judges Lock.Token. Whether the token is new is judged against the table after
-// the batch (fenceTokens).
+// the batch (fenceTokens). A shared Lock has no token: ErrSharedToken and nothing else,
+// whatever its state and ctx, and the lock is kept.
 func (v *verdict) token() {
 	o, r := v.o, &v.o.res
 	tok, cached := r.fence.token, o.fin.cached
+	if o.lh.shared {
+		if tok != 0 || !errors.Is(r.err, advisory.ErrSharedToken) {
+			v.fail("Token of a shared lock: got %d, %v; want ErrSharedToken", tok, r.err)
+		}
+		if o.pre == hLive {
+			v.heldAfter()
+		}
+		return
+	}
 	if o.pre != hLive {
 		v.endedTarget()
 		return

@@ -73,8 +73,15 @@ func (m *Manager) CreateFenceTable(ctx context.Context) error {
 // [ErrCommitUnconfirmed], the lock is kept, and the next call takes a newer token. It fails with an error wrapping
 // [ErrLockLost] or [ErrNotHeld] if the lock has ended, even if a token was taken before,
 // and with one wrapping [ErrNoFenceTable] if the table does not exist.
+//
+// On a shared lock it returns an error wrapping [ErrSharedToken], whatever the lock's
+// state, sends nothing and keeps the lock: shared holders hold at once, so no token could
+// say which is newest.
 func (l *Lock) Token(ctx context.Context) (int64, error) {
 	s := l.s
+	if s.shared {
+		return 0, &opError{"take a fencing token of", s.describe(), ErrSharedToken}
+	}
 	if tok := s.fenceToken.Load(); tok != 0 {
 		select {
 		case <-s.done: // the holding has ended: its token no longer fences anything

@@ -113,7 +113,8 @@ func TestFencingUsageErrors(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"run", "--token", "--shared", "--key", "k", "--", "true"}, "run: --token needs an exclusive lock"},
+		{[]string{"run", "--token", "--shared", "--key", "k", "--", "true"}, "run: --token needs an exclusive lock: a shared lock has no fencing token: " +
+			"shared holders hold at once, so no token can say which is newest; take the lock exclusively for fenced writes"},
 		{[]string{"run", "--fence-table", "t", "--key", "k", "--", "true"}, "run: --fence-table is used only with --token"},
 		{[]string{"run", "--token", "--fence-table", "a.b.c", "--key", "k", "--", "true"}, "want TABLE or SCHEMA.TABLE"},
 		{[]string{"run", "--token", "--fence-table", ".t", "--key", "k", "--", "true"}, "each name must be 1 to 63 bytes"},
