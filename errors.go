@@ -82,7 +82,10 @@ var (
 	ErrStaleToken = errors.New("advisory: stale fencing token: a newer holder has taken the lock")
 
 	// ErrNoFenceTable means the fencing table that [Lock.Token] and [Manager.CheckToken]
-	// use does not exist: create it with [Manager.CreateFenceTable].
+	// use cannot be used: it does not exist, or it has the layout of an earlier version of
+	// this package (rows keyed by the key alone, without the pair column; the error then
+	// says so in its own words). [Manager.CreateFenceTable] is the remedy for both: it
+	// creates the table, or upgrades it in place.
 	ErrNoFenceTable = errors.New("advisory: the fencing table does not exist (create it with Manager.CreateFenceTable)")
 
 	// ErrSharedToken is returned by [Lock.Token] on a lock held in shared mode. Tokens

@@ -209,6 +209,9 @@ func (v *verdict) checkToken() {
 	}
 	stale := errors.Is(r.err, advisory.ErrStaleToken)
 	switch {
+	case r.err == nil && o.fin.pair:
+		v.fail("accepted a pair's token, but no pair lock ever took one: the name's key and the pair share a counter")
+	case o.fin.pair && (stale || o.isCtx(r.err)):
 	case r.err == nil && o.fin.tok == tokStale:
 		v.fail("accepted a stale token")
 	case r.err == nil && o.fin.tok == tokNever && o.isolated:

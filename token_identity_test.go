@@ -84,3 +84,73 @@ func TestTokenOfASharedLockIsRefused(t *testing.T) {
 		requireNoAcquired(t, m)
 	}
 }
+
+// TestPairAndKeyTokensAreIndependent: LockPair({7, x}) and LockKey(7<<32 | x) are
+// different locks, held at once; each counts its own tokens (both 1 on a fresh table),
+// each CheckToken* accepts its own, and a newer pair holder's token leaves the key
+// holder's current.
+func TestPairAndKeyTokensAreIndependent(t *testing.T) {
+	t.Parallel()
+	ms := fenceManagers(t, 2)
+	ctx := ctxT(t)
+	pair := advisory.Pair{Class: 7, Object: int32(advisory.KeyOf(t.Name()))}
+	key := advisory.Key(int64(pair.Class)<<32 | int64(uint32(pair.Object)))
+	kl, err := ms[0].LockKey(ctx, key)
+	require.NoError(t, err)
+	pl, err := ms[1].LockPair(ctx, pair)
+	require.NoError(t, err)
+	require.Equal(t, key, pl.Key(), "the same 64 bits")
+	requireHeldBy(t, key, kl.PID())
+
+	kTok, err := kl.Token(ctx)
+	require.NoError(t, err)
+	pTok, err := pl.Token(ctx)
+	require.NoError(t, err)
+	require.Equal(t, int64(1), kTok, "the key's first token")
+	require.Equal(t, int64(1), pTok, "the pair's first token")
+
+	check := func(f func(tx pgx.Tx) error) error {
+		tx, err := admin.Begin(ctx)
+		require.NoError(t, err)
+		defer tx.Rollback(ctx)
+		return f(tx)
+	}
+	require.NoError(t, check(func(tx pgx.Tx) error { return ms[1].CheckTokenKey(ctx, tx, key, kTok) }))
+	require.NoError(t, check(func(tx pgx.Tx) error { return ms[0].CheckTokenPair(ctx, tx, pair, pTok) }))
+
+	// A newer pair holder takes tokens 2 and 3: the key holder's token 1 stays current,
+	// the pair's 1 and 2 are stale.
+	for want := int64(2); want <= 3; want++ {
+		require.NoError(t, pl.Unlock(ctx))
+		pl, err = ms[1].LockPair(ctx, pair)
+		require.NoError(t, err)
+		pTok, err = pl.Token(ctx)
+		require.NoError(t, err)
+		require.Equal(t, want, pTok)
+	}
+	require.NoError(t, check(func(tx pgx.Tx) error { return ms[1].CheckTokenKey(ctx, tx, key, kTok) }),
+		"the pair's newer tokens do not make the key's stale")
+	require.NoError(t, check(func(tx pgx.Tx) error { return ms[0].CheckTokenPair(ctx, tx, pair, 3) }))
+	for _, stale := range []int64{1, 2} {
+		require.ErrorIs(t, check(func(tx pgx.Tx) error { return ms[0].CheckTokenPair(ctx, tx, pair, stale) }), advisory.ErrStaleToken)
+	}
+	require.ErrorIs(t, check(func(tx pgx.Tx) error { return ms[0].CheckTokenKey(ctx, tx, key, 3) }), advisory.ErrStaleToken,
+		"the key never took token 3")
+
+	// A name's lock is its key's lock: CheckToken and CheckTokenKey read the same row.
+	nl, err := ms[0].Lock(ctx, t.Name())
+	require.NoError(t, err)
+	nTok, err := nl.Token(ctx)
+	require.NoError(t, err)
+	require.NoError(t, check(func(tx pgx.Tx) error { return ms[1].CheckToken(ctx, tx, t.Name(), nTok) }))
+	require.NoError(t, check(func(tx pgx.Tx) error { return ms[1].CheckTokenKey(ctx, tx, nl.Key(), nTok) }))
+	require.ErrorIs(t, check(func(tx pgx.Tx) error {
+		return ms[1].CheckTokenPair(ctx, tx, advisory.Pair{Class: int32(nl.Key() >> 32), Object: int32(nl.Key())}, nTok)
+	}), advisory.ErrStaleToken, "no pair token was ever taken")
+	for _, l := range []*advisory.Lock{kl, pl, nl} {
+		require.NoError(t, l.Unlock(ctx))
+	}
+	for _, m := range ms {
+		requireNoAcquired(t, m)
+	}
+}
