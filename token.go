@@ -24,9 +24,15 @@ import (
 
 // tokenSQL bumps the lock's counter on the holding session: $1 the key, $2 the
 // connection's ownership token (see ownedBy), $3 whether the key is a pair. No row comes
-// back if it ran on another client's backend.
+// back if it ran on another client's backend. A pair's first token is greater than the
+// bigint key's newest: in a table of an earlier version, upgraded, the key's row also
+// counts the tokens the pair took before (they shared it), and the pair must go on above
+// them.
 const tokenSQL = `WITH flush AS (SELECT pg_catalog.set_config('synchronous_commit', 'on', true))
-INSERT INTO %s AS f (key, pair, token) SELECT $1, $3, 1 FROM flush WHERE ` + ownedBy + `
+INSERT INTO %[1]s AS f (key, pair, token)
+SELECT $1, $3, 1 OPERATOR(pg_catalog.+) coalesce((SELECT k.token FROM %[1]s k
+	WHERE $3 AND k.key OPERATOR(pg_catalog.=) $1 AND NOT k.pair), 0)
+FROM flush WHERE ` + ownedBy + `
 ON CONFLICT (key, pair) DO UPDATE SET token = f.token OPERATOR(pg_catalog.+) 1, taken_at = pg_catalog.now()
 RETURNING token`
 
@@ -75,7 +81,8 @@ func (m *Manager) CreateFenceTable(ctx context.Context) error {
 // replication for that). Hand it to every write the lock protects; the store refuses a
 // write whose token is smaller than one it has seen ([Manager.CheckToken] does that for
 // this database). A [Pair] lock and the bigint key of the same 64 bits are different
-// locks and count their tokens apart.
+// locks and count their tokens apart (a pair's first token starts above the key's newest,
+// for tables of earlier versions, where they shared a row).
 //
 // The first call takes the token: one statement on the lock's connection that updates the
 // lock's row in the fencing table and waits for its commit to be flushed (about one disk

@@ -88,7 +88,7 @@ func TestTokenOfASharedLockIsRefused(t *testing.T) {
 // TestPairAndKeyTokensAreIndependent: LockPair({7, x}) and LockKey(7<<32 | x) are
 // different locks, held at once; each counts its own tokens (both 1 on a fresh table),
 // each CheckToken* accepts its own, and a newer pair holder's token leaves the key
-// holder's current.
+// holder's current. A pair's first token starts above its key's newest.
 func TestPairAndKeyTokensAreIndependent(t *testing.T) {
 	t.Parallel()
 	ms := fenceManagers(t, 2)
@@ -102,12 +102,14 @@ func TestPairAndKeyTokensAreIndependent(t *testing.T) {
 	require.Equal(t, key, pl.Key(), "the same 64 bits")
 	requireHeldBy(t, key, kl.PID())
 
-	kTok, err := kl.Token(ctx)
-	require.NoError(t, err)
+	// The pair first: a pair's first token starts above its key's newest (for tables of
+	// earlier versions, where they shared a row), and here the key has none yet.
 	pTok, err := pl.Token(ctx)
 	require.NoError(t, err)
-	require.Equal(t, int64(1), kTok, "the key's first token")
+	kTok, err := kl.Token(ctx)
+	require.NoError(t, err)
 	require.Equal(t, int64(1), pTok, "the pair's first token")
+	require.Equal(t, int64(1), kTok, "the key's first token")
 
 	check := func(f func(tx pgx.Tx) error) error {
 		tx, err := admin.Begin(ctx)
@@ -144,10 +146,17 @@ func TestPairAndKeyTokensAreIndependent(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, check(func(tx pgx.Tx) error { return ms[1].CheckToken(ctx, tx, t.Name(), nTok) }))
 	require.NoError(t, check(func(tx pgx.Tx) error { return ms[1].CheckTokenKey(ctx, tx, nl.Key(), nTok) }))
-	require.ErrorIs(t, check(func(tx pgx.Tx) error {
-		return ms[1].CheckTokenPair(ctx, tx, advisory.Pair{Class: int32(nl.Key() >> 32), Object: int32(nl.Key())}, nTok)
-	}), advisory.ErrStaleToken, "no pair token was ever taken")
-	for _, l := range []*advisory.Lock{kl, pl, nl} {
+	np := advisory.Pair{Class: int32(nl.Key() >> 32), Object: int32(nl.Key())}
+	require.ErrorIs(t, check(func(tx pgx.Tx) error { return ms[1].CheckTokenPair(ctx, tx, np, nTok) }),
+		advisory.ErrStaleToken, "no pair token was ever taken")
+	npl, err := ms[1].LockPair(ctx, np)
+	require.NoError(t, err)
+	npTok, err := npl.Token(ctx)
+	require.NoError(t, err)
+	require.Equal(t, nTok+1, npTok, "a pair's first token starts above its key's newest")
+	require.NoError(t, check(func(tx pgx.Tx) error { return ms[1].CheckToken(ctx, tx, t.Name(), nTok) }),
+		"and leaves the key's current")
+	for _, l := range []*advisory.Lock{kl, pl, nl, npl} {
 		require.NoError(t, l.Unlock(ctx))
 	}
 	for _, m := range ms {

@@ -82,8 +82,9 @@ func prepareFenceTable(ctx context.Context, conn *pgx.Conn, table string) error 
 }
 
 // upgradeFenceTable creates the table if it does not exist, and gives an earlier
-// version's table the pair column (false for every row: they were all bigint keys'
-// tokens) and the primary key (key, pair), in tx.
+// version's table the pair column and the primary key (key, pair), in tx: each old row
+// becomes the bigint key's (pair false); a pair whose tokens it counted too goes on
+// above it when it first takes one (see tokenSQL).
 func upgradeFenceTable(ctx context.Context, tx pgx.Tx, table string) error {
 	if _, err := tx.Exec(ctx, upgradeNameSQL, int64(KeyOf(upgradeName+table))); err != nil {
 		return err

@@ -50,8 +50,9 @@ func primaryKey(t *testing.T, table string) ([]string, int) {
 // TestOldFenceTableIsUpgraded: on a table of an earlier version's layout, Token and
 // CheckToken fail with an error that names the fix, wrapping ErrNoFenceTable, and keep
 // the lock; CreateFenceTable upgrades it in place, keeping every token (a key whose
-// token was 5 gets 6), after which tokens and checks work and a second call changes
-// nothing. An older version's Token statement then fails: fail-closed.
+// token was 5 gets 6; the pair of a key whose row says 9 gets 10: the old row counted
+// both), after which
+// tokens and checks work and a second call changes nothing. An older version's Token statement then fails: fail-closed.
 func TestOldFenceTableIsUpgraded(t *testing.T) {
 	t.Parallel()
 	ctx := ctxT(t)
@@ -89,6 +90,13 @@ func TestOldFenceTableIsUpgraded(t *testing.T) {
 	require.NoError(t, m.CheckTokenKey(ctx, tx, other, 9), "every row was kept")
 	require.NoError(t, tx.Rollback(ctx))
 	require.NoError(t, l.Unlock(ctx))
+	// The old row counted the pair's tokens too: the pair goes on above them.
+	pl, err := m.LockPair(ctx, advisory.Pair{Class: int32(other >> 32), Object: int32(other)})
+	require.NoError(t, err)
+	tok, err = pl.Token(ctx)
+	require.NoError(t, err)
+	require.Equal(t, int64(10), tok, "the pair of the same 64 bits goes on from the old row's 9")
+	require.NoError(t, pl.Unlock(ctx))
 
 	require.NoError(t, m.CreateFenceTable(ctx), "idempotent")
 	cols, n = primaryKey(t, table)
