@@ -22,6 +22,17 @@ import (
 // connection, so the pool size (pool_max_conns in the connection string) bounds how many
 // locks the Manager can hold and wait for at once.
 //
+// Its methods come in families:
+//
+//   - Lock, TryLock and their Shared, Key and Pair forms return a held [Lock]: Lock
+//     waits on the server until ctx ends, TryLock fails at once with [ErrLocked].
+//   - Do, DoTx, TryDo and Lead run a function under a lock and release it after; they
+//     drain an earlier holder's work first and cancel the function's ctx on a loss.
+//   - Session and Semaphore return handles of their own ([Session], [Semaphore]).
+//   - Holders, HoldersKey, HoldersPair and AllHolders read who holds and waits (pg_locks).
+//   - CreateFenceTable and CheckToken are the database side of fencing tokens.
+//   - Bounds, Stat and Close describe and end the Manager.
+//
 // A Manager is safe for concurrent use by multiple goroutines.
 type Manager struct {
 	pool   *pgxpool.Pool

@@ -49,20 +49,25 @@ func classify(err error) error {
 // no key through, so nothing was locked or unlocked. Locks are taken in array order (the
 // caller sorts by key).
 const (
-	lockAllSQL = "SELECT pg_backend_pid(), " + ownedBy + ", count(pg_advisory_lock(k)) " +
-		"FROM unnest($1::bigint[]) AS t(k) WHERE " + ownedBy
-	tryLockAllSQL = "SELECT pg_backend_pid(), " + ownedBy + `, coalesce(array_agg(k) FILTER (WHERE got), '{}'),
-	coalesce(array_agg(k) FILTER (WHERE NOT got), '{}')
-FROM (SELECT k, pg_try_advisory_lock(k) AS got FROM unnest($1::bigint[]) AS t(k) WHERE ` + ownedBy + ") x"
+	lockAllSQL = "SELECT pg_catalog.pg_backend_pid(), " + ownedBy + ", pg_catalog.count(pg_catalog.pg_advisory_lock(k)) " +
+		"FROM pg_catalog.unnest($1::bigint[]) AS t(k) WHERE " + ownedBy
+	tryLockAllSQL = "SELECT pg_catalog.pg_backend_pid(), " + ownedBy + `,
+	coalesce(pg_catalog.array_agg(k) FILTER (WHERE got), '{}'),
+	coalesce(pg_catalog.array_agg(k) FILTER (WHERE NOT got), '{}')
+FROM (SELECT k, pg_catalog.pg_try_advisory_lock(k) AS got FROM pg_catalog.unnest($1::bigint[]) AS t(k)
+	WHERE ` + ownedBy + ") x"
 	// reconcileKeysSQL unlocks those of the keys that this backend holds.
-	reconcileKeysSQL = "SELECT " + ownedBy + `, count(pg_advisory_unlock(k)) FROM unnest($1::bigint[]) AS t(k)
-WHERE ` + ownedBy + ` AND EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid() AND granted
-  AND mode = 'ExclusiveLock' AND objsubid = 1
-  AND classid = ((k >> 32) & 4294967295)::oid AND objid = (k & 4294967295)::oid)`
+	reconcileKeysSQL = "SELECT " + ownedBy + `, pg_catalog.count(pg_catalog.pg_advisory_unlock(k))
+FROM pg_catalog.unnest($1::bigint[]) AS t(k)
+WHERE ` + ownedBy + ` AND EXISTS (SELECT FROM pg_catalog.pg_locks
+	WHERE locktype OPERATOR(pg_catalog.=) 'advisory' AND pid OPERATOR(pg_catalog.=) pg_catalog.pg_backend_pid()
+	AND granted AND mode OPERATOR(pg_catalog.=) 'ExclusiveLock' AND objsubid OPERATOR(pg_catalog.=) 1
+	AND classid OPERATOR(pg_catalog.=) ((k OPERATOR(pg_catalog.>>) 32) OPERATOR(pg_catalog.&) 4294967295)::pg_catalog.oid
+	AND objid OPERATOR(pg_catalog.=) (k OPERATOR(pg_catalog.&) 4294967295)::pg_catalog.oid)`
 	// unlockAllSQL releases every session lock of the backend (a Session's Close).
 	// $1 is the token here.
-	unlockAllSQL = "SELECT pg_backend_pid(), CASE WHEN current_setting('" + ownerSetting + "', true) = $1 " +
-		"THEN pg_advisory_unlock_all() IS NOT NULL END"
+	unlockAllSQL = "SELECT pg_catalog.pg_backend_pid(), CASE WHEN pg_catalog.current_setting('" + ownerSetting +
+		"', true) OPERATOR(pg_catalog.=) $1 THEN pg_catalog.pg_advisory_unlock_all() IS NOT NULL END"
 )
 
 // take locks ts (none held by the Session yet) on its connection, all or nothing, with

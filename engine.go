@@ -14,9 +14,10 @@ import (
 // The engine self-test. Servers that speak PostgreSQL's protocol and report a
 // PostgreSQL server_version may still not enforce advisory locks: CockroachDB's
 // session-level pg_advisory_lock family is a stub that grants every call, and YugabyteDB
-// can be set to turn unsupported advisory locks into silent no-ops; a role whose
-// search_path puts another schema's pg_try_advisory_lock before pg_catalog's gets that
-// function instead. Any of them would let two holders in at once, silently. So New
+// can be set to turn unsupported advisory locks into silent no-ops; a superuser may have
+// replaced pg_catalog's functions. Any of them would let two holders in at once,
+// silently. (A function earlier in the search_path cannot: every statement names
+// pg_catalog's, see ownedBy.) So New
 // proves the lock excludes: a random key taken on one session must be refused on a
 // second.
 //
@@ -35,8 +36,8 @@ func checkEnforced(ctx context.Context, conn *pgxpool.Conn, cc *pgconn.Config) e
 	pg := conn.Conn().PgConn()
 	_, token := ownership(pg)
 	key := strconv.FormatInt(rand.Int64(), 10)
-	owned := "CASE WHEN current_setting('" + ownerSetting + "', true) = '" + token + "' THEN "
-	got, err := oneBool(pg.Exec(ctx, "SELECT "+owned+"pg_try_advisory_lock("+key+") END").ReadAll())
+	owned := "CASE WHEN pg_catalog.current_setting('" + ownerSetting + "', true) OPERATOR(pg_catalog.=) '" + token + "' THEN "
+	got, err := oneBool(pg.Exec(ctx, "SELECT "+owned+"pg_catalog.pg_try_advisory_lock("+key+") END").ReadAll())
 	switch {
 	case err != nil:
 		return fmt.Errorf("advisory: check that the server enforces advisory locks: %w", err)
@@ -46,7 +47,7 @@ func checkEnforced(ctx context.Context, conn *pgxpool.Conn, cc *pgconn.Config) e
 		return nil // held elsewhere: refused, which is enforcement enough
 	}
 	both, berr := secondTry(ctx, cc, key)
-	released, uerr := oneBool(pg.Exec(ctx, "SELECT "+owned+"pg_advisory_unlock("+key+") END").ReadAll())
+	released, uerr := oneBool(pg.Exec(ctx, "SELECT "+owned+"pg_catalog.pg_advisory_unlock("+key+") END").ReadAll())
 	if uerr != nil || released != "t" {
 		conn.Conn().Close(ctx) // never back to the pool holding the key
 	}
@@ -59,7 +60,7 @@ func checkEnforced(ctx context.Context, conn *pgxpool.Conn, cc *pgconn.Config) e
 	}
 	return fmt.Errorf("%w: the server granted the same advisory lock to two sessions at once: it does not "+
 		"enforce advisory locks (CockroachDB's are stubs; YugabyteDB can turn them into no-ops), or a "+
-		"pg_try_advisory_lock ahead of pg_catalog's in the search_path replaces the real one", ErrUnsupportedServer)
+		"pg_catalog's own advisory lock functions were replaced", ErrUnsupportedServer)
 }
 
 // secondTry tries the key on a new plain connection, and releases it at once if it got
@@ -70,7 +71,7 @@ func secondTry(ctx context.Context, cc *pgconn.Config, key string) (string, erro
 		return "", fmt.Errorf("second connection: %w", err)
 	}
 	defer other.Close(ctx)
-	return oneBool(other.Exec(ctx, "SELECT CASE WHEN pg_try_advisory_lock("+key+") THEN pg_advisory_unlock("+key+
+	return oneBool(other.Exec(ctx, "SELECT CASE WHEN pg_catalog.pg_try_advisory_lock("+key+") THEN pg_catalog.pg_advisory_unlock("+key+
 		") ELSE false END").ReadAll())
 }
 

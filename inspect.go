@@ -39,15 +39,19 @@ type Holder struct {
 }
 
 const holdersSQL = `
-SELECT l.classid::bigint << 32 | l.objid::bigint, l.objsubid = 2, l.granted, l.mode = 'ShareLock', l.pid,
-       coalesce(a.application_name, ''), coalesce(host(a.client_addr) || ':' || a.client_port, ''),
+SELECT l.classid::bigint OPERATOR(pg_catalog.<<) 32 OPERATOR(pg_catalog.|) l.objid::bigint,
+       l.objsubid OPERATOR(pg_catalog.=) 2, l.granted, l.mode OPERATOR(pg_catalog.=) 'ShareLock', l.pid,
+       coalesce(a.application_name, ''),
+       coalesce(pg_catalog.host(a.client_addr) OPERATOR(pg_catalog.||) ':' OPERATOR(pg_catalog.||) a.client_port, ''),
        a.backend_start, coalesce(a.state, ''),
        CASE WHEN l.granted THEN coalesce(a.state_change, a.query_start) ELSE a.query_start END,
        coalesce(a.query, '')
-FROM pg_locks l LEFT JOIN pg_stat_activity a ON a.pid = l.pid
-WHERE l.locktype = 'advisory'
-  AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
-  AND ($1::boolean OR (l.classid = $2 AND l.objid = $3 AND l.objsubid = $4))
+FROM pg_catalog.pg_locks l LEFT JOIN pg_catalog.pg_stat_activity a ON a.pid OPERATOR(pg_catalog.=) l.pid
+WHERE l.locktype OPERATOR(pg_catalog.=) 'advisory'
+  AND l.database OPERATOR(pg_catalog.=) (SELECT oid FROM pg_catalog.pg_database
+    WHERE datname OPERATOR(pg_catalog.=) pg_catalog.current_database())
+  AND ($1::boolean OR (l.classid OPERATOR(pg_catalog.=) $2 AND l.objid OPERATOR(pg_catalog.=) $3
+    AND l.objsubid OPERATOR(pg_catalog.=) $4))
 ORDER BY l.classid, l.objid, l.objsubid, l.granted DESC, 10, l.pid`
 
 // Holders returns the sessions that hold or wait for the lock with the given name (in the

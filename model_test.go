@@ -86,7 +86,7 @@ func requireCheckedStatements(t *testing.T) {
 	defer l.Unlock(ctx)
 	var q string
 	require.NoError(t, admin.QueryRow(ctx, "SELECT query FROM pg_stat_activity WHERE pid = $1", int32(l.PID())).Scan(&q))
-	require.Contains(t, q, "current_setting('advisory.owner', true) = $2")
+	require.Contains(t, q, "pg_catalog.current_setting('advisory.owner', true) OPERATOR(pg_catalog.=) $2")
 }
 
 func runModel(t *testing.T, seed uint64, duration time.Duration) {

@@ -58,7 +58,7 @@ func sessionPoolingLocksWork(t *testing.T, b *pgtest.PgBouncer) {
 	// Behind the pooler no connection is direct: the lock statement checked the token.
 	var q string
 	require.NoError(t, admin.QueryRow(ctx, "SELECT query FROM pg_stat_activity WHERE pid = $1", int32(l.PID())).Scan(&q))
-	require.Contains(t, q, "current_setting('advisory.owner', true) = $2")
+	require.Contains(t, q, "pg_catalog.current_setting('advisory.owner', true) OPERATOR(pg_catalog.=) $2")
 	_, err = ms[1].TryLock(ctx, name)
 	require.ErrorIs(t, err, advisory.ErrLocked)
 

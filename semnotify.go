@@ -32,7 +32,7 @@ func (s *Semaphore) announce() {
 	defer s.m.active.Done()
 	ctx, cancel := context.WithTimeout(context.Background(), notifyTimeout)
 	defer cancel()
-	s.m.pool.Exec(ctx, "SELECT pg_notify($1, '')", s.channel()) // best effort: see notifyTimeout
+	s.m.pool.Exec(ctx, "SELECT pg_catalog.pg_notify($1, '')", s.channel()) // best effort: see notifyTimeout
 }
 
 // A listener is the waiting Acquire's connection that LISTENs on the semaphore's channel.

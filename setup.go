@@ -26,10 +26,11 @@ const ownerSetting = "advisory.owner"
 // token on it, the two ends of the TCP connection as the backend sees them (empty
 // and 0 over a Unix socket; see directPath), and the database's oid (for work tags, see
 // workTag).
-const lookSQL = "SELECT pg_backend_pid(), pg_is_in_recovery(), coalesce(current_setting('" + ownerSetting + "', true), ''), " +
-	"coalesce(host(inet_client_addr()), ''), coalesce(inet_client_port(), 0), " +
-	"coalesce(host(inet_server_addr()), ''), coalesce(inet_server_port(), 0), " +
-	"(SELECT oid FROM pg_database WHERE datname = current_database())"
+const lookSQL = "SELECT pg_catalog.pg_backend_pid(), pg_catalog.pg_is_in_recovery(), " +
+	"coalesce(pg_catalog.current_setting('" + ownerSetting + "', true), ''), " +
+	"coalesce(pg_catalog.host(pg_catalog.inet_client_addr()), ''), coalesce(pg_catalog.inet_client_port(), 0), " +
+	"coalesce(pg_catalog.host(pg_catalog.inet_server_addr()), ''), coalesce(pg_catalog.inet_server_port(), 0), " +
+	"(SELECT oid FROM pg_catalog.pg_database WHERE datname OPERATOR(pg_catalog.=) pg_catalog.current_database())"
 
 // probeRounds is how many times the proxy probe compares two connections' backends. Busy
 // clients of a transaction pooler can make one round look like session pooling; each
@@ -160,15 +161,16 @@ func sameEnd(a *net.TCPAddr, host string, port uint32) bool {
 // hex token): no quoting is needed.
 func applySQL(settings [][2]string, pid uint32) string {
 	var b strings.Builder
-	b.WriteString("SELECT count(set_config(name, value, false)) FROM (VALUES ")
+	b.WriteString("SELECT pg_catalog.count(pg_catalog.set_config(name, value, false)) FROM (VALUES ")
 	for i, kv := range settings {
 		if i > 0 {
 			b.WriteString(", ")
 		}
 		b.WriteString("('" + kv[0] + "', '" + kv[1] + "')")
 	}
-	b.WriteString(") AS s(name, value) WHERE pg_backend_pid() = " + strconv.FormatUint(uint64(pid), 10) +
-		" AND coalesce(current_setting('" + ownerSetting + "', true), '') = ''")
+	b.WriteString(") AS s(name, value) WHERE pg_catalog.pg_backend_pid() OPERATOR(pg_catalog.=) " +
+		strconv.FormatUint(uint64(pid), 10) + " AND coalesce(pg_catalog.current_setting('" + ownerSetting +
+		"', true), '') OPERATOR(pg_catalog.=) ''")
 	return b.String()
 }
 
@@ -201,7 +203,7 @@ func probe(ctx context.Context, conn *pgx.Conn, pid uint32) error {
 }
 
 func backendOf(ctx context.Context, pg *pgconn.PgConn) (uint32, error) {
-	rows, err := pg.Exec(ctx, "SELECT pg_backend_pid()").ReadAll()
+	rows, err := pg.Exec(ctx, "SELECT pg_catalog.pg_backend_pid()").ReadAll()
 	if err != nil {
 		return 0, err
 	}

@@ -13,7 +13,15 @@ import (
 // backend (see setup.go). Behind a transaction-pooling proxy a statement can run on a
 // backend that belongs to another client; there it does nothing, and the caller hears
 // ErrPooler instead of taking, or releasing, someone else's lock.
-const ownedBy = "current_setting('" + ownerSetting + "', true) = $2"
+const ownedBy = "pg_catalog.current_setting('" + ownerSetting + "', true) OPERATOR(pg_catalog.=) $2"
+
+// Every server function, relation, type and operator the library names in SQL is
+// written with its schema, pg_catalog (operators as OPERATOR(pg_catalog.=)): a role whose
+// search_path puts another schema ahead of pg_catalog, or a schema other roles may
+// create objects in, would otherwise run that schema's pg_advisory_lock or "=" instead,
+// with the caller's privileges (the CVE-2018-1058 pattern). SQL keywords (CASE,
+// coalesce, bigint, integer, boolean, current_user) resolve without the search_path.
+// TestServerFunctionsCannotBeShadowed shadows every name the library's sources use.
 
 // statements are the SQL a session runs for one lock of one mode (exclusive or shared).
 // Each takes the key as $1. On a connection that may not go straight to its backend, lock,
@@ -86,25 +94,27 @@ func buildStatements(shared, pair, direct bool) statements {
 	// Every statement takes the key as one bigint, $1; the two-int4 form splits it here.
 	args, subid := "($1)", "1"
 	if pair {
-		args, subid = "(($1::bigint >> 32)::int4, ($1::bigint::bit(32))::int4)", "2"
+		args, subid = "(($1::bigint OPERATOR(pg_catalog.>>) 32)::integer, ($1::bigint::bit(32))::integer)", "2"
 	}
 	// CASE evaluates its THEN branch only when the condition holds (a volatile function is
 	// never evaluated ahead of time). lock, tryLock and unlock also return
 	// pg_backend_pid(): a different backend than the connection's own is a proxy, too.
-	when, end := "SELECT pg_backend_pid(), CASE WHEN "+ownedBy+" THEN ", " END"
+	when, end := "SELECT pg_catalog.pg_backend_pid(), CASE WHEN "+ownedBy+" THEN ", " END"
 	if direct {
 		when, end = "SELECT ", ""
 	}
 	return statements{
 		direct:  direct,
-		lock:    when + "pg_advisory_lock" + suffix + args + " IS NOT NULL" + end,
-		tryLock: when + "pg_try_advisory_lock" + suffix + args + end,
-		unlock:  when + "pg_advisory_unlock" + suffix + args + end,
+		lock:    when + "pg_catalog.pg_advisory_lock" + suffix + args + " IS NOT NULL" + end,
+		tryLock: when + "pg_catalog.pg_try_advisory_lock" + suffix + args + end,
+		unlock:  when + "pg_catalog.pg_advisory_unlock" + suffix + args + end,
 		// Unlock the key if, and only if, this backend holds it: unlike a bare unlock it
 		// leaves no WARNING in the server log when it does not.
-		reconcile: "SELECT " + ownedBy + ", count(pg_advisory_unlock" + suffix + args + ") FROM pg_locks WHERE " +
-			ownedBy + " AND locktype = 'advisory' AND pid = pg_backend_pid() AND granted AND mode = '" + mode +
-			"' AND classid = $3 AND objid = $4 AND objsubid = " + subid,
+		reconcile: "SELECT " + ownedBy + ", pg_catalog.count(pg_catalog.pg_advisory_unlock" + suffix + args +
+			") FROM pg_catalog.pg_locks WHERE " + ownedBy + " AND locktype OPERATOR(pg_catalog.=) 'advisory'" +
+			" AND pid OPERATOR(pg_catalog.=) pg_catalog.pg_backend_pid() AND granted" +
+			" AND mode OPERATOR(pg_catalog.=) '" + mode + "' AND classid OPERATOR(pg_catalog.=) $3" +
+			" AND objid OPERATOR(pg_catalog.=) $4 AND objsubid OPERATOR(pg_catalog.=) " + subid,
 	}
 }
 

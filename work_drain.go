@@ -66,19 +66,24 @@ func holderOf(app, prefix string) (holder string, pid uint32, ok bool) {
 // drainListSQL lists the sessions whose application_name carries the lock's tag prefix
 // ($1), other than the lock's own, with the backends that hold the lock now: $2, $3, $4
 // are pg_locks' classid, objid and objsubid of the key.
-const drainListSQL = `SELECT a.pid, a.application_name, coalesce(a.usename::text, ''), coalesce(a.state, ''),
-  current_user::text,
-  (SELECT coalesce(array_agg(l.pid), '{}') FROM pg_locks l WHERE l.locktype = 'advisory' AND l.granted
-     AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
-     AND l.classid = $2 AND l.objid = $3 AND l.objsubid = $4)
-FROM pg_stat_activity a
-WHERE strpos(a.application_name, $1) > 0 AND a.pid <> pg_backend_pid()`
+const drainListSQL = `SELECT a.pid, a.application_name, coalesce(a.usename::pg_catalog.text, ''),
+  coalesce(a.state, ''), current_user::pg_catalog.text,
+  (SELECT coalesce(pg_catalog.array_agg(l.pid), '{}') FROM pg_catalog.pg_locks l
+   WHERE l.locktype OPERATOR(pg_catalog.=) 'advisory' AND l.granted
+     AND l.database OPERATOR(pg_catalog.=) (SELECT oid FROM pg_catalog.pg_database
+       WHERE datname OPERATOR(pg_catalog.=) pg_catalog.current_database())
+     AND l.classid OPERATOR(pg_catalog.=) $2 AND l.objid OPERATOR(pg_catalog.=) $3
+     AND l.objsubid OPERATOR(pg_catalog.=) $4)
+FROM pg_catalog.pg_stat_activity a
+WHERE pg_catalog.strpos(a.application_name, $1) OPERATOR(pg_catalog.>) 0
+  AND a.pid OPERATOR(pg_catalog.<>) pg_catalog.pg_backend_pid()`
 
 // drainTerminateSQL terminates each listed backend that still carries the listed
 // application_name (a pid the server has given to a new session is left alone).
-const drainTerminateSQL = `SELECT count(pg_terminate_backend(t.pid))
-FROM unnest($1::int4[], $2::text[]) AS t(pid, app)
-JOIN pg_stat_activity a ON a.pid = t.pid AND a.application_name = t.app`
+const drainTerminateSQL = `SELECT pg_catalog.count(pg_catalog.pg_terminate_backend(t.pid))
+FROM ROWS FROM (pg_catalog.unnest($1::integer[]), pg_catalog.unnest($2::pg_catalog.text[])) AS t(pid, app)
+JOIN pg_catalog.pg_stat_activity a
+  ON a.pid OPERATOR(pg_catalog.=) t.pid AND a.application_name OPERATOR(pg_catalog.=) t.app`
 
 // drainPoll is how often a drain looks again while it waits.
 const drainPoll = 20 * time.Millisecond

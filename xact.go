@@ -49,7 +49,7 @@ func xactLock(ctx context.Context, tx pgx.Tx, name string, shared bool) error {
 	if err != nil {
 		return err
 	}
-	sql := nameComment(name) + "SELECT " + xactFunc("pg_advisory_xact_lock", shared) + "($1)"
+	sql := nameComment(name) + "SELECT " + xactFunc("pg_catalog.pg_advisory_xact_lock", shared) + "($1)"
 	if _, err := tx.Exec(ctx, sql, int64(t.key)); err != nil {
 		return &opError{"transaction lock", describe(t.key, name, false), err}
 	}
@@ -62,7 +62,7 @@ func tryXactLock(ctx context.Context, tx pgx.Tx, name string, shared bool) error
 		return err
 	}
 	var ok bool
-	sql := nameComment(name) + "SELECT " + xactFunc("pg_try_advisory_xact_lock", shared) + "($1)"
+	sql := nameComment(name) + "SELECT " + xactFunc("pg_catalog.pg_try_advisory_xact_lock", shared) + "($1)"
 	if err := tx.QueryRow(ctx, sql, int64(t.key)).Scan(&ok); err != nil {
 		return &opError{"transaction try lock", describe(t.key, name, false), err}
 	}

@@ -38,8 +38,8 @@ func dropDatabase(ctx context.Context, dsn, name string) error {
 	}
 	defer conn.Close(context.Background())
 	for {
-		_, err := conn.Exec(ctx, `SELECT pg_terminate_backend(pid) FROM pg_stat_activity
-			WHERE datname = $1 AND pid <> pg_backend_pid()`, name)
+		_, err := conn.Exec(ctx, `SELECT pg_catalog.pg_terminate_backend(pid) FROM pg_catalog.pg_stat_activity
+			WHERE datname OPERATOR(pg_catalog.=) $1 AND pid OPERATOR(pg_catalog.<>) pg_catalog.pg_backend_pid()`, name)
 		if err == nil {
 			_, err = conn.Exec(ctx, "DROP DATABASE IF EXISTS "+name)
 		}

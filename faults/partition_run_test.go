@@ -71,7 +71,7 @@ func startPartitionedRun(t *testing.T, cli, script, name string) partitionedHold
 		netLab.serverIP, srv.Port(), runClientKeepalive)
 	env := []string{"PGHOST=" + netLab.serverIP, "PGPORT=" + strconv.Itoa(srv.Port()), "PGUSER=postgres",
 		"PGDATABASE=postgres", "PGSSLMODE=disable"}
-	h := startMerged(t, env, "ip", "netns", "exec", netLab.ns, cli, "run", "--key", name, "--dsn", dsn, "--",
+	h := startMerged(t, env, "ip", "netns", "exec", netLab.ns, cli, "run", "--name", name, "--dsn", dsn, "--",
 		"psql", "-X", "-q", "-f", script)
 	f := strings.Fields(h.expect(t, "LOCKED", 30*time.Second).text)
 	require.Len(t, f, 5, "LOCKED <work pid> <tag> <check interval> <keepalive>")

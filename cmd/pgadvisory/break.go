@@ -2,11 +2,11 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"os"
-	"strconv"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -23,7 +23,7 @@ const (
 )
 
 // breakHelp is the help of break, with its exit codes.
-const breakHelp = `Usage: pgadvisory break (--key KEY | --name NAME) [--yes] [--wait DURATION] [--dsn DSN]
+const breakHelp = `Usage: pgadvisory break (--name NAME | --key KEY) [--yes] [--wait DURATION] [--dsn DSN]
 
 Breaks a stuck lock: shows who holds it (and who waits for it) as status does, asks for
 confirmation, terminates every holder's backend with pg_terminate_backend, waits until
@@ -32,6 +32,11 @@ which break never terminates). A shared lock may have several holders: all are s
 all are terminated after one confirmation. A session that lets go of the lock between the
 display and the termination is left alone. Names and other text from the server are
 printed escaped.
+
+Behind a transaction-pooling proxy (PgBouncer pool_mode=transaction) break is refused
+(69) with the reason: it reads the holders and waits for the release through the
+library's connection, which refuses such a proxy. Point it at PostgreSQL itself: the
+holders it shows are server backends, whichever client reached them through a proxy.
 
 The answer is read from standard input, which must be a terminal ("y" or "yes" goes on);
 without a terminal break refuses unless --yes is given.
@@ -42,14 +47,11 @@ backend if it is a member of pg_signal_backend (GRANT pg_signal_backend TO ROLE)
 superuser may terminate a superuser's backend. break checks this before it asks, and says
 which role is missing.
 
-Flags:
-  --key KEY          the lock's 64-bit key in decimal, as status and hash print it
-                     (pg_advisory_lock(bigint) locks)
-  --name NAME        the lock's name, hashed as run and the library do
-  --yes              terminate without asking
-  --wait DURATION    how long to wait for the lock to be released after the termination
-                     (default 10s)
-  --dsn DSN          connection string (default $DATABASE_URL, else the PG* variables)
+Flags (exactly one of --name and --key):
+` + lockFlagsHelp + `  --yes               terminate without asking
+  --wait DURATION     how long to wait for the lock to be released after the termination
+                      (default 10s)
+  --dsn DSN           connection string (default $DATABASE_URL, else the PG* variables)
 
 ` + connectionHelp + `
 Exit codes:
@@ -58,39 +60,24 @@ Exit codes:
   4        not confirmed (an answer other than y or yes, or end of input)
   5        no confirmation possible: standard input is not a terminal and no --yes
   64       usage error
-  69       server unavailable or a server error
+  69       server unavailable, a server error, or a transaction-pooling proxy
   75       a terminated holder still held the lock after --wait
   77       permission denied: the role may not terminate a holder (nothing was terminated
            if break found that out before asking)
   130, 143 interrupted by SIGINT or SIGTERM (128+N for signal N)
 `
 
-// breakTarget is the lock break works on: always a bigint key (pg_advisory_lock(bigint)),
-// and the name it was given as, if any.
-type breakTarget struct {
-	key  advisory.Key
-	name string
-}
-
-func (b breakTarget) String() string {
-	if b.name != "" {
-		return fmt.Sprintf("lock %q (key %d)", b.name, int64(b.key)) // escaped with the whole line
-	}
-	return fmt.Sprintf("lock %d", int64(b.key))
-}
-
 type breakFlags struct {
-	key, name string
-	yes       bool
-	wait      time.Duration
+	lock lockFlags
+	yes  bool
+	wait time.Duration
 }
 
 func breakCommand(args []string, global connFlags, stdin *os.File, stdout, stderr io.Writer) error {
 	var f breakFlags
 	conn := global
 	fs := flag.NewFlagSet("pgadvisory break", flag.ContinueOnError)
-	fs.StringVar(&f.key, "key", "", "the lock's 64-bit key, in decimal")
-	fs.StringVar(&f.name, "name", "", "the lock's name (hashed as run and the library do)")
+	f.lock.register(fs)
 	fs.BoolVar(&f.yes, "yes", false, "do not ask for confirmation")
 	fs.DurationVar(&f.wait, "wait", 10*time.Second, "how long to wait for the lock to be released")
 	conn.register(fs)
@@ -105,7 +92,7 @@ func breakCommand(args []string, global connFlags, stdin *os.File, stdout, stder
 	defer stop()
 	ctx, in := watchInterrupts(sigs)
 	defer in.end()
-	m, err := conn.connect(ctx, "pgadvisory break")
+	m, err := conn.connect(ctx, "break", "pgadvisory break")
 	if err != nil {
 		return interrupted(in, "break", err)
 	}
@@ -120,26 +107,15 @@ func breakCommand(args []string, global connFlags, stdin *os.File, stdout, stder
 }
 
 // target checks the flags and says which lock they name.
-func (f *breakFlags) target(fs *flag.FlagSet) (breakTarget, error) {
-	switch {
-	case fs.NArg() > 0:
-		return breakTarget{}, usageError(fs.Name(), `unexpected argument "%s"`, fs.Arg(0))
-	case (f.key == "") == (f.name == ""):
-		return breakTarget{}, usageError(fs.Name(), "give exactly one of --key KEY and --name NAME")
-	case f.wait <= 0:
-		return breakTarget{}, usageError(fs.Name(), "--wait must be positive, e.g. 10s")
-	case f.name != "":
-		if err := advisory.ValidateName(f.name); err != nil {
-			return breakTarget{}, usageError(fs.Name(), "--name: %v", err)
-		}
-		return breakTarget{key: advisory.KeyOf(f.name), name: f.name}, nil
+func (f *breakFlags) target(fs *flag.FlagSet) (lockTarget, error) {
+	if fs.NArg() > 0 {
+		return lockTarget{}, usageError(fs.Name(), `unexpected argument "%s"`, fs.Arg(0))
 	}
-	k, err := strconv.ParseInt(f.key, 10, 64)
-	if err != nil {
-		return breakTarget{}, usageError(fs.Name(), "--key %s: not a 64-bit decimal key "+
-			"(as status and hash print it); for a lock name use --name", f.key)
+	if f.wait <= 0 {
+		return lockTarget{}, usageError(fs.Name(), "--wait must be positive, e.g. 10s")
 	}
-	return breakTarget{key: advisory.Key(k)}, nil
+	t, _, err := f.lock.target(fs, true)
+	return t, err
 }
 
 // interrupted turns err into 128+N when signal N ended the context of command cmd.
@@ -154,14 +130,17 @@ func interrupted(in *interrupter, cmd string, err error) error {
 type breaker struct {
 	m              *advisory.Manager
 	conn           *pgx.Conn // for the statements the library does not run
-	target         breakTarget
+	target         lockTarget
 	wait           time.Duration
 	stdout, stderr io.Writer
 }
 
 func (b *breaker) run(ctx context.Context, yes bool, stdin *os.File) error {
 	hs, err := b.m.HoldersKey(ctx, b.target.key)
-	if err != nil {
+	switch {
+	case errors.Is(err, advisory.ErrPooler):
+		return poolerError("break", "the address pgadvisory connected to", err)
+	case err != nil:
 		return fail(exitUnavailable, "break: %v", err)
 	}
 	holders := grantedPIDs(hs)
@@ -199,7 +178,7 @@ func (b *breaker) show(hs []advisory.Holder) {
 		}
 	}
 	fmt.Fprintln(b.stdout, display(b.target.String())+":")
-	printTable(b.stdout, rows, time.Now())
+	printTable(b.stdout, rows, time.Now(), b.target.none())
 	if waiting > 0 && waiting < len(hs) {
 		fmt.Fprintf(b.stdout, "%d waiting session(s) will not be terminated; one of them may take the lock.\n", waiting)
 	}

@@ -87,3 +87,41 @@ func pgxExec(t *testing.T, sql string) (int64, error) {
 	tag, err := conn.Exec(context.Background(), sql)
 	return tag.RowsAffected(), err
 }
+
+// TestBreakIgnoresFunctionsAheadOfPgCatalog (issue 21, item 5, for the CLI's own
+// statements): a role whose search_path puts a schema of stubs ahead of pg_catalog, with a
+// pg_terminate_backend that terminates nothing and says true, and an "=" on int4 that is
+// always true. break names pg_catalog's: the holder is terminated and nobody else is.
+// With the bare names the stub "=" matched every session in the privilege check, and break
+// refused with a false "permission denied" about another role's backend; past that check
+// the stub pg_terminate_backend would have reported a termination that never happened.
+func TestBreakIgnoresFunctionsAheadOfPgCatalog(t *testing.T) {
+	t.Parallel()
+	me, myDSN := tempRole(t, "pathbreaker")
+	_, otherDSN := tempRole(t, "pathholder")
+	schema := fmt.Sprintf("stubs_%d", rand.Uint32())
+	for _, sql := range []string{
+		"CREATE SCHEMA " + schema,
+		"CREATE FUNCTION " + schema + ".pg_terminate_backend(integer, bigint DEFAULT 0) RETURNS boolean " +
+			"LANGUAGE sql AS 'SELECT true'",
+		"CREATE FUNCTION " + schema + ".int4_any_eq(integer, integer) RETURNS boolean LANGUAGE sql AS 'SELECT true'",
+		"CREATE OPERATOR " + schema + ".= (LEFTARG = integer, RIGHTARG = integer, FUNCTION = " + schema + ".int4_any_eq)",
+		"GRANT USAGE ON SCHEMA " + schema + " TO " + me,
+		"GRANT pg_signal_backend TO " + me,
+		"ALTER ROLE " + me + " SET search_path = " + schema + ", pg_catalog, public",
+	} {
+		_, err := pgxExec(t, sql)
+		require.NoError(t, err, sql)
+	}
+	t.Cleanup(func() { pgxExec(t, "DROP SCHEMA "+schema+" CASCADE") }) // before the roles are dropped
+	key := advisory.KeyOf(t.Name())
+	_, holderPID := rawHolder(t, otherDSN, key, false, "path-holder")
+	_, bystanderPID := rawHolder(t, otherDSN, advisory.KeyOf(t.Name()+"-other"), false, "bystander")
+
+	r := wait(t, startEnv(t, []string{"DATABASE_URL=" + myDSN}, "break", "--name", t.Name(), "--yes", "--wait", "3s"))
+	require.Equal(t, 0, r.code, "stdout:\n%s\nstderr:\n%s", r.stdout, r.stderr)
+	assert.Contains(t, r.stdout, fmt.Sprintf("terminated backend pid %d", holderPID))
+	assert.Contains(t, r.stdout, "is free now")
+	assert.Empty(t, holders(t, key), "pg_locks after the break")
+	assert.Equal(t, []uint32{bystanderPID}, holders(t, advisory.KeyOf(t.Name()+"-other")), "nobody else was terminated")
+}

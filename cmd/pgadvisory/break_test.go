@@ -2,6 +2,7 @@ package main_test
 
 import (
 	"context"
+	"fmt"
 	"strconv"
 	"syscall"
 	"testing"
@@ -45,7 +46,7 @@ func rawHolder(t testing.TB, dsn string, key advisory.Key, shared bool, app stri
 func TestBreakYesTerminatesARunHolder(t *testing.T) {
 	t.Parallel()
 	key := advisory.KeyOf(t.Name())
-	holder := start(t, "run", "--key", t.Name(), "--holder-name", "stuck-job", "--", "sleep", "600")
+	holder := start(t, "run", "--name", t.Name(), "--holder-name", "stuck-job", "--", "sleep", "600")
 	var pid uint32
 	require.Eventually(t, func() bool {
 		pids := holders(t, key)
@@ -100,7 +101,8 @@ func TestBreakNothingHeld(t *testing.T) {
 	r := cli(t, "break", "--name", t.Name(), "--yes")
 	assert.Equal(t, 3, r.code, r.stderr)
 	assert.Contains(t, r.stderr, "nothing to break: no session holds lock")
-	assert.Contains(t, r.stdout, "no advisory locks held or awaited")
+	assert.Contains(t, r.stdout, fmt.Sprintf(`no advisory lock with key %d (name "%s") is held or awaited`,
+		advisory.KeyOf(t.Name()), t.Name()), "says which lock it looked for")
 }
 
 // TestBreakNeedsATerminalOrYes: with stdin not a terminal and no --yes, break refuses

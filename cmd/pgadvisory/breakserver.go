@@ -13,18 +13,24 @@ import (
 	"github.com/pgadvisory/advisory"
 )
 
+// The statements break sends itself name every function, relation, cast and operator
+// with its schema, pg_catalog: a role whose search_path puts another schema ahead of
+// pg_catalog (ALTER ROLE ... SET search_path = evil, pg_catalog) would otherwise run that
+// schema's pg_terminate_backend or "=" (the CVE-2018-1058 pattern), and break would
+// report a termination that never happened.
+
 // privilegeSQL tells, for each pid, its role, whether that role is a superuser, who we
 // are, and whether we may terminate it: the rule of PostgreSQL's pg_terminate_backend
 // (only a superuser may terminate a superuser's backend; otherwise the privileges of its
 // role or of pg_signal_backend are needed).
 const privilegeSQL = `
-SELECT a.pid, coalesce(a.usename::text, ''), coalesce(r.rolsuper, false), current_user::text,
+SELECT a.pid, coalesce(a.usename::pg_catalog.text, ''), coalesce(r.rolsuper, false), current_user::pg_catalog.text,
        CASE WHEN coalesce(r.rolsuper, false) THEN me.rolsuper
-            ELSE me.rolsuper OR pg_has_role(current_user, 'pg_signal_backend', 'USAGE')
-                 OR coalesce(pg_has_role(current_user, r.oid, 'USAGE'), false) END
-FROM pg_stat_activity a LEFT JOIN pg_roles r ON r.oid = a.usesysid,
-     (SELECT rolsuper FROM pg_roles WHERE rolname = current_user) me
-WHERE a.pid = ANY($1)`
+            ELSE me.rolsuper OR pg_catalog.pg_has_role(current_user, 'pg_signal_backend', 'USAGE')
+                 OR coalesce(pg_catalog.pg_has_role(current_user, r.oid, 'USAGE'), false) END
+FROM pg_catalog.pg_stat_activity a LEFT JOIN pg_catalog.pg_roles r ON r.oid OPERATOR(pg_catalog.=) a.usesysid,
+     (SELECT rolsuper FROM pg_catalog.pg_roles WHERE rolname OPERATOR(pg_catalog.=) current_user) me
+WHERE a.pid OPERATOR(pg_catalog.=) ANY($1)`
 
 // checkPrivilege refuses (exit 77) before asking anything when we may not terminate one
 // of pids, and says which role it takes.
@@ -67,9 +73,12 @@ func privilegeProblem(pid uint32, role, me string, super bool) string {
 // terminateSQL terminates pid only if it still holds the key: a session that let go of
 // the lock since it was shown is left alone.
 const terminateSQL = `
-SELECT pg_terminate_backend(l.pid) FROM pg_locks l
-WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1 AND l.classid = $1 AND l.objid = $2
-  AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database()) AND l.pid = $3`
+SELECT pg_catalog.pg_terminate_backend(l.pid) FROM pg_catalog.pg_locks l
+WHERE l.locktype OPERATOR(pg_catalog.=) 'advisory' AND l.granted AND l.objsubid OPERATOR(pg_catalog.=) 1
+  AND l.classid OPERATOR(pg_catalog.=) $1 AND l.objid OPERATOR(pg_catalog.=) $2
+  AND l.database OPERATOR(pg_catalog.=) (SELECT oid FROM pg_catalog.pg_database
+                                         WHERE datname OPERATOR(pg_catalog.=) pg_catalog.current_database())
+  AND l.pid OPERATOR(pg_catalog.=) $3`
 
 // terminate terminates each holder that still holds the lock and returns those it
 // terminated.

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/url"
 	"os"
+	"regexp"
 	"strings"
 	"time"
 
@@ -41,11 +42,11 @@ func (c *connFlags) connString() (dsn, source string) {
 	return "", "the PG* environment variables"
 }
 
-// connect returns a Manager with a small pool whose sessions show appName in
-// pg_stat_activity. ctx governs the connect, which also gives up after 30 s. Errors never
-// contain the password: they are ours, not pgx's (see parseProblem), and are redacted
-// again when printed.
-func (c *connFlags) connect(ctx context.Context, appName string, opts ...advisory.Option) (*advisory.Manager, error) {
+// connect returns a Manager for command cmd ("run", "status", ...) with a small pool whose
+// sessions show appName in pg_stat_activity. ctx governs the connect, which also gives up
+// after 30 s. Errors never contain the password: they are ours, not pgx's (see
+// parseProblem), and are redacted again when printed.
+func (c *connFlags) connect(ctx context.Context, cmd, appName string, opts ...advisory.Option) (*advisory.Manager, error) {
 	cfg, err := c.config(appName)
 	if err != nil {
 		return nil, err
@@ -54,10 +55,12 @@ func (c *connFlags) connect(ctx context.Context, appName string, opts ...advisor
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	m, err := advisory.NewWithConfig(ctx, cfg, opts...)
-	if errors.Is(err, advisory.ErrInvalidOption) {
+	switch {
+	case errors.Is(err, advisory.ErrInvalidOption):
 		return nil, fail(exitUsage, "%v", err)
-	}
-	if err != nil {
+	case errors.Is(err, advisory.ErrPooler):
+		return nil, poolerError(cmd, target(cfg), err)
+	case err != nil:
 		return nil, fail(exitUnavailable, "cannot connect to %s: %v", target(cfg), err)
 	}
 	return m, nil
@@ -82,6 +85,9 @@ func (c *connFlags) connectPlain(ctx context.Context, appName string) (*pgx.Conn
 // config parses the connection settings and sets application_name to appName.
 func (c *connFlags) config(appName string) (*pgxpool.Config, error) {
 	dsn, source := c.connString()
+	if err := checkScheme(dsn, source); err != nil {
+		return nil, err
+	}
 	cfg, err := pgxpool.ParseConfig(dsn)
 	if err != nil {
 		return nil, fail(exitUsage, "invalid connection settings (from %s): %s", source, parseProblem(err))
@@ -90,6 +96,28 @@ func (c *connFlags) config(appName string) (*pgxpool.Config, error) {
 		cfg.ConnConfig.RuntimeParams["application_name"] = appName
 	}
 	return cfg, nil
+}
+
+// urlScheme matches the scheme of a URL (RFC 3986: a letter, then letters, digits, "+",
+// "-" and ".").
+var urlScheme = regexp.MustCompile(`^([a-zA-Z][a-zA-Z0-9+.-]*)://`)
+
+// checkScheme refuses a URL whose scheme is not postgres:// or postgresql://. pgx takes any
+// other string for key=value settings: golang-migrate's pgx5://postgres@db:5432/app
+// parsed without error and connected to the default Unix socket, and the message named
+// that socket instead of the scheme.
+func checkScheme(dsn, source string) error {
+	m := urlScheme.FindStringSubmatch(dsn)
+	if m == nil || m[1] == "postgres" || m[1] == "postgresql" {
+		return nil
+	}
+	msg := fmt.Sprintf("the connection string (from %s) is a %s:// URL; pgadvisory takes postgres:// or "+
+		"postgresql:// URLs, or key=value settings: write postgres://USER@HOST:PORT/DATABASE", source, m[1])
+	if strings.HasPrefix(strings.ToLower(m[1]), "pgx") {
+		msg += "; golang-migrate's " + m[1] + ":// URLs take x- parameters (x-migrations-table, ...), " +
+			"which pgx would send to the server as settings: leave them out"
+	}
+	return fail(exitUsage, "%s", msg)
 }
 
 // parseProblem describes why a connection string did not parse without quoting it: pgx's

@@ -19,7 +19,7 @@ import (
 )
 
 // demo is one `pgadvisory demo`: a throwaway server, three worker processes each running
-// `pgadvisory run --key migrations -- pgadvisory demo-migrate`, and a timeline.
+// `pgadvisory run --name migrations -- pgadvisory demo-migrate`, and a timeline.
 type demo struct {
 	out     io.Writer
 	start   time.Time
@@ -77,7 +77,7 @@ func demoCommand(args []string, stdout io.Writer) error {
 	d := &demo{out: stdout, start: time.Now(), self: self, events: make(chan event, 256),
 		seen: demoSeen{backends: map[uint32]string{}}}
 	fmt.Fprintln(stdout, "pgadvisory demo: three workers each run")
-	fmt.Fprintf(stdout, "    pgadvisory run --key migrations --drain-wait %v -- <a %d-step migration in one transaction>\n",
+	fmt.Fprintf(stdout, "    pgadvisory run --name migrations --drain-wait %v -- <a %d-step migration in one transaction>\n",
 		demoDrainWait, demoSteps)
 	fmt.Fprintln(stdout, "against one PostgreSQL; only the lock holder may migrate, and a new holder first")
 	fmt.Fprintln(stdout, "drains what is left of an earlier holder's migration on the server.")
@@ -151,7 +151,7 @@ func (d *demo) script(ctx context.Context) error {
 }
 
 func (d *demo) startWorker(name string) error {
-	cmd := exec.Command(d.self, "run", "--key", "migrations", "--drain-wait", demoDrainWait.String(),
+	cmd := exec.Command(d.self, "run", "--name", "migrations", "--drain-wait", demoDrainWait.String(),
 		"--holder-name", name, "--", d.self, "demo-migrate", name)
 	cmd.Env = append(os.Environ(), "DATABASE_URL="+d.dsn) // for run, and for the migration
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}

@@ -24,8 +24,10 @@ const demoCreateTable = `DROP TABLE IF EXISTS ` + demoTable + `;
 CREATE TABLE ` + demoTable + ` (step int PRIMARY KEY, worker text NOT NULL)`
 
 // demoStepSQL applies one step: it works on the server for a while (pg_sleep), as a real
-// migration statement does, then writes the step's row.
-const demoStepSQL = `INSERT INTO ` + demoTable + ` (step, worker) SELECT $1, $2 FROM pg_sleep($3)`
+// migration statement does, then writes the step's row. The demo's statements name the
+// server's functions, relations and operators with their schema (pg_catalog.), so that
+// no function of the same name earlier in the search_path runs instead (CVE-2018-1058).
+const demoStepSQL = `INSERT INTO ` + demoTable + ` (step, worker) SELECT $1, $2 FROM pg_catalog.pg_sleep($3)`
 
 // demoSteps is the number of steps; demoSlowStep is the slow one (a backfill, an index
 // build). The demo stops the first two holders while that step runs on the server, so

@@ -75,7 +75,8 @@ func (d *demo) awaitActive(ctx context.Context, pid uint32) {
 	defer cancel()
 	for ctx.Err() == nil {
 		var active bool
-		err := d.admin.QueryRow(ctx, "SELECT state = 'active' FROM pg_stat_activity WHERE pid = $1", int32(pid)).Scan(&active)
+		err := d.admin.QueryRow(ctx, "SELECT state OPERATOR(pg_catalog.=) 'active' FROM pg_catalog.pg_stat_activity "+
+			"WHERE pid OPERATOR(pg_catalog.=) $1", int32(pid)).Scan(&active)
 		if err != nil || active {
 			return
 		}
@@ -90,7 +91,7 @@ func (d *demo) awaitActive(ctx context.Context, pid uint32) {
 func (d *demo) startWorkers(ctx context.Context) error {
 	hi, lo := demoLockKey()
 	key := int64(uint64(hi)<<32 | uint64(lo))
-	if _, err := d.admin.Exec(ctx, "SELECT pg_advisory_lock($1)", key); err != nil {
+	if _, err := d.admin.Exec(ctx, "SELECT pg_catalog.pg_advisory_lock($1)", key); err != nil {
 		return err
 	}
 	d.say("demo", `holds lock "migrations" while the workers start, so that they queue in order`)
@@ -102,7 +103,7 @@ func (d *demo) startWorkers(ctx context.Context) error {
 			return err
 		}
 	}
-	_, err := d.admin.Exec(ctx, "SELECT pg_advisory_unlock($1)", key)
+	_, err := d.admin.Exec(ctx, "SELECT pg_catalog.pg_advisory_unlock($1)", key)
 	d.say("demo", `releases lock "migrations": the workers get it in turn`)
 	return err
 }
@@ -115,8 +116,7 @@ func (d *demo) awaitLockers(ctx context.Context, w *demoWorker, n int) error {
 	hi, lo := demoLockKey()
 	for {
 		var count int
-		err := d.admin.QueryRow(ctx, `SELECT count(*) FROM pg_locks WHERE locktype = 'advisory'
-			AND objsubid = 1 AND classid = $1 AND objid = $2`, hi, lo).Scan(&count)
+		err := d.admin.QueryRow(ctx, demoLockRowsSQL, hi, lo).Scan(&count)
 		if err != nil {
 			return fmt.Errorf("wait for %s to queue for the lock: %w", w.name, err)
 		}
@@ -135,16 +135,29 @@ func (d *demo) awaitLockers(ctx context.Context, w *demoWorker, n int) error {
 	}
 }
 
+// demoLockRowsSQL counts the sessions that hold or wait for the demo's lock, and
+// demoHolderSQL finds its holder. As every statement the CLI sends itself, they name the
+// server's relations, functions and operators with their schema (pg_catalog.): a function
+// or operator of the same name earlier in the search_path never runs instead
+// (CVE-2018-1058).
+const (
+	demoLockRowsSQL = `SELECT pg_catalog.count(*) FROM pg_catalog.pg_locks
+		WHERE locktype OPERATOR(pg_catalog.=) 'advisory' AND objsubid OPERATOR(pg_catalog.=) 1
+		AND classid OPERATOR(pg_catalog.=) $1 AND objid OPERATOR(pg_catalog.=) $2`
+	demoHolderSQL = `SELECT pid FROM pg_catalog.pg_locks
+		WHERE locktype OPERATOR(pg_catalog.=) 'advisory' AND granted AND objsubid OPERATOR(pg_catalog.=) 1
+		AND classid OPERATOR(pg_catalog.=) $1 AND objid OPERATOR(pg_catalog.=) $2`
+)
+
 // terminateHolder terminates the session that holds the lock, and returns its pid.
 func (d *demo) terminateHolder(ctx context.Context) (uint32, error) {
 	var pid uint32
 	hi, lo := demoLockKey()
-	err := d.admin.QueryRow(ctx, `SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND granted
-		AND objsubid = 1 AND classid = $1 AND objid = $2`, hi, lo).Scan(&pid)
+	err := d.admin.QueryRow(ctx, demoHolderSQL, hi, lo).Scan(&pid)
 	if err != nil {
 		return 0, fmt.Errorf("find the holder: %w", err)
 	}
-	_, err = d.admin.Exec(ctx, "SELECT pg_terminate_backend($1)", int32(pid))
+	_, err = d.admin.Exec(ctx, "SELECT pg_catalog.pg_terminate_backend($1)", int32(pid))
 	return pid, err
 }
 

@@ -26,15 +26,15 @@ func (r *runner) drain(ctx context.Context, l *advisory.Lock) error {
 	case ctx.Err() != nil:
 		return err // a signal: run reports it
 	case errors.Is(err, advisory.ErrLockLost), errors.Is(err, advisory.ErrNotHeld):
-		return fail(exitLost, `lock "%s" was lost while draining an earlier holder's sessions: %v; `+
-			"the command was not started", r.key, err)
+		return fail(exitLost, `%s was lost while draining an earlier holder's sessions: %v; `+
+			"the command was not started", r.lock.label(), err)
 	case permissionDenied(err): // the library's message names the lock and the remedy
 		return fail(exitNoPerm, "%v; the command was not started", err)
 	case errors.Is(err, advisory.ErrWorkNotDrained):
 		return fail(exitNotAcquired, "%v; the command was not started", err)
 	}
-	return fail(exitUnavailable, `lock "%s": cannot drain earlier holders' sessions: %v; the command was not started`,
-		r.key, err)
+	return fail(exitUnavailable, `%s: cannot drain earlier holders' sessions: %v; the command was not started`,
+		r.lock.label(), err)
 }
 
 // permissionDenied reports whether err is the server's refusal to terminate a session
@@ -52,8 +52,8 @@ func (r *runner) reportDrain(rep advisory.DrainReport) {
 		if r.quiet && !s.Terminated && s.After > 0 {
 			continue
 		}
-		r.say(`lock "%s": an earlier holder's session was still running: backend pid %d ("%s"%s): %s`,
-			r.key, s.PID, s.ApplicationName, sessionDetail(s), drainOutcome(s))
+		r.say(`%s: an earlier holder's session was still running: backend pid %d ("%s"%s): %s`,
+			r.lock.label(), s.PID, s.ApplicationName, sessionDetail(s), drainOutcome(s))
 	}
 }
 

@@ -43,7 +43,7 @@ func TestRunGivesTheCommandItsWorkIdentity(t *testing.T) {
 		{"", ""},
 	} {
 		env := []string{"DATABASE_URL=" + dsn(t), "PGAPPNAME=" + tc.app, "PGOPTIONS=" + tc.opts}
-		r := wait(t, startEnv(t, env, "run", "--key", t.Name(), "--", "sh", "-c", workIdentityScript, "sh", dsn(t)))
+		r := wait(t, startEnv(t, env, "run", "--name", t.Name(), "--", "sh", "-c", workIdentityScript, "sh", dsn(t)))
 		require.Equal(t, 0, r.code, r.stderr)
 		if tc.app != "" {
 			assert.Empty(t, r.stderr, "the first holder of the key has nothing to drain, and says nothing")

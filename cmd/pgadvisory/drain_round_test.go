@@ -97,7 +97,7 @@ func (mr migrationRound) run(t *testing.T) roundResult {
 		app := fmt.Sprintf("%s-w%d", mr.name, i)
 		env := append([]string{"DATABASE_URL=" + dsn(t), "PGAPPNAME=" + app}, mr.env...)
 		procs[i] = startEnv(t, env,
-			"run", "--key", mr.name, "--holder-name", app, "--",
+			"run", "--name", mr.name, "--holder-name", app, "--",
 			"psql", "-X", "-q", "-v", "ON_ERROR_STOP=1", "-v", "round="+mr.name, "-v", "items="+items,
 			"-v", "sleep="+migrateSleep, "-d", dsn(t), "-f", script)
 	}

@@ -114,7 +114,7 @@ func leaveWorkBehind(t *testing.T, key, workDSN string) uint32 {
 	t.Helper()
 	marker := strings.ReplaceAll(t.Name(), "/", "_")
 	script := `psql -X -q -d "$1" -c "SELECT pg_sleep(60), '$2'" >/dev/null 2>&1 3>&- &`
-	r := cli(t, "run", "--key", key, "--", "sh", "-c", script, "sh", workDSN, marker)
+	r := cli(t, "run", "--name", key, "--", "sh", "-c", script, "sh", workDSN, marker)
 	require.Equal(t, 0, r.code, r.stderr)
 	var pid uint32
 	var app string
@@ -148,7 +148,7 @@ func TestRunRefusesToStartWhenItMayNotDrain(t *testing.T) {
 
 	started := t.TempDir() + "/started"
 	r := wait(t, startEnv(t, []string{"DATABASE_URL=" + roleDSN}, "run", "--drain-wait", "200ms",
-		"--key", t.Name(), "--", "touch", started))
+		"--name", t.Name(), "--", "touch", started))
 	assert.Equal(t, 77, r.code, r.stderr)
 	assert.NoFileExists(t, started, "the command never started")
 	assert.Contains(t, r.stderr, fmt.Sprintf("backend pid %d (", pid))
@@ -160,7 +160,7 @@ func TestRunRefusesToStartWhenItMayNotDrain(t *testing.T) {
 	assert.Empty(t, holders(t, advisory.KeyOf(t.Name())), "the lock was released")
 	assert.True(t, backendAlive(t, pid), "nothing was terminated")
 
-	r = cli(t, "run", "--quiet", "--drain-wait", "0", "--key", t.Name(), "--", "touch", started)
+	r = cli(t, "run", "--quiet", "--drain-wait", "0", "--name", t.Name(), "--", "touch", started)
 	assert.Equal(t, 0, r.code, r.stderr)
 	assert.FileExists(t, started)
 	assert.Regexp(t, fmt.Sprintf(`backend pid %d \(.*\): terminated, gone \S+ after the drain began`, pid), r.stderr)
@@ -176,7 +176,7 @@ func TestRunSignalEndsTheDrain(t *testing.T) {
 	pid := leaveWorkBehind(t, t.Name(), dsn(t))
 	m, _ := holdLock(t, t.Name()+"/observer", "")
 	started := t.TempDir() + "/started"
-	p := start(t, "run", "--drain-wait", "1m", "--holder-name", "drain-interrupted", "--key", t.Name(),
+	p := start(t, "run", "--drain-wait", "1m", "--holder-name", "drain-interrupted", "--name", t.Name(),
 		"--", "touch", started)
 	waitHeldByApp(t, m, t.Name(), "drain-interrupted")
 	sent := time.Now()
@@ -202,7 +202,7 @@ func TestRunDrainsWorkInAnotherDatabase(t *testing.T) {
 	// DROP DATABASE waits up to 5 s for the session, terminated by then, to go.
 	t.Cleanup(func() { pgxExec(t, "DROP DATABASE IF EXISTS "+db) })
 	pid := leaveWorkBehind(t, t.Name(), pgtest.WithPairs(dsn(t), "dbname="+db))
-	r := cli(t, "run", "--drain-wait", "0", "--key", t.Name(), "--", "true")
+	r := cli(t, "run", "--drain-wait", "0", "--name", t.Name(), "--", "true")
 	assert.Equal(t, 0, r.code, r.stderr)
 	assert.Regexp(t, fmt.Sprintf(`backend pid %d \(.*\): terminated, gone \S+ after the drain began`, pid), r.stderr)
 	assert.False(t, backendAlive(t, pid))

@@ -28,7 +28,7 @@ func TestStatusEscapesNamesAndKeepsJSONExact(t *testing.T) {
 	name := nasty + t.Name()
 	_, l := holdLock(t, name, "application_name=status-escape")
 
-	r := cli(t, "status", "--key", name)
+	r := cli(t, "status", "--name", name)
 	require.Equal(t, 0, r.code, r.stderr)
 	assertTerminalSafe(t, r.stdout)
 	lines := strings.Split(strings.TrimSuffix(r.stdout, "\n"), "\n")
@@ -36,7 +36,7 @@ func TestStatusEscapesNamesAndKeepsJSONExact(t *testing.T) {
 	assert.Contains(t, lines[1], nastyEscaped+t.Name())
 	assert.Contains(t, lines[1], strconv.Itoa(int(l.PID())))
 
-	r = cli(t, "status", "--json", "--key", name)
+	r = cli(t, "status", "--json", "--name", name)
 	require.Equal(t, 0, r.code, r.stderr)
 	assertTerminalSafe(t, r.stdout)
 	var rows []map[string]any
@@ -53,12 +53,12 @@ func TestRunMessagesEscapeNames(t *testing.T) {
 	t.Parallel()
 	name := nasty + t.Name()
 	holdLock(t, name, "application_name=run-escape")
-	r := cli(t, "run", "--no-wait", "--key", name, "--", "true")
+	r := cli(t, "run", "--no-wait", "--name", name, "--", "true")
 	require.Equal(t, 75, r.code, r.stderr)
 	assertTerminalSafe(t, r.stderr)
 	assert.Contains(t, r.stderr, `lock "`+nastyEscaped+t.Name()+`" is held by backend pid`)
 
-	r = cli(t, "run", "--wait", "1500ms", "--key", name, "--", "true")
+	r = cli(t, "run", "--wait", "1500ms", "--name", name, "--", "true")
 	require.Equal(t, 75, r.code, r.stderr)
 	assertTerminalSafe(t, r.stderr)
 	assert.Contains(t, r.stderr, `waiting for lock "`+nastyEscaped+t.Name()+`"`)
@@ -71,9 +71,9 @@ func TestArgumentsAreEscapedInErrors(t *testing.T) {
 	for _, args := range [][]string{
 		{nasty},
 		{"status", nasty},
-		{"status", "--key", "bad\xff" + nasty},
-		{"run", "--wait", nasty, "--key", "k", "--", "true"},
-		{"run", "--key", "k", "--", nasty},
+		{"status", "--name", "bad\xff" + nasty},
+		{"run", "--wait", nasty, "--name", "k", "--", "true"},
+		{"run", "--name", "k", "--", nasty},
 		{"hash", nasty, nasty},
 		{"--" + nasty},
 	} {

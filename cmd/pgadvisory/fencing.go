@@ -91,17 +91,17 @@ func (r *runner) takeToken(ctx context.Context, l *advisory.Lock) (int64, error)
 		return tok, nil
 	case errors.Is(err, advisory.ErrNoFenceTable) && !missingTable(err):
 		return 0, &exitError{code: exitUnavailable,
-			err:  fmt.Errorf(`lock "%s": --token: %v; the command was not started`, r.key, err),
+			err:  fmt.Errorf(`%s: --token: %v; the command was not started`, r.lock.label(), err),
 			hint: "Upgrade it once (it needs ownership of the table) with: " + r.fence.createHint()}
 	case errors.Is(err, advisory.ErrNoFenceTable):
 		return 0, &exitError{code: exitUnavailable,
-			err: fmt.Errorf(`lock "%s": --token: the fencing table %s does not exist; the command was not started`,
-				r.key, r.fence.sql()),
+			err: fmt.Errorf(`%s: --token: the fencing table %s does not exist; the command was not started`,
+				r.lock.label(), r.fence.sql()),
 			hint: "Create it once (it needs the CREATE privilege on the schema) with: " + r.fence.createHint()}
 	case errors.Is(err, advisory.ErrLockLost):
-		return 0, fail(exitLost, `lock "%s" was lost while taking its fencing token: %v; the command was not started`, r.key, err)
+		return 0, fail(exitLost, `%s was lost while taking its fencing token: %v; the command was not started`, r.lock.label(), err)
 	}
-	return 0, fail(exitUnavailable, `lock "%s": cannot take a fencing token: %v; the command was not started`, r.key, err)
+	return 0, fail(exitUnavailable, `%s: cannot take a fencing token: %v; the command was not started`, r.lock.label(), err)
 }
 
 // missingTable reports whether err, wrapping ErrNoFenceTable, says that the table does
@@ -141,7 +141,7 @@ func initFencingCommand(args []string, global connFlags, stdout io.Writer) error
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	m, err := conn.connect(ctx, "pgadvisory init-fencing", fence.options()...)
+	m, err := conn.connect(ctx, "init-fencing", "pgadvisory init-fencing", fence.options()...)
 	if err != nil {
 		return err
 	}

@@ -56,14 +56,14 @@ func TestRunTokenFencesAPsqlMigration(t *testing.T) {
 	dir := t.TempDir()
 	file := func(n string) string { return filepath.Join(dir, n) }
 	require.NoError(t, os.WriteFile(file("go1"), nil, 0o600))
-	r := cli(t, "run", "--token", "--fence-table", table, "--key", t.Name(), "--",
+	r := cli(t, "run", "--token", "--fence-table", table, "--name", t.Name(), "--",
 		"sh", "-c", psqlMigration, "sh", file("started1"), file("go1"), rows, file("psql1"))
 	require.Equal(t, 0, r.code, r.stderr)
 	requireFile(t, file("psql1"), "0\n")
 
 	// The stalled holder: its session is terminated, B takes the lock and a token.
 	p := start(t, "run", "--token", "--fence-table", table, "--grace", "60s", "--holder-name", "stale-run",
-		"--key", t.Name(), "--", "sh", "-c", psqlMigration, "sh", file("started2"), file("go2"), rows, file("psql2"))
+		"--name", t.Name(), "--", "sh", "-c", psqlMigration, "sh", file("started2"), file("go2"), rows, file("psql2"))
 	m, err := advisory.New(ctx, dsn(t), advisory.WithFenceTable(strings.Split(table, ".")...))
 	require.NoError(t, err)
 	defer m.Close()

@@ -42,7 +42,7 @@ func fenceTable(t *testing.T) string {
 func runEnv(t *testing.T, flags ...string) []string {
 	t.Helper()
 	out := filepath.Join(t.TempDir(), "env")
-	args := append(append([]string{"run", "--key", t.Name()}, flags...), "--", "sh", "-c", envScript, "sh", out)
+	args := append(append([]string{"run", "--name", t.Name()}, flags...), "--", "sh", "-c", envScript, "sh", out)
 	r := cli(t, args...)
 	require.Equal(t, 0, r.code, r.stderr)
 	b, err := os.ReadFile(out)
@@ -84,7 +84,7 @@ func TestRunExportsTheToken(t *testing.T) {
 func TestRunTokenWithoutTheTable(t *testing.T) {
 	t.Parallel()
 	marker := filepath.Join(t.TempDir(), "ran")
-	r := cli(t, "run", "--token", "--fence-table", "no_such_schema_x.fence", "--key", t.Name(),
+	r := cli(t, "run", "--token", "--fence-table", "no_such_schema_x.fence", "--name", t.Name(),
 		"--", "touch", marker)
 	assert.Equal(t, 69, r.code, r.stderr)
 	assert.Contains(t, r.stderr, `the fencing table "no_such_schema_x"."fence" does not exist`)
@@ -99,7 +99,7 @@ func TestRunTokenWithoutTheTable(t *testing.T) {
 	if exists {
 		t.Skip("the default table advisory_fence exists on this server: its hint cannot be shown")
 	}
-	r = cli(t, "run", "--token", "--key", t.Name(), "--", "touch", marker)
+	r = cli(t, "run", "--token", "--name", t.Name(), "--", "touch", marker)
 	assert.Equal(t, 69, r.code, r.stderr)
 	assert.Contains(t, r.stderr, `the fencing table "advisory_fence" does not exist`)
 	assert.Contains(t, r.stderr, "Create it once (it needs the CREATE privilege on the schema) with: pgadvisory init-fencing\n")
@@ -129,7 +129,7 @@ func TestRunTokenOnAnOldTable(t *testing.T) {
 	require.NoError(t, err)
 
 	marker := filepath.Join(t.TempDir(), "ran")
-	r := cli(t, "run", "--token", "--fence-table", "public."+table, "--key", t.Name(), "--", "touch", marker)
+	r := cli(t, "run", "--token", "--fence-table", "public."+table, "--name", t.Name(), "--", "touch", marker)
 	assert.Equal(t, 69, r.code, r.stderr)
 	assert.Contains(t, r.stderr, "has the layout of an earlier version")
 	assert.Contains(t, r.stderr, "Upgrade it once (it needs ownership of the table) with: pgadvisory init-fencing --fence-table public."+table)
@@ -149,11 +149,11 @@ func TestFencingUsageErrors(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"run", "--token", "--shared", "--key", "k", "--", "true"}, "run: --token needs an exclusive lock: a shared lock has no fencing token: " +
+		{[]string{"run", "--token", "--shared", "--name", "k", "--", "true"}, "run: --token needs an exclusive lock: a shared lock has no fencing token: " +
 			"shared holders hold at once, so no token can say which is newest; take the lock exclusively for fenced writes"},
-		{[]string{"run", "--fence-table", "t", "--key", "k", "--", "true"}, "run: --fence-table is used only with --token"},
-		{[]string{"run", "--token", "--fence-table", "a.b.c", "--key", "k", "--", "true"}, "want TABLE or SCHEMA.TABLE"},
-		{[]string{"run", "--token", "--fence-table", ".t", "--key", "k", "--", "true"}, "each name must be 1 to 63 bytes"},
+		{[]string{"run", "--fence-table", "t", "--name", "k", "--", "true"}, "run: --fence-table is used only with --token"},
+		{[]string{"run", "--token", "--fence-table", "a.b.c", "--name", "k", "--", "true"}, "want TABLE or SCHEMA.TABLE"},
+		{[]string{"run", "--token", "--fence-table", ".t", "--name", "k", "--", "true"}, "each name must be 1 to 63 bytes"},
 		{[]string{"init-fencing", "--fence-table", strings.Repeat("x", 64)}, "init-fencing: --fence-table"},
 		{[]string{"init-fencing", "extra"}, `init-fencing: unexpected argument "extra"`},
 	} {

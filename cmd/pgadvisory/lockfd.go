@@ -42,9 +42,9 @@ func passLock(cmd *exec.Cmd, l *advisory.Lock) (*os.File, error) {
 // without that protection.
 func (r *runner) notStarted(l *advisory.Lock, err error) int {
 	if errors.Is(err, advisory.ErrLockLost) {
-		r.say(`lock "%s" was lost before the command started: %v; the command was not started`, r.key, err)
+		r.say(`%s was lost before the command started: %v; the command was not started`, r.lock.label(), err)
 		return exitLost
 	}
 	r.release(l)
-	return exitCode(fail(exitSoftware, `cannot hand lock "%s" to the command: %v; the command was not started`, r.key, err), r.stderr)
+	return exitCode(fail(exitSoftware, `cannot hand %s to the command: %v; the command was not started`, r.lock.label(), err), r.stderr)
 }

@@ -31,7 +31,7 @@ func TestRunHandsTheLockSocketToTheCommand(t *testing.T) {
 			ready, proceed := filepath.Join(dir, "ready"), filepath.Join(dir, "go")
 			script := `echo "fd=$PGADVISORY_LOCK_FD"; readlink /proc/$$/fd/3; grep flags /proc/$$/fdinfo/3; ` +
 				`touch "$1"; while [ ! -e "$2" ]; do sleep 0.02; done`
-			args := []string{"run", "--key", t.Name(), "--holder-name", t.Name()}
+			args := []string{"run", "--name", t.Name(), "--holder-name", t.Name()}
 			if mode == "shared" {
 				args = append(args, "--shared")
 			}
@@ -122,7 +122,7 @@ func killedHolderTrial(t *testing.T, m *advisory.Manager, variant string, trial 
 		// (Not on our pipes, which would keep wait(p1) waiting for the sleep.)
 		first = `sleep 60 >/dev/null 2>&1 & echo $$ $! > "$1"; touch "$2"; wait`
 	}
-	p1 := start(t, "run", "--key", key, "--holder-name", key+"/first", "--", "sh", "-c", first, "sh", pids, ready)
+	p1 := start(t, "run", "--name", key, "--holder-name", key+"/first", "--", "sh", "-c", first, "sh", pids, ready)
 	require.Eventually(t, func() bool { _, err := os.Stat(ready); return err == nil }, 20*time.Second, 5*time.Millisecond)
 	tree := readPIDs(t, pids)
 	gone := make([]<-chan time.Time, len(tree))
@@ -143,7 +143,7 @@ func killedHolderTrial(t *testing.T, m *advisory.Manager, variant string, trial 
 		`elif [ -h /proc/$p/fd/3 ]; then echo "$p RUNNING($st)"; ` +
 		`else echo "$p exiting($st),descriptors-closed"; fi; ` +
 		`done > "$1.seen"; date +%s%N > "$1"`
-	p2 := start(t, "run", "--key", key, "--holder-name", key+"/second", "--", "sh", "-c", second, "sh", started, joinPIDs(tree))
+	p2 := start(t, "run", "--name", key, "--holder-name", key+"/second", "--", "sh", "-c", second, "sh", started, joinPIDs(tree))
 	waitForWaiter(t, m, key, key+"/second")
 
 	killed := time.Now()

@@ -1,9 +1,9 @@
 // Command pgadvisory takes PostgreSQL advisory locks from the shell: flock(1) across
 // machines, for running migrations from one pod of many.
 //
-//	pgadvisory run --key K [--wait DURATION | --no-wait] [--shared] [--token] -- CMD ARGS...
-//	pgadvisory status [--key K] [--json] [--watch[=INTERVAL]]
-//	pgadvisory break (--key KEY | --name NAME) [--yes] [--wait DURATION]
+//	pgadvisory run (--name NAME | --key KEY) [--wait DURATION | --no-wait] [--shared] [--token] -- CMD ARGS...
+//	pgadvisory status [--name NAME | --key KEY] [--json] [--watch[=INTERVAL]]
+//	pgadvisory break (--name NAME | --key KEY) [--yes] [--wait DURATION]
 //	pgadvisory hash K
 //	pgadvisory init-fencing [--fence-table [SCHEMA.]TABLE]
 //	pgadvisory demo

@@ -35,11 +35,11 @@ func TestPasswordsAreNeverPrinted(t *testing.T) {
 		{nil, []string{"status", url}, 64, `unexpected argument "postgres://u:xxxxx@h/x"`},
 		{nil, []string{"status", "host=h password = " + secret}, 64, "unexpected argument"},
 		{nil, []string{"status", `host=h password='S3cr\'3tPw x'`}, 64, "unexpected argument"},
-		{nil, []string{"run", "--key", "k", url, "--", "true"}, 127, `command not found: "postgres://u:xxxxx@h/x"`},
-		{nil, []string{"run", "--key", "k", "--", "host=h sslpassword=" + secret}, 127, "command not found"},
+		{nil, []string{"run", "--name", "k", url, "--", "true"}, 127, `command not found: "postgres://u:xxxxx@h/x"`},
+		{nil, []string{"run", "--name", "k", "--", "host=h sslpassword=" + secret}, 127, "command not found"},
 		{nil, []string{url}, 64, "unknown command"},
 		{nil, []string{"--bogus=" + url, "status"}, 64, "unknown flag"},
-		{nil, []string{"run", "--wait", "password=" + secret, "--key", "k", "--", "true"}, 64, "not a duration"},
+		{nil, []string{"run", "--wait", "password=" + secret, "--name", "k", "--", "true"}, 64, "not a duration"},
 		{nil, []string{"status", "--json=" + url}, 64, "not a boolean"},
 		{nil, []string{"--dsn", "postgres://u:" + secret + "@h:notaport/x", "status"}, 64, "invalid connection settings (from --dsn)"},
 		{nil, []string{"--dsn", "postgres://u:S3cr/3tPw@h/x", "status"}, 64, "invalid connection settings"},
@@ -48,7 +48,7 @@ func TestPasswordsAreNeverPrinted(t *testing.T) {
 		{nil, []string{"status", "--dsn", `host=h password = 'S3cr\'3tPw' port=x`}, 64, "invalid connection settings"},
 		{[]string{"DATABASE_URL=postgres://u:" + secret + "@h:xx/db"}, []string{"status"}, 64, "(from $DATABASE_URL)"},
 		{[]string{"DATABASE_URL=postgres://u:" + secret + "@127.0.0.1:1/db?connect_timeout=2"}, []string{"status"}, 69, "cannot connect"},
-		{nil, []string{"run", "--dsn", "host=127.0.0.1 port=1 password = " + secret + " connect_timeout=2", "--key", "k", "--", "true"}, 69, "cannot connect"},
+		{nil, []string{"run", "--dsn", "host=127.0.0.1 port=1 password = " + secret + " connect_timeout=2", "--name", "k", "--", "true"}, 69, "cannot connect"},
 	} {
 		env := append([]string{"DATABASE_URL="}, tc.env...)
 		r := wait(t, startEnv(t, env, tc.args...))

@@ -17,7 +17,8 @@ import (
 // runner is one `pgadvisory run`.
 type runner struct {
 	conn   connFlags
-	key    string
+	flags  lockFlags
+	lock   lockTarget // from flags
 	wait   time.Duration
 	noWait bool
 	shared bool
@@ -47,7 +48,7 @@ func runCommand(args []string, global connFlags, stdout, stderr io.Writer) int {
 func parseRun(args []string, global connFlags, stdout, stderr io.Writer) (*runner, error) {
 	r := &runner{stderr: stderr, conn: global}
 	fs := flag.NewFlagSet("pgadvisory run", flag.ContinueOnError)
-	fs.StringVar(&r.key, "key", "", "lock name (required)")
+	r.flags.register(fs)
 	fs.DurationVar(&r.wait, "wait", 0, "give up (exit 75) after waiting this long; 0 waits as long as it takes")
 	fs.BoolVar(&r.noWait, "no-wait", false, "exit 75 at once if the lock is held")
 	fs.BoolVar(&r.shared, "shared", false, "shared mode")
@@ -77,18 +78,13 @@ func parseRun(args []string, global connFlags, stdout, stderr io.Writer) (*runne
 }
 
 func (r *runner) check(fs *flag.FlagSet) error {
-	keyGiven, tableGiven := false, false
-	fs.Visit(func(f *flag.Flag) {
-		keyGiven = keyGiven || f.Name == "key"
-		tableGiven = tableGiven || f.Name == "fence-table"
-	})
+	tableGiven := false
+	fs.Visit(func(f *flag.Flag) { tableGiven = tableGiven || f.Name == "fence-table" })
+	var err error
+	if r.lock, _, err = r.flags.target(fs, true); err != nil {
+		return err
+	}
 	switch {
-	case !keyGiven:
-		return usageError(fs.Name(), "--key is required")
-	case r.key == "":
-		return usageError(fs.Name(), "--key is empty (an unset shell variable?)")
-	case advisory.ValidateName(r.key) != nil:
-		return usageError(fs.Name(), "--key: %v", advisory.ValidateName(r.key))
 	case len(r.argv) == 0:
 		return usageError(fs.Name(), "no command given after --")
 	case r.wait < 0 || r.grace < 0:
@@ -112,7 +108,7 @@ func (r *runner) check(fs *flag.FlagSet) error {
 func (r *runner) run() int {
 	ctx, in := watchInterrupts(r.sigs)
 	r.phase = "connecting"
-	m, err := r.conn.connect(ctx, r.holder, append(r.fence.options(), advisory.WithDrainWait(r.drainW))...)
+	m, err := r.conn.connect(ctx, "run", r.holder, append(r.fence.options(), advisory.WithDrainWait(r.drainW))...)
 	if err != nil {
 		if sig := in.end(); sig != nil {
 			return r.interrupted(sig)
@@ -120,14 +116,14 @@ func (r *runner) run() int {
 		return exitCode(err, r.stderr)
 	}
 	defer m.Close()
-	r.phase = fmt.Sprintf(`waiting for lock "%s"`, r.key)
+	r.phase = fmt.Sprintf("waiting for %s", r.lock.label())
 	l, err := r.acquire(ctx, m)
 	if err == nil && r.fence.token {
-		r.phase = fmt.Sprintf(`taking the fencing token of lock "%s"`, r.key)
+		r.phase = fmt.Sprintf("taking the fencing token of %s", r.lock.label())
 		r.tok, err = r.takeToken(ctx, l)
 	}
 	if err == nil {
-		r.phase = fmt.Sprintf(`draining earlier holders' sessions of lock "%s"`, r.key)
+		r.phase = fmt.Sprintf("draining earlier holders' sessions of %s", r.lock.label())
 		err = r.drain(ctx, l)
 	}
 	if sig := in.end(); sig != nil {
@@ -162,7 +158,7 @@ func (r *runner) acquire(ctx context.Context, m *advisory.Manager) (*advisory.Lo
 		l, err := r.try(ctx, m)
 		if errors.Is(err, advisory.ErrLocked) {
 			desc, _ := r.holders(ctx, m)
-			return nil, fail(exitNotAcquired, `lock "%s" is %s; not waiting (--no-wait)`, r.key, desc)
+			return nil, fail(exitNotAcquired, "%s is %s; not waiting (--no-wait)", r.lock.label(), desc)
 		}
 		return l, r.lockFailure(err)
 	}
@@ -177,7 +173,7 @@ func (r *runner) acquire(ctx context.Context, m *advisory.Manager) (*advisory.Lo
 	if !errors.Is(err, advisory.ErrLocked) {
 		if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
 			desc, _ := r.holders(ctx, m)
-			return nil, fail(exitNotAcquired, `gave up on lock "%s" after %v (--wait): it is %s`, r.key, r.wait, desc)
+			return nil, fail(exitNotAcquired, "gave up on %s after %v (--wait): it is %s", r.lock.label(), r.wait, desc)
 		}
 		return l, r.lockFailure(err)
 	}
@@ -189,18 +185,30 @@ func (r *runner) acquire(ctx context.Context, m *advisory.Manager) (*advisory.Lo
 	return r.awaitLock(ctx, m, done)
 }
 
+// try and lockCall take the lock by name when it was given by name, so that its holders
+// and status show the name; by key otherwise. Both take the same key.
 func (r *runner) try(ctx context.Context, m *advisory.Manager) (*advisory.Lock, error) {
-	if r.shared {
-		return m.TryLockShared(ctx, r.key)
+	switch {
+	case r.lock.name != "" && r.shared:
+		return m.TryLockShared(ctx, r.lock.name)
+	case r.lock.name != "":
+		return m.TryLock(ctx, r.lock.name)
+	case r.shared:
+		return m.TryLockKeyShared(ctx, r.lock.key)
 	}
-	return m.TryLock(ctx, r.key)
+	return m.TryLockKey(ctx, r.lock.key)
 }
 
 func (r *runner) lockCall(ctx context.Context, m *advisory.Manager) (*advisory.Lock, error) {
-	if r.shared {
-		return m.LockShared(ctx, r.key)
+	switch {
+	case r.lock.name != "" && r.shared:
+		return m.LockShared(ctx, r.lock.name)
+	case r.lock.name != "":
+		return m.Lock(ctx, r.lock.name)
+	case r.shared:
+		return m.LockKeyShared(ctx, r.lock.key)
 	}
-	return m.Lock(ctx, r.key)
+	return m.LockKey(ctx, r.lock.key)
 }
 
 type lockResult struct {
@@ -221,7 +229,7 @@ func (r *runner) awaitLock(ctx context.Context, m *advisory.Manager, done <-chan
 	var lastAt time.Time
 	if !r.quiet {
 		desc, who := r.holders(ctx, m)
-		r.say(`waiting for lock "%s": it is %s`, r.key, desc)
+		r.say("waiting for %s: it is %s", r.lock.label(), desc)
 		lastWho, lastAt = who, time.Now()
 	}
 	for {
@@ -229,10 +237,10 @@ func (r *runner) awaitLock(ctx context.Context, m *advisory.Manager, done <-chan
 		case res := <-done:
 			if errors.Is(res.err, context.DeadlineExceeded) {
 				desc, _ := r.holders(ctx, m)
-				return nil, fail(exitNotAcquired, `gave up on lock "%s" after %v (--wait): it is %s`, r.key, r.wait, desc)
+				return nil, fail(exitNotAcquired, "gave up on %s after %v (--wait): it is %s", r.lock.label(), r.wait, desc)
 			}
 			if res.err == nil && !r.quiet && !lastAt.IsZero() {
-				r.say(`acquired lock "%s" after waiting %s`, r.key, age(time.Since(start)))
+				r.say("acquired %s after waiting %s", r.lock.label(), age(time.Since(start)))
 			}
 			return res.l, r.lockFailure(res.err)
 		case <-tick.C:
@@ -241,7 +249,7 @@ func (r *runner) awaitLock(ctx context.Context, m *advisory.Manager, done <-chan
 			}
 			desc, who := r.holders(ctx, m)
 			if ctx.Err() == nil && (who != lastWho || time.Since(lastAt) >= reportEvery) {
-				r.say(`waiting for lock "%s" for %s: it is %s`, r.key, age(time.Since(start)), desc)
+				r.say("waiting for %s for %s: it is %s", r.lock.label(), age(time.Since(start)), desc)
 				lastWho, lastAt = who, time.Now()
 			}
 		}
@@ -252,7 +260,7 @@ func (r *runner) awaitLock(ctx context.Context, m *advisory.Manager, done <-chan
 func (r *runner) holders(ctx context.Context, m *advisory.Manager) (desc, who string) {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	hs, err := m.Holders(ctx, r.key)
+	hs, err := m.HoldersKey(ctx, r.lock.key)
 	if err != nil {
 		return "held by an unknown session (" + err.Error() + ")", "unknown"
 	}
@@ -260,8 +268,11 @@ func (r *runner) holders(ctx context.Context, m *advisory.Manager) (desc, who st
 }
 
 func (r *runner) lockFailure(err error) error {
-	if err == nil {
+	switch {
+	case err == nil:
 		return nil
+	case errors.Is(err, advisory.ErrPooler):
+		return poolerError("run", "the address pgadvisory connected to", err)
 	}
 	return fail(exitUnavailable, "%v", err)
 }

@@ -44,7 +44,7 @@ func TestRunSerializesCommands(t *testing.T) {
 	for i := 0; i < 3; i++ {
 		f := filepath.Join(dir, strconv.Itoa(i))
 		files = append(files, f)
-		procs = append(procs, start(t, "run", "--key", t.Name(), "--", "sh", "-c", intervalScript, "sh", f))
+		procs = append(procs, start(t, "run", "--name", t.Name(), "--", "sh", "-c", intervalScript, "sh", f))
 	}
 	for _, p := range procs {
 		r := wait(t, p)
@@ -67,8 +67,8 @@ func TestRunSharedCommandsOverlap(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
 	a, b := filepath.Join(dir, "a"), filepath.Join(dir, "b")
-	pa := start(t, "run", "--shared", "--key", t.Name(), "--", "sh", "-c", meetScript, "sh", a, b)
-	pb := start(t, "run", "--shared", "--key", t.Name(), "--", "sh", "-c", meetScript, "sh", b, a)
+	pa := start(t, "run", "--shared", "--name", t.Name(), "--", "sh", "-c", meetScript, "sh", a, b)
+	pb := start(t, "run", "--shared", "--name", t.Name(), "--", "sh", "-c", meetScript, "sh", b, a)
 	ra, rb := wait(t, pa), wait(t, pb)
 	require.Equal(t, 0, ra.code, "shared holders run together: %s", ra.stderr)
 	require.Equal(t, 0, rb.code, "shared holders run together: %s", rb.stderr)
@@ -77,7 +77,7 @@ func TestRunSharedCommandsOverlap(t *testing.T) {
 func TestRunNoWaitNamesTheHolder(t *testing.T) {
 	t.Parallel()
 	_, l := holdLock(t, t.Name(), "application_name=the-holder")
-	r := cli(t, "run", "--no-wait", "--key", t.Name(), "--", "true")
+	r := cli(t, "run", "--no-wait", "--name", t.Name(), "--", "true")
 	require.Equal(t, 75, r.code)
 	assert.Contains(t, r.stderr, "not waiting (--no-wait)")
 	assert.Contains(t, r.stderr, "backend pid "+strconv.Itoa(int(l.PID())))
@@ -88,13 +88,13 @@ func TestRunNoWaitNamesTheHolder(t *testing.T) {
 func TestRunWaitElapses(t *testing.T) {
 	t.Parallel()
 	holdLock(t, t.Name(), "application_name=slow-holder")
-	r := cli(t, "run", "--wait", "1500ms", "--key", t.Name(), "--", "true")
+	r := cli(t, "run", "--wait", "1500ms", "--name", t.Name(), "--", "true")
 	require.Equal(t, 75, r.code, r.stderr)
 	assert.Contains(t, r.stderr, "gave up on lock")
 	assert.Contains(t, r.stderr, `waiting for lock "`+t.Name()+`"`, "reports the holder while waiting")
 	assert.Contains(t, r.stderr, `"slow-holder"`)
 
-	r = cli(t, "run", "--quiet", "--wait", "200ms", "--key", t.Name(), "--", "true")
+	r = cli(t, "run", "--quiet", "--wait", "200ms", "--name", t.Name(), "--", "true")
 	require.Equal(t, 75, r.code)
 	assert.NotContains(t, r.stderr, "waiting for lock", "--quiet")
 }
@@ -102,13 +102,13 @@ func TestRunWaitElapses(t *testing.T) {
 func TestRunPassesExitCodes(t *testing.T) {
 	t.Parallel()
 	for cmd, want := range map[string]int{"exit 0": 0, "exit 7": 7, "exit 75": 75, "kill -TERM $$": 128 + 15} {
-		r := cli(t, "run", "--key", t.Name(), "--", "sh", "-c", cmd)
+		r := cli(t, "run", "--name", t.Name(), "--", "sh", "-c", cmd)
 		assert.Equal(t, want, r.code, "%s: %s", cmd, r.stderr)
 	}
-	r := cli(t, "run", "--key", t.Name(), "--", "no-such-command-xyz")
+	r := cli(t, "run", "--name", t.Name(), "--", "no-such-command-xyz")
 	assert.Equal(t, 127, r.code)
 	assert.Contains(t, r.stderr, "command not found")
-	r = cli(t, "run", "--key", t.Name(), "--", "/etc/passwd")
+	r = cli(t, "run", "--name", t.Name(), "--", "/etc/passwd")
 	assert.Equal(t, 126, r.code)
 }
 
@@ -119,7 +119,7 @@ func TestRunForwardsSignals(t *testing.T) {
 		ready := filepath.Join(dir, "ready")
 		script := `trap 'echo "got $1"; exit 3' ` + strings.TrimPrefix(signalName(sig), "SIG") +
 			`; touch "$2"; while :; do sleep 0.05; done`
-		p := start(t, "run", "--key", t.Name(), "--", "sh", "-c", script, "sh", signalName(sig), ready)
+		p := start(t, "run", "--name", t.Name(), "--", "sh", "-c", script, "sh", signalName(sig), ready)
 		require.Eventually(t, func() bool { _, err := os.Stat(ready); return err == nil }, 20*time.Second, 10*time.Millisecond)
 		require.NoError(t, p.cmd.Process.Signal(sig))
 		r := wait(t, p)
@@ -139,7 +139,7 @@ func TestRunStopsTheCommandWhenTheLockIsLost(t *testing.T) {
 	ready, child := filepath.Join(dir, "ready"), filepath.Join(dir, "child")
 	// The command starts a grandchild too: the whole process group must be stopped.
 	script := `sleep 60 & echo $! > "$2"; touch "$1"; wait`
-	p := start(t, "run", "--key", t.Name(), "--holder-name", t.Name(), "--grace", "2s", "--", "sh", "-c", script, "sh", ready, child)
+	p := start(t, "run", "--name", t.Name(), "--holder-name", t.Name(), "--grace", "2s", "--", "sh", "-c", script, "sh", ready, child)
 	require.Eventually(t, func() bool { _, err := os.Stat(ready); return err == nil }, 20*time.Second, 10*time.Millisecond)
 	h := waitHeldByApp(t, m, t.Name(), t.Name())
 	assert.Equal(t, t.Name(), h.Name)
@@ -171,13 +171,13 @@ func adminQuery(t testing.TB, sql string, args ...any) pgx.Row {
 func TestRunUsageErrors(t *testing.T) {
 	t.Parallel()
 	for _, args := range [][]string{
-		{"run", "--", "true"}, // no --key
-		{"run", "--key", "k"}, // no command
-		{"run", "--key", "k", "--wait", "1s", "--no-wait", "--", "true"},
-		{"run", "--key", "", "--", "true"},
-		{"run", "--key", "bad\xff", "--", "true"},
-		{"run", "--bogus", "--key", "k", "--", "true"},
-		{"run", "--key", "k", "--wait", "-1s", "--", "true"},
+		{"run", "--", "true"},  // no --name or --key
+		{"run", "--name", "k"}, // no command
+		{"run", "--name", "k", "--wait", "1s", "--no-wait", "--", "true"},
+		{"run", "--name", "", "--", "true"},
+		{"run", "--name", "bad\xff", "--", "true"},
+		{"run", "--bogus", "--name", "k", "--", "true"},
+		{"run", "--name", "k", "--wait", "-1s", "--", "true"},
 		{"nosuchcommand"},
 		{},
 	} {
@@ -189,7 +189,7 @@ func TestRunUsageErrors(t *testing.T) {
 
 func TestRunUnreachableServer(t *testing.T) {
 	t.Parallel()
-	r := cli(t, "run", "--dsn", "postgres://someone:s3cret@127.0.0.1:1/db?connect_timeout=2", "--key", "k", "--", "true")
+	r := cli(t, "run", "--dsn", "postgres://someone:s3cret@127.0.0.1:1/db?connect_timeout=2", "--name", "k", "--", "true")
 	assert.Equal(t, 69, r.code, r.stderr)
 	assert.Contains(t, r.stderr, "cannot connect")
 	assert.NotContains(t, r.stderr+r.stdout, "s3cret", "the password is never printed")
@@ -200,7 +200,7 @@ func TestRunUnreachableServer(t *testing.T) {
 func TestRunReportsTheHolderOnceWhileItStaysTheSame(t *testing.T) {
 	t.Parallel()
 	holdLock(t, t.Name(), "application_name=steady-holder")
-	r := cli(t, "run", "--wait", "3500ms", "--key", t.Name(), "--", "true")
+	r := cli(t, "run", "--wait", "3500ms", "--name", t.Name(), "--", "true")
 	require.Equal(t, 75, r.code, r.stderr)
 	assert.Equal(t, 1, strings.Count(r.stderr, "waiting for lock"), r.stderr)
 	assert.Contains(t, r.stderr, `"steady-holder"`)
@@ -217,7 +217,7 @@ func TestRunReportsAChangeOfHolder(t *testing.T) {
 	_, err = conn.Exec(ctx, "SELECT pg_advisory_lock(hashtextextended($1, 0))", t.Name())
 	require.NoError(t, err)
 
-	p := start(t, "run", "--wait", "1m", "--key", t.Name(), "--", "true")
+	p := start(t, "run", "--wait", "1m", "--name", t.Name(), "--", "true")
 	p.stderr.waitFor(t, `"holder-a"`, 20*time.Second)
 	_, err = conn.Exec(ctx, "SET application_name = 'holder-b'")
 	require.NoError(t, err)

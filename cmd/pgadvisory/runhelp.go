@@ -22,11 +22,12 @@ const exitCodesHelp = `Exit codes:
 `
 
 // runHelp is the help of run.
-const runHelp = `Usage: pgadvisory run --key NAME [--wait DURATION | --no-wait] [flags] -- CMD [ARGS...]
+const runHelp = `Usage: pgadvisory run (--name NAME | --key KEY) [--wait DURATION | --no-wait] [flags] -- CMD [ARGS...]
 
-Takes the advisory lock NAME, runs CMD while holding it, releases it when CMD exits and
-exits with CMD's exit code. While it waits it reports who holds the lock (backend pid,
-application_name, client, for how long) when the holder changes and every 10 s.
+Takes the advisory lock NAME (or the lock with the 64-bit key KEY), runs CMD while
+holding it, releases it when CMD exits and exits with CMD's exit code. While it waits it
+reports who holds the lock (backend pid, application_name, client, for how long) when the
+holder changes and every 10 s.
 SIGINT, SIGTERM, SIGHUP and SIGQUIT are forwarded to CMD's process group; while
 pgadvisory is still connecting or waiting they end the wait at once, and CMD never starts.
 A signal that was ignored when pgadvisory started (nohup) stays ignored, for CMD too.
@@ -80,31 +81,29 @@ Environment of CMD:
   PGADVISORY_TOKEN        with --token: the fencing token
   PGADVISORY_FENCE_TABLE  with --token: the fencing table, quoted for SQL
 
-Flags:
-  --key NAME           lock name (required; any UTF-8 text without NUL, up to 4096 bytes;
-                       write --key=NAME for a name that starts with '-')
-  --wait DURATION      give up (exit 75) after waiting this long, e.g. 30s, 10m;
-                       0 (the default) waits as long as it takes
-  --no-wait            exit 75 at once if the lock is held
-  --shared             shared mode: shared holders run together; an exclusive one runs alone
-  --quiet              do not report who holds the lock while waiting, nor an earlier
-                       holder's sessions that ended on their own (terminated ones are
-                       always reported)
+Flags (exactly one of --name and --key):
+` + lockFlagsHelp + `  --wait DURATION     give up (exit 75) after waiting this long, e.g. 30s, 10m;
+                      0 (the default) waits as long as it takes
+  --no-wait           exit 75 at once if the lock is held
+  --shared            shared mode: shared holders run together; an exclusive one runs alone
+  --quiet             do not report who holds the lock while waiting, nor an earlier
+                      holder's sessions that ended on their own (terminated ones are
+                      always reported)
   --drain-wait DURATION
-                       how long to wait for an earlier holder's sessions to end on their
-                       own before terminating them (default 1s; 0 terminates at once;
-                       at most 1h)
-  --grace DURATION     if the lock is lost: time between SIGTERM and SIGKILL to CMD
-                       (default 10s)
-  --holder-name NAME   application_name other sessions see
-                       (default "pgadvisory HOST/PID"; HOST is the pod name in Kubernetes)
-  --token              take a fencing token and export it as PGADVISORY_TOKEN (not with
-                       --shared); if the fencing table does not exist, exit 69 and say
-                       how to create it; CMD is not started
+                      how long to wait for an earlier holder's sessions to end on their
+                      own before terminating them (default 1s; 0 terminates at once;
+                      at most 1h)
+  --grace DURATION    if the lock is lost: time between SIGTERM and SIGKILL to CMD
+                      (default 10s)
+  --holder-name NAME  application_name other sessions see
+                      (default "pgadvisory HOST/PID"; HOST is the pod name in Kubernetes)
+  --token             take a fencing token and export it as PGADVISORY_TOKEN (not with
+                      --shared); if the fencing table does not exist, exit 69 and say
+                      how to create it; CMD is not started
   --fence-table [SCHEMA.]TABLE
-                       the fencing table of --token (default advisory_fence, found
-                       through the search_path)
-  --dsn DSN            connection string (default $DATABASE_URL, else the PG* variables)
+                      the fencing table of --token (default advisory_fence, found
+                      through the search_path)
+  --dsn DSN           connection string (default $DATABASE_URL, else the PG* variables)
 
 ` + connectionHelp + `
 ` + exitCodesHelp

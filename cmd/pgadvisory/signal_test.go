@@ -26,7 +26,7 @@ func TestRunSignalEndsTheWait(t *testing.T) {
 				t.Parallel()
 				m, holder := holdLock(t, t.Name(), "")
 				marker := filepath.Join(t.TempDir(), "ran")
-				args := append([]string{"run", "--key", t.Name(), "--holder-name", t.Name()}, flags...)
+				args := append([]string{"run", "--name", t.Name(), "--holder-name", t.Name()}, flags...)
 				p := start(t, append(args, "--", "touch", marker)...)
 				waitForWaiter(t, m, t.Name(), t.Name())
 
@@ -69,7 +69,7 @@ func TestRunSignalEndsTheConnect(t *testing.T) {
 	})
 	marker := filepath.Join(t.TempDir(), "ran")
 	url := "postgres://u:" + secret + "@127.0.0.1:" + strconv.Itoa(ln.Addr().(*net.TCPAddr).Port) + "/db?sslmode=disable"
-	p := startEnv(t, []string{"DATABASE_URL="}, "run", "--dsn", url, "--key", t.Name(), "--", "touch", marker)
+	p := startEnv(t, []string{"DATABASE_URL="}, "run", "--dsn", url, "--name", t.Name(), "--", "touch", marker)
 	select {
 	case c := <-accepted:
 		accepted <- c
@@ -99,7 +99,7 @@ func TestRunKeepsIgnoredSignalsIgnored(t *testing.T) {
 	dir := t.TempDir()
 	ready, proceed, pidFile := filepath.Join(dir, "ready"), filepath.Join(dir, "go"), filepath.Join(dir, "pid")
 	script := `echo $$ > "$3"; touch "$1"; while [ ! -e "$2" ]; do sleep 0.02; done; echo finished`
-	p := startArgv(t, []string{"DATABASE_URL=" + dsn(t)}, nohup(bin, "run", "--key", t.Name(), "--holder-name", t.Name(),
+	p := startArgv(t, []string{"DATABASE_URL=" + dsn(t)}, nohup(bin, "run", "--name", t.Name(), "--holder-name", t.Name(),
 		"--", "sh", "-c", script, "sh", ready, proceed, pidFile)...)
 	waitForWaiter(t, m, t.Name(), t.Name())
 	assert.True(t, signalIgnored(t, p.cmd.Process.Pid, syscall.SIGHUP), "pgadvisory left SIGHUP ignored while waiting")
@@ -144,7 +144,7 @@ func TestRunCommandDiesWithPgadvisory(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
 	ready, pidFile := filepath.Join(dir, "ready"), filepath.Join(dir, "pid")
-	p := start(t, "run", "--key", t.Name(), "--", "sh", "-c", `echo $$ > "$2"; touch "$1"; while :; do sleep 0.05; done`,
+	p := start(t, "run", "--name", t.Name(), "--", "sh", "-c", `echo $$ > "$2"; touch "$1"; while :; do sleep 0.05; done`,
 		"sh", ready, pidFile)
 	require.Eventually(t, func() bool { _, err := os.Stat(ready); return err == nil }, 20*time.Second, 10*time.Millisecond)
 	b, err := os.ReadFile(pidFile)

@@ -36,7 +36,8 @@ type statusRow struct {
 func statusCommand(args []string, global connFlags, stdout io.Writer) error {
 	fs := flag.NewFlagSet("pgadvisory status", flag.ContinueOnError)
 	conn := global
-	key := fs.String("key", "", "only this lock name")
+	var lock lockFlags
+	lock.register(fs)
 	asJSON := fs.Bool("json", false, "print a JSON array (stable field names) instead of a table")
 	var interval time.Duration
 	fs.Var(watchValue{&interval}, "watch", "refresh every INTERVAL (default 2s) until interrupted")
@@ -48,20 +49,26 @@ func statusCommand(args []string, global connFlags, stdout io.Writer) error {
 		return usageError(fs.Name(), `unexpected argument "%s" (the connection string goes in --dsn; `+
 			`an interval goes in --watch=INTERVAL)`, fs.Arg(0))
 	}
-	if err := checkStatusKey(fs, *key); err != nil {
+	target, filtered, err := lock.target(fs, false)
+	if err != nil {
 		return err
 	}
+	q := statusQuery{asJSON: *asJSON}
+	if filtered {
+		q.lock = &target
+	}
 	if interval > 0 {
-		return watchStatus(conn, statusQuery{key: *key, asJSON: *asJSON}, interval, stdout)
+		return watchStatus(conn, q, interval, stdout)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	m, err := conn.connect(ctx, "pgadvisory status")
+	m, err := conn.connect(ctx, "status", "pgadvisory status")
 	if err != nil {
 		return err
 	}
 	defer m.Close()
-	return statusQuery{m: m, key: *key, asJSON: *asJSON}.render(ctx, stdout)
+	q.m = m
+	return q.render(ctx, stdout)
 }
 
 // watchStatus connects and runs q.watch until a signal ends it; a signal also ends the
@@ -71,27 +78,13 @@ func watchStatus(conn connFlags, q statusQuery, interval time.Duration, stdout i
 	defer stop()
 	ctx, in := watchInterrupts(sigs)
 	defer in.end()
-	m, err := conn.connect(ctx, "pgadvisory status")
+	m, err := conn.connect(ctx, "status", "pgadvisory status")
 	if err != nil {
 		return interrupted(in, "status", err)
 	}
 	defer m.Close()
 	q.m = m
 	return q.watch(ctx, in, interval, stdout)
-}
-
-// checkStatusKey refuses an invalid --key, and an empty one: `--key "$NAME"` with NAME
-// unset would otherwise list every lock as if nothing had been asked.
-func checkStatusKey(fs *flag.FlagSet, key string) error {
-	given := false
-	fs.Visit(func(f *flag.Flag) { given = given || f.Name == "key" })
-	if !given {
-		return nil
-	}
-	if err := advisory.ValidateName(key); err != nil {
-		return usageError(fs.Name(), "--key: %v", err)
-	}
-	return nil
 }
 
 // printJSON writes rows as indented JSON. The values are exact (they decode to what the
@@ -140,9 +133,13 @@ func toRow(h advisory.Holder) statusRow {
 	return r
 }
 
-func printTable(w io.Writer, rows []statusRow, now time.Time) {
+// noLocks is what printTable says when the listing of every lock is empty.
+const noLocks = "no advisory locks held or awaited in this database"
+
+// printTable prints rows as a table, or the line none when there are none.
+func printTable(w io.Writer, rows []statusRow, now time.Time, none string) {
 	if len(rows) == 0 {
-		fmt.Fprintln(w, "no advisory locks held or awaited in this database")
+		fmt.Fprintln(w, display(none))
 		return
 	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)

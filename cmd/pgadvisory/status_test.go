@@ -2,6 +2,7 @@ package main_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"strconv"
 	"strings"
 	"testing"
@@ -15,7 +16,7 @@ import (
 func TestStatusJSONListsAHeldLock(t *testing.T) {
 	t.Parallel()
 	_, l := holdLock(t, t.Name(), "application_name=status-holder")
-	r := cli(t, "status", "--json", "--key", t.Name())
+	r := cli(t, "status", "--json", "--name", t.Name())
 	require.Equal(t, 0, r.code, r.stderr)
 	var rows []map[string]any
 	require.NoError(t, json.Unmarshal([]byte(r.stdout), &rows), r.stdout)
@@ -40,7 +41,7 @@ func TestStatusJSONListsAHeldLock(t *testing.T) {
 func TestStatusTable(t *testing.T) {
 	t.Parallel()
 	_, l := holdLock(t, t.Name(), "application_name=table-holder")
-	r := cli(t, "status", "--key", t.Name())
+	r := cli(t, "status", "--name", t.Name())
 	require.Equal(t, 0, r.code, r.stderr)
 	lines := strings.Split(strings.TrimSpace(r.stdout), "\n")
 	require.Len(t, lines, 2, r.stdout)
@@ -49,8 +50,9 @@ func TestStatusTable(t *testing.T) {
 		assert.Contains(t, lines[1], want)
 	}
 	require.NoError(t, l.Unlock(t.Context()))
-	r = cli(t, "status", "--key", t.Name())
-	assert.Contains(t, r.stdout, "no advisory locks")
+	r = cli(t, "status", "--name", t.Name())
+	assert.Contains(t, r.stdout, fmt.Sprintf(`no advisory lock with key %d (name "%s") is held or awaited`,
+		l.Key(), t.Name()))
 }
 
 func TestStatusConnectionFromPGVariables(t *testing.T) {
@@ -86,14 +88,14 @@ func TestStatusSaysWhenTheClientIsHidden(t *testing.T) {
 	name := t.Name()
 	holdLock(t, name, "") // the superuser, over TCP
 	_, roleDSN := tempRole(t, "hidden")
-	r := cli(t, "status", "--dsn", roleDSN, "--key", name)
+	r := cli(t, "status", "--dsn", roleDSN, "--name", name)
 	require.Equal(t, 0, r.code, r.stderr)
 	assert.Contains(t, r.stdout, "(hidden)")
 	assert.NotContains(t, r.stdout, " local ")
-	r = cli(t, "status", "--dsn", roleDSN, "--key", name, "--json")
+	r = cli(t, "status", "--dsn", roleDSN, "--name", name, "--json")
 	require.Equal(t, 0, r.code, r.stderr)
 	assert.Contains(t, r.stdout, `"client_hidden": true`)
-	r = cli(t, "run", "--dsn", roleDSN, "--key", name, "--no-wait", "--", "true")
+	r = cli(t, "run", "--dsn", roleDSN, "--name", name, "--no-wait", "--", "true")
 	assert.Equal(t, 75, r.code, r.stderr)
 	assert.Contains(t, r.stderr, "client not visible to this role")
 	assert.NotContains(t, r.stderr, "local socket")

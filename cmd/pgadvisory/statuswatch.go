@@ -51,7 +51,7 @@ func (w watchValue) IsBoolFlag() bool { return true }
 // statusQuery is one status listing: what to ask, how to print it.
 type statusQuery struct {
 	m      *advisory.Manager
-	key    string // "" for every lock
+	lock   *lockTarget // nil for every lock
 	asJSON bool
 }
 
@@ -59,12 +59,15 @@ type statusQuery struct {
 func (q statusQuery) render(ctx context.Context, w io.Writer) error {
 	var hs []advisory.Holder
 	var err error
-	if q.key != "" {
-		hs, err = q.m.Holders(ctx, q.key)
+	if q.lock != nil {
+		hs, err = q.m.HoldersKey(ctx, q.lock.key)
 	} else {
 		hs, err = q.m.AllHolders(ctx)
 	}
-	if err != nil {
+	switch {
+	case errors.Is(err, advisory.ErrPooler):
+		return poolerError("status", "the address pgadvisory connected to", err)
+	case err != nil:
 		return fail(exitUnavailable, "status: %v", err)
 	}
 	rows := make([]statusRow, len(hs))
@@ -74,8 +77,17 @@ func (q statusQuery) render(ctx context.Context, w io.Writer) error {
 	if q.asJSON {
 		return printJSON(w, rows)
 	}
-	printTable(w, rows, time.Now())
+	printTable(w, rows, time.Now(), q.none())
 	return nil
+}
+
+// none is what the listing says when it is empty: exactly which lock it looked for, never
+// the sentence of the unfiltered listing.
+func (q statusQuery) none() string {
+	if q.lock == nil {
+		return noLocks
+	}
+	return q.lock.none()
 }
 
 // watch prints the listing every interval until a signal: redrawn in place (cursor home,
@@ -112,8 +124,11 @@ func (q statusQuery) watch(ctx context.Context, in *interrupter, interval time.D
 }
 
 func (q statusQuery) title() string {
-	if q.key != "" {
-		return fmt.Sprintf("pgadvisory status --key %q", q.key)
+	switch {
+	case q.lock != nil && q.lock.name != "":
+		return fmt.Sprintf(`pgadvisory status --name "%s"`, q.lock.name)
+	case q.lock != nil:
+		return fmt.Sprintf("pgadvisory status --key %d", int64(q.lock.key))
 	}
 	return "pgadvisory status"
 }

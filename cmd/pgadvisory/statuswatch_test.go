@@ -2,6 +2,7 @@ package main_test
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"os"
 	"os/exec"
@@ -34,7 +35,7 @@ func TestStatusWatchRepeatsAndFollowsChanges(t *testing.T) {
 		l, err := a.Lock(ctx, name)
 		require.NoError(t, err)
 
-		p := start(t, "status", "--watch=50ms", "--key", name)
+		p := start(t, "status", "--watch=50ms", "--name", name)
 		p.stdout.waitFor(t, "first-holder", 30*time.Second)
 		require.NoError(t, l.Unlock(ctx))
 		_, err = b.Lock(ctx, name)
@@ -44,7 +45,7 @@ func TestStatusWatchRepeatsAndFollowsChanges(t *testing.T) {
 		r := wait(t, p)
 
 		assert.Equal(t, 128+int(sig), r.code, r.stderr)
-		assert.GreaterOrEqual(t, strings.Count(out, "pgadvisory status --key"), 2, "repeated blocks:\n%s", out)
+		assert.GreaterOrEqual(t, strings.Count(out, "pgadvisory status --name"), 2, "repeated blocks:\n%s", out)
 		assert.NotContains(t, r.stdout, "\x1b", "no terminal control sequences (and names escaped)")
 		assertTerminalSafe(t, r.stdout)
 		assert.Contains(t, r.stdout, nastyEscaped+t.Name())
@@ -72,7 +73,7 @@ func TestStatusWatchFlag(t *testing.T) {
 func TestStatusWatchRedrawsOnATerminal(t *testing.T) {
 	t.Parallel()
 	master, slave := newPTY(t)
-	p := &proc{started: time.Now(), cmd: exec.Command(bin, "status", "--watch=50ms", "--key", t.Name()), stdout: newOutput(),
+	p := &proc{started: time.Now(), cmd: exec.Command(bin, "status", "--watch=50ms", "--name", t.Name()), stdout: newOutput(),
 		stderr: newOutput()}
 	p.cmd.Env = append(os.Environ(), "DATABASE_URL="+dsn(t))
 	p.cmd.Stdout, p.cmd.Stderr = slave, p.stderr
@@ -84,7 +85,8 @@ func TestStatusWatchRedrawsOnATerminal(t *testing.T) {
 		30*time.Second, 10*time.Millisecond, "no redraw: %q", p.stdout)
 	out := p.stdout.String()
 	assert.True(t, strings.HasPrefix(out, clear), "%q", out)
-	assert.Contains(t, out, "no advisory locks held or awaited")
+	assert.Contains(t, out, fmt.Sprintf(`no advisory lock with key %d (name "%s") is held or awaited`,
+		advisory.KeyOf(t.Name()), t.Name()))
 	require.NoError(t, p.cmd.Process.Signal(syscall.SIGTERM))
 	assert.Equal(t, 143, wait(t, p).code)
 }

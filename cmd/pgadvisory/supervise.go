@@ -51,8 +51,8 @@ func (r *runner) supervise(l *advisory.Lock) int {
 		case sig := <-r.sigs:
 			syscall.Kill(-pgid, sig.(syscall.Signal))
 		case <-l.Done():
-			r.say(`lock "%s" lost while the command ran: %v; stopping the command (SIGTERM, SIGKILL after %v)`,
-				r.key, l.Err(), r.grace)
+			r.say(`%s lost while the command ran: %v; stopping the command (SIGTERM, SIGKILL after %v)`,
+				r.lock.label(), l.Err(), r.grace)
 			syscall.Kill(-pgid, syscall.SIGTERM)
 			select {
 			case <-exited:
@@ -71,12 +71,12 @@ func (r *runner) supervise(l *advisory.Lock) int {
 func (r *runner) finish(l *advisory.Lock, ps *os.ProcessState) int {
 	err := r.release(l)
 	if errors.Is(err, advisory.ErrLockLost) {
-		r.say(`the command ended, but lock "%s" was lost before it could be released: %v; `+
-			"the command may have run without the lock at the end", r.key, err)
+		r.say(`the command ended, but %s was lost before it could be released: %v; `+
+			"the command may have run without the lock at the end", r.lock.label(), err)
 		return exitLost
 	}
 	if err != nil {
-		r.say(`releasing lock "%s": %v (the server frees it as the session ends)`, r.key, err)
+		r.say(`releasing %s: %v (the server frees it as the session ends)`, r.lock.label(), err)
 	}
 	return exitStatus(ps)
 }

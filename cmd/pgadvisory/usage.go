@@ -58,7 +58,7 @@ server unavailable or the table cannot be created or upgraded (e.g. no CREATE pr
 not the table's owner).
 `
 
-const statusHelp = `Usage: pgadvisory status [--key NAME] [--json] [--watch[=INTERVAL]] [--dsn DSN]
+const statusHelp = `Usage: pgadvisory status [--name NAME | --key KEY] [--json] [--watch[=INTERVAL]] [--dsn DSN]
 
 Lists the sessions holding or waiting for advisory locks in the database: key, name (for
 locks taken by this tool or library), mode, state, pid, application_name, client and for
@@ -76,17 +76,25 @@ SIGTERM: redrawn in place when standard output is a terminal, printed as one blo
 another (each under a line with the time) when it is not; with --json, one JSON array per
 refresh. A failed query is shown in its block and retried at the next refresh.
 
+With --name or --key only the sessions of that lock are listed; when there are none,
+status says which key (and name) it looked for. With --json that is an empty array.
+
+Behind a transaction-pooling proxy (PgBouncer pool_mode=transaction) status is refused
+(69) with the reason: it reads the locks through the library's connection, which refuses
+such a proxy. Point it at PostgreSQL itself, where it shows the locks of the proxy's
+clients too (under the server pids of the proxy's server connections).
+
 Flags:
-  --key NAME          only the lock with this name
-  --json              print a JSON array with stable field names, values exactly as on
+` + lockFlagsHelp + `  --json              print a JSON array with stable field names, values exactly as on
                       the server
   --watch[=INTERVAL]  refresh every INTERVAL (default 2s) until interrupted; write
                       --watch=5s (with "=")
   --dsn DSN           connection string (default $DATABASE_URL, else the PG* variables)
 
 ` + connectionHelp + `
-Exit codes: 0 success, 64 usage error, 69 server unavailable; with --watch, 130 or 143
-when SIGINT or SIGTERM ends it (128+N for signal N).
+Exit codes: 0 success (also when no lock matches), 64 usage error, 69 server unavailable
+or a transaction-pooling proxy; with --watch, 130 or 143 when SIGINT or SIGTERM ends it
+(128+N for signal N).
 `
 
 const hashHelp = `Usage: pgadvisory hash NAME
@@ -112,7 +120,7 @@ engine answers, else the local PostgreSQL server binaries, e.g. apt-get install
 postgresql; ADVISORY_TEST_DSN names an existing server instead) and three worker
 processes, each running
 
-    pgadvisory run --key migrations --drain-wait 300ms -- <a six-step migration>
+    pgadvisory run --name migrations --drain-wait 300ms -- <a six-step migration>
 
 The migration applies its steps in one transaction on a connection of its own, tagged
 through PGAPPNAME and PGOPTIONS; each step writes a row of table pgadvisory_demo.

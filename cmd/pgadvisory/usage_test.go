@@ -20,16 +20,16 @@ func TestHelpGoesToStdoutAndExitsZero(t *testing.T) {
 		{[]string{"--help"}, []string{"Commands:", "run ", "status ", "break ", "hash ", "demo ", "init-fencing", "--dsn", "Exit codes:"}},
 		{[]string{"-h"}, []string{"Commands:"}},
 		{[]string{"help"}, []string{"Commands:"}},
-		{[]string{"run", "--help"}, []string{"--key NAME", "--wait DURATION", "--no-wait", "--grace", "--holder-name", "--dsn", "Exit codes:"}},
-		{[]string{"run", "-h"}, []string{"--key NAME"}},
+		{[]string{"run", "--help"}, []string{"--name NAME", "--key KEY", "--wait DURATION", "--no-wait", "--grace", "--holder-name", "--dsn", "Exit codes:"}},
+		{[]string{"run", "-h"}, []string{"--name NAME"}},
 		{[]string{"run", "--help"}, []string{"--token", "--fence-table", "PGADVISORY_TOKEN", "PGADVISORY_KEY", "FOR SHARE"}},
 		{[]string{"run", "--help"}, []string{"--drain-wait", "PGAPPNAME", "PGOPTIONS", "PGADVISORY_APPNAME"}},
 		{[]string{"init-fencing", "--help"}, []string{"Usage: pgadvisory init-fencing", "--fence-table", "--dsn",
 			"pair boolean", "primary key (key, pair)", "upgraded in place"}},
 		{[]string{"help", "init-fencing"}, []string{"Usage: pgadvisory init-fencing"}},
-		{[]string{"run", "--key", "k", "--help"}, []string{"--key NAME"}},
-		{[]string{"help", "run"}, []string{"--key NAME"}},
-		{[]string{"status", "--help"}, []string{"--json", "--key NAME", "--dsn"}},
+		{[]string{"run", "--name", "k", "--help"}, []string{"--name NAME"}},
+		{[]string{"help", "run"}, []string{"--name NAME"}},
+		{[]string{"status", "--help"}, []string{"--json", "--name NAME", "--key KEY", "--dsn"}},
 		{[]string{"status", "-h"}, []string{"--json"}},
 		{[]string{"break", "--help"}, []string{"--key KEY", "--name NAME", "--yes", "--wait", "pg_signal_backend", "Exit codes:"}},
 		{[]string{"help", "break"}, []string{"--key KEY"}},
@@ -74,22 +74,27 @@ func TestUsageErrorsSayWhy(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"run", "--wait", "10", "--key", "k", "--", "true"}, "--wait 10: missing unit: use a unit: 10s, 5m"},
-		{[]string{"run", "--grace", "soon", "--key", "k", "--", "true"}, "--grace soon: not a duration"},
-		{[]string{"run", "--no-wait=maybe", "--key", "k", "--", "true"}, "--no-wait maybe: not a boolean"},
-		{[]string{"run", "--drain-wait", "-1s", "--key", "k", "--", "true"}, "run: --drain-wait -1s: want 0 (terminate at once) to 1h0m0s"},
-		{[]string{"run", "--drain-wait", "2h", "--key", "k", "--", "true"}, "run: --drain-wait 2h0m0s: want 0"},
+		{[]string{"run", "--wait", "10", "--name", "k", "--", "true"}, "--wait 10: missing unit: use a unit: 10s, 5m"},
+		{[]string{"run", "--grace", "soon", "--name", "k", "--", "true"}, "--grace soon: not a duration"},
+		{[]string{"run", "--no-wait=maybe", "--name", "k", "--", "true"}, "--no-wait maybe: not a boolean"},
+		{[]string{"run", "--drain-wait", "-1s", "--name", "k", "--", "true"}, "run: --drain-wait -1s: want 0 (terminate at once) to 1h0m0s"},
+		{[]string{"run", "--drain-wait", "2h", "--name", "k", "--", "true"}, "run: --drain-wait 2h0m0s: want 0"},
 		{[]string{"hash", "x", "y"}, "hash: takes exactly one NAME, got 2 arguments"},
 		{[]string{"hash"}, "hash: takes exactly one NAME, got 0 arguments"},
 		{[]string{"hash", ""}, "hash: advisory: invalid key: empty name"},
-		// `--key $UNSET -- cmd`: the shell drops the empty word and "--" would be the name.
+		// `--name $UNSET -- cmd`: the shell drops the empty word and "--" would be the name.
+		{[]string{"run", "--name", "--", "true"}, "run: --name needs a value, not the flag --"},
+		{[]string{"run", "--name", "--wait", "1s", "--", "true"}, "run: --name needs a value, not the flag --wait"},
 		{[]string{"run", "--key", "--", "true"}, "run: --key needs a value, not the flag --"},
-		{[]string{"run", "--key", "--wait", "1s", "--", "true"}, "run: --key needs a value, not the flag --wait"},
+		{[]string{"run", "--name", "", "--", "true"}, "run: --name is empty"},
 		{[]string{"run", "--key", "", "--", "true"}, "run: --key is empty"},
-		{[]string{"run", "--", "true"}, "run: --key is required"},
-		{[]string{"run", "--key", "k"}, "run: no command given"},
-		{[]string{"status", "--key", ""}, "status: --key: advisory: invalid key: empty name"},
-		{[]string{"status", "--key", "bad\xff"}, "status: --key: advisory: invalid key: name is not valid UTF-8"},
+		{[]string{"run", "--", "true"}, "run: give the lock: --name NAME (its name) or --key KEY"},
+		{[]string{"run", "--name", "k"}, "run: no command given"},
+		{[]string{"status", "--name", ""}, "status: --name is empty"},
+		{[]string{"status", "--name", "bad\xff"}, "status: --name: advisory: invalid key: name is not valid UTF-8"},
+		{[]string{"status", "--name", "a", "--key", "1"}, "status: give one of --name NAME and --key KEY, not both"},
+		{[]string{"break", "--name", "a", "--key", "1"}, "break: give one of --name NAME and --key KEY, not both"},
+		{[]string{"break", "--yes"}, "break: give the lock: --name NAME (its name) or --key KEY"},
 		{[]string{"status", "extra"}, `status: unexpected argument "extra"`},
 		{[]string{"demo", "extra"}, `demo: unexpected argument "extra"`},
 		{[]string{"--bogus", "status"}, "unknown flag --bogus before the command"},
@@ -114,7 +119,7 @@ func TestConnectionFlagBeforeTheCommand(t *testing.T) {
 	env := []string{"DATABASE_URL="}
 	r := wait(t, startEnv(t, env, "--dsn", d, "status", "--json"))
 	assert.Equal(t, 0, r.code, r.stderr)
-	r = wait(t, startEnv(t, env, "--dsn="+d, "run", "--key", t.Name(), "--", "true"))
+	r = wait(t, startEnv(t, env, "--dsn="+d, "run", "--name", t.Name(), "--", "true"))
 	assert.Equal(t, 0, r.code, r.stderr)
 	r = wait(t, startEnv(t, env, "--dsn", "postgres://nobody@127.0.0.1:1/x?connect_timeout=2", "status", "--dsn", d))
 	assert.Equal(t, 0, r.code, "the command's own --dsn wins: %s", r.stderr)

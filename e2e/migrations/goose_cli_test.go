@@ -19,7 +19,7 @@ func TestGooseCLIUnderRun(t *testing.T) {
 	runRounds(t, scenario{
 		name: "goose_cli",
 		command: func(tl *tools, w int, url string) *exec.Cmd {
-			return exec.Command(tl.pgadvisory, "run", "--key", roundLock, "--wait", "2m", "--holder-name", fmt.Sprintf("lock.w%d", w),
+			return exec.Command(tl.pgadvisory, "run", "--name", roundLock, "--wait", "2m", "--holder-name", fmt.Sprintf("lock.w%d", w),
 				"--", "goose", "-dir", "testdata/goose", "postgres", url, "up")
 		},
 		version: gooseVersion,

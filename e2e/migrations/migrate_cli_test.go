@@ -18,7 +18,7 @@ func TestMigrateCLIUnderRun(t *testing.T) {
 	runRounds(t, scenario{
 		name: "migrate_cli",
 		command: func(tl *tools, w int, url string) *exec.Cmd {
-			return exec.Command(tl.pgadvisory, "run", "--key", roundLock, "--wait", "2m", "--holder-name", fmt.Sprintf("lock.w%d", w),
+			return exec.Command(tl.pgadvisory, "run", "--name", roundLock, "--wait", "2m", "--holder-name", fmt.Sprintf("lock.w%d", w),
 				"--", "sh", "testdata/migrate-up.sh", "testdata/migrate")
 		},
 		version: migrateVersion,

@@ -182,7 +182,7 @@ func TestDSNApplicationNameTakesTheTag(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			url := freshDB(t, c.db)
 			script := `exec migrate -path testdata/probe/migrate -database "$DATABASE_URL&application_name=` + c.appParam + `" up`
-			cmd := exec.Command(tl.pgadvisory, "run", "--key", t.Name(), "--", "sh", "-c", script)
+			cmd := exec.Command(tl.pgadvisory, "run", "--name", t.Name(), "--", "sh", "-c", script)
 			cmd.Env = append(os.Environ(), "DATABASE_URL="+url, "PATH="+toolDir+string(filepath.ListSeparator)+os.Getenv("PATH"))
 			out, err := cmd.CombinedOutput()
 			require.NoError(t, err, "%s", out)
