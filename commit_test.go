@@ -20,7 +20,8 @@ func warnAtCommit(t *testing.T) string {
 	t.Helper()
 	table := fmt.Sprintf("warn_at_commit_%d", rand.Uint32())
 	_, err := admin.Exec(ctxT(t), `
-		CREATE TABLE `+table+` (key bigint PRIMARY KEY, token bigint NOT NULL, taken_at timestamptz NOT NULL DEFAULT now());
+		CREATE TABLE `+table+` (key bigint NOT NULL, pair boolean NOT NULL DEFAULT false, token bigint NOT NULL,
+		  taken_at timestamptz NOT NULL DEFAULT now(), PRIMARY KEY (key, pair));
 		CREATE FUNCTION `+table+`_warn() RETURNS trigger LANGUAGE plpgsql AS
 		  $$BEGIN RAISE WARNING 'canceling wait for synchronous replication (test)'; RETURN NULL; END$$;
 		CREATE CONSTRAINT TRIGGER warn AFTER INSERT OR UPDATE ON `+table+`
@@ -53,7 +54,7 @@ func TestUnconfirmedCommitsAreNeverReportedDone(t *testing.T) {
 	require.ErrorIs(t, err, advisory.ErrCommitUnconfirmed, "no token was cached: the next call takes a new one")
 
 	insert := func(tx pgx.Tx) error {
-		_, err := tx.Exec(ctx, "INSERT INTO "+table+" VALUES ($1, 1) ON CONFLICT (key) DO UPDATE SET token = 7", rand.Int64())
+		_, err := tx.Exec(ctx, "INSERT INTO "+table+" (key, token) VALUES ($1, 1) ON CONFLICT (key, pair) DO UPDATE SET token = 7", rand.Int64())
 		return err
 	}
 	err = l.BeginFunc(ctx, insert)
@@ -63,6 +64,6 @@ func TestUnconfirmedCommitsAreNeverReportedDone(t *testing.T) {
 	require.NoError(t, l.Unlock(ctx))
 	err = m.DoTx(ctx, t.Name(), func(_ context.Context, tx pgx.Tx) error { return insert(tx) })
 	require.ErrorIs(t, err, advisory.ErrCommitUnconfirmed)
-	require.NoError(t, m.CreateFenceTable(ctx), "CREATE TABLE IF NOT EXISTS only notices")
+	require.NoError(t, m.CreateFenceTable(ctx), "a current table: read, nothing committed")
 	requireNoAcquired(t, m)
 }

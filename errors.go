@@ -82,8 +82,19 @@ var (
 	ErrStaleToken = errors.New("advisory: stale fencing token: a newer holder has taken the lock")
 
 	// ErrNoFenceTable means the fencing table that [Lock.Token] and [Manager.CheckToken]
-	// use does not exist: create it with [Manager.CreateFenceTable].
+	// use cannot be used: it does not exist, or it has the layout of an earlier version of
+	// this package (rows keyed by the key alone, without the pair column; the error then
+	// says so in its own words). [Manager.CreateFenceTable] is the remedy for both: it
+	// creates the table, or upgrades it in place.
 	ErrNoFenceTable = errors.New("advisory: the fencing table does not exist (create it with Manager.CreateFenceTable)")
+
+	// ErrSharedToken is returned by [Lock.Token] on a lock held in shared mode. Tokens
+	// order exclusive holders: each is newer than every earlier one. Shared holders hold at
+	// once, so no token can say which of them is the newest, and the one that took its
+	// token first would be refused while it still holds the lock. Take the lock
+	// exclusively for fenced writes.
+	ErrSharedToken = errors.New("advisory: a shared lock has no fencing token: " +
+		"shared holders hold at once, so no token can say which is newest; take the lock exclusively for fenced writes")
 
 	// ErrWorkNotDrained is returned by [Lock.Drain] (and by Do, DoTx, TryDo and Lead,
 	// which then do not call fn) when a server session of an earlier holder's work is

@@ -160,10 +160,20 @@ func (v *verdict) markLost() {
 }
 
 // token judges Lock.Token. Whether the token is new is judged against the table after
-// the batch (fenceTokens).
+// the batch (fenceTokens). A shared Lock has no token: ErrSharedToken and nothing else,
+// whatever its state and ctx, and the lock is kept.
 func (v *verdict) token() {
 	o, r := v.o, &v.o.res
 	tok, cached := r.fence.token, o.fin.cached
+	if o.lh.shared {
+		if tok != 0 || !errors.Is(r.err, advisory.ErrSharedToken) {
+			v.fail("Token of a shared lock: got %d, %v; want ErrSharedToken", tok, r.err)
+		}
+		if o.pre == hLive {
+			v.heldAfter()
+		}
+		return
+	}
 	if o.pre != hLive {
 		v.endedTarget()
 		return
@@ -199,6 +209,9 @@ func (v *verdict) checkToken() {
 	}
 	stale := errors.Is(r.err, advisory.ErrStaleToken)
 	switch {
+	case r.err == nil && o.fin.pair:
+		v.fail("accepted a pair's token, but no pair lock ever took one: the name's key and the pair share a counter")
+	case o.fin.pair && (stale || o.isCtx(r.err)):
 	case r.err == nil && o.fin.tok == tokStale:
 		v.fail("accepted a stale token")
 	case r.err == nil && o.fin.tok == tokNever && o.isolated:

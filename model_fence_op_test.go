@@ -49,6 +49,9 @@ type fenceInput struct {
 	token int64   // CheckToken
 	tok   tokKind // CheckToken
 	pre   int64   // CheckToken, Token: the key's newest token before the batch
+	// pair: CheckToken is CheckTokenPair, of the pair of the same 64 bits as the name's
+	// key: a counter of its own, where the model never takes a token.
+	pair bool
 	// cached: Token: the Lock's token taken in an earlier step, or 0.
 	cached int64
 	// witness: the names whose keys the row's backend must hold at COMMIT: the Lock's;
@@ -97,7 +100,11 @@ func (o *op) fenceString() string {
 	case opToken:
 		call = fmt.Sprintf("%v[%v].Token (cached %d, newest %d)", o.lh, o.pre, o.fin.cached, o.fin.pre)
 	case opCheckToken:
-		call = fmt.Sprintf("%s.CheckToken(%s, %d %s; newest %d)", o.slot, o.names[0], o.fin.token,
+		method := "CheckToken"
+		if o.fin.pair {
+			method = "CheckTokenPair"
+		}
+		call = fmt.Sprintf("%s.%s(%s, %d %s; newest %d)", o.slot, method, o.names[0], o.fin.token,
 			[...]string{"current", "stale", "never taken"}[o.fin.tok], o.fin.pre)
 	}
 	return call
@@ -145,7 +152,7 @@ func (w *world) genCheckToken(o *op, focus *op) {
 	o.slot, o.m, o.app = s.String(), s.m, s.app
 	o.names = []string{w.pickName(focus)}
 	cur := w.fence.tokens[o.names[0]]
-	o.fin.pre = cur
+	o.fin.pre, o.fin.pair = cur, w.rng.IntN(4) == 0
 	switch r := w.rng.IntN(3); {
 	case r == 0 && cur > 1:
 		o.fin.tok, o.fin.token = tokStale, 1+w.rng.Int64N(cur-1)
@@ -224,5 +231,9 @@ func (o *op) checkToken(ctx context.Context) error {
 		defer cancel()
 		tx.Rollback(rctx)
 	}()
+	if o.fin.pair {
+		k := advisory.KeyOf(o.full[0])
+		return o.m.CheckTokenPair(ctx, tx, advisory.Pair{Class: int32(k >> 32), Object: int32(k)}, o.fin.token)
+	}
 	return o.m.CheckToken(ctx, tx, o.full[0], o.fin.token)
 }

@@ -147,14 +147,18 @@ func (w *world) readFence(ids []int64) (map[int64]fenceRow, map[advisory.Key]int
 		return nil, nil, err
 	}
 	tokens := map[advisory.Key]int64{}
-	res, err = admin.Query(ctx, "SELECT key, token FROM "+modelFenceTable)
+	res, err = admin.Query(ctx, "SELECT key, pair, token FROM "+modelFenceTable)
 	if err != nil {
 		return nil, nil, err
 	}
 	for res.Next() {
 		var key, tok int64
-		if err := res.Scan(&key, &tok); err != nil {
+		var pair bool
+		if err := res.Scan(&key, &pair, &tok); err != nil {
 			return nil, nil, err
+		}
+		if pair { // the model takes no pair locks: Token of a name's lock wrote a pair's row
+			return nil, nil, fmt.Errorf("the fencing table has a pair's row (%d, token %d), but no pair lock took a token", key, tok)
 		}
 		tokens[advisory.Key(key)] = tok
 	}

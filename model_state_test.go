@@ -283,6 +283,8 @@ func errClass(err error) string {
 		return "closed"
 	case errors.Is(err, advisory.ErrStaleToken):
 		return "stale"
+	case errors.Is(err, advisory.ErrSharedToken):
+		return "shared"
 	case errors.Is(err, errModelFn):
 		return "fnerr"
 	case isDeadlock(err):

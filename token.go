@@ -7,36 +7,53 @@ import (
 	"strconv"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 )
 
-// Fencing tokens: each key has a row in the fencing table, whose counter the holder bumps
-// on its own session (so only a holder can bump it) in a transaction whose commit is
-// flushed to disk whatever synchronous_commit the server or role sets (so no token is
+// Fencing tokens: each lock has a row in the fencing table, keyed by its full identity
+// (its key, and whether it is a two-int4 pair: LockPair({7, 9}) and LockKey(7<<32|9) are
+// different PostgreSQL locks, so they count tokens apart). The holder bumps the row's
+// counter on its own session (so only a holder can bump it) in a transaction whose commit
+// is flushed to disk whatever synchronous_commit the server or role sets (so no token is
 // handed out twice, across restarts and crashes). See docs/fencing.md for the designs
 // compared and what each costs.
+//
+// Every statement here names server functions, types and operators with pg_catalog: a
+// role whose search_path puts a schema writable by others ahead of pg_catalog would
+// otherwise call that schema's now(), set_config, = or + (the CVE-2018-1058 pattern),
+// and a forged = could accept a stale token.
 
-// tokenSQL bumps the key's counter on the holding session: $1 the key, $2 the
-// connection's ownership token (see ownedBy). No row comes back if it ran on another
-// client's backend.
-const tokenSQL = `WITH flush AS (SELECT set_config('synchronous_commit', 'on', true))
-INSERT INTO %s AS f (key, token) SELECT $1, 1 FROM flush WHERE ` + ownedBy + `
-ON CONFLICT (key) DO UPDATE SET token = f.token + 1, taken_at = now() RETURNING token`
+// tokenSQL bumps the lock's counter on the holding session: $1 the key, $2 the
+// connection's ownership token (see ownedBy), $3 whether the key is a pair. No row comes
+// back if it ran on another client's backend. A pair's first token is greater than the
+// bigint key's newest: in a table of an earlier version, upgraded, the key's row also
+// counts the tokens the pair took before (they shared it), and the pair must go on above
+// them.
+const tokenSQL = `WITH flush AS (SELECT pg_catalog.set_config('synchronous_commit', 'on', true))
+INSERT INTO %[1]s AS f (key, pair, token)
+SELECT $1, $3, 1 OPERATOR(pg_catalog.+) coalesce((SELECT k.token FROM %[1]s k
+	WHERE $3 AND k.key OPERATOR(pg_catalog.=) $1 AND NOT k.pair), 0)
+FROM flush WHERE ` + ownedBy + `
+ON CONFLICT (key, pair) DO UPDATE SET token = f.token OPERATOR(pg_catalog.+) 1, taken_at = pg_catalog.now()
+RETURNING token`
 
-// checkSQL reads the key's current token and locks its row until the writer's
+// checkSQL reads the lock's current token and locks its row until the writer's
 // transaction ends, so that no newer token can be taken before the write commits.
-const checkSQL = "SELECT token FROM %s WHERE key = $1 FOR SHARE"
+const checkSQL = `SELECT token FROM %s WHERE key OPERATOR(pg_catalog.=) $1 AND pair OPERATOR(pg_catalog.=) $2 FOR SHARE`
 
-const createSQL = `CREATE TABLE IF NOT EXISTS %s (
-	key      bigint PRIMARY KEY,
-	token    bigint NOT NULL,
-	taken_at timestamptz NOT NULL DEFAULT now()
-)`
-
-// CreateFenceTable creates the fencing table (see [WithFenceTable]) if it does not exist:
-// key bigint primary key, token bigint, taken_at timestamptz. It needs the CREATE
-// privilege on the schema; the roles that take and check tokens need INSERT, UPDATE and
-// SELECT on the table. It blocks for one statement on a pool connection, governed by ctx.
+// CreateFenceTable creates the fencing table (see [WithFenceTable]) if it does not
+// exist, one row per lock that took a token: key bigint, pair boolean (true for a
+// [Pair] key), token bigint, taken_at timestamptz, primary key (key, pair). A table of an
+// earlier version (key bigint primary key, no pair column) is upgraded in place, keeping
+// its tokens: that needs ownership of the table, creating it the CREATE privilege on the
+// schema; the roles that take and check tokens need INSERT, UPDATE and SELECT on it.
+// Concurrent calls, from any process, are safe: creation and upgrade are serialized on
+// the server.
+//
+// It blocks on a pool connection, governed by ctx: one statement if the table is already
+// current; else one transaction that creates or upgrades it, which waits for a
+// concurrent creation or upgrade and for the table's current users. On failure nothing
+// has changed (the transaction is rolled back), except after an error wrapping
+// [ErrCommitUnconfirmed]: the change committed locally, unconfirmed.
 func (m *Manager) CreateFenceTable(ctx context.Context) error {
 	if err := m.enter(); err != nil {
 		return err
@@ -44,37 +61,48 @@ func (m *Manager) CreateFenceTable(ctx context.Context) error {
 	defer m.active.Done()
 	c, err := m.pool.Acquire(ctx)
 	if err != nil {
-		return fmt.Errorf("advisory: create the fencing table %s: %w", m.set.fenceTable, err)
+		return fmt.Errorf("advisory: create or upgrade the fencing table %s: %w", m.set.fenceTable, err)
 	}
 	defer c.Release()
 	clearWarning(c.Conn().PgConn())
-	if _, err := c.Exec(ctx, fmt.Sprintf(createSQL, m.set.fenceTable)); err != nil {
-		return fmt.Errorf("advisory: create the fencing table %s: %w", m.set.fenceTable, err)
+	err = prepareFenceTable(ctx, c.Conn(), m.set.fenceTable)
+	if n := takeWarning(c.Conn().PgConn()); err == nil && n != nil {
+		err = unconfirmed("its commit", n)
 	}
-	if n := takeWarning(c.Conn().PgConn()); n != nil {
-		return fmt.Errorf("advisory: create the fencing table %s: %w", m.set.fenceTable, unconfirmed("its commit", n))
+	if err != nil {
+		return fmt.Errorf("advisory: create or upgrade the fencing table %s: %w", m.set.fenceTable, err)
 	}
 	return nil
 }
 
 // Token returns the lock's fencing token: a number greater than every token any earlier
-// holder of the same key took, in any process, across server restarts and crashes (not
+// holder of the same lock took, in any process, across server restarts and crashes (not
 // across a failover to a standby that had not received the last tokens: use synchronous
 // replication for that). Hand it to every write the lock protects; the store refuses a
 // write whose token is smaller than one it has seen ([Manager.CheckToken] does that for
-// this database).
+// this database). A [Pair] lock and the bigint key of the same 64 bits are different
+// locks and count their tokens apart (a pair's first token starts above the key's newest,
+// for tables of earlier versions, where they shared a row).
 //
 // The first call takes the token: one statement on the lock's connection that updates the
-// key's row in the fencing table and waits for its commit to be flushed (about one disk
+// lock's row in the fencing table and waits for its commit to be flushed (about one disk
 // flush). Later calls return the same token at once. ctx governs that statement; a
 // cancelled call takes no token and keeps the lock. A token whose commit the server could
 // not confirm (ctx ended while the commit waited for a synchronous standby: the server
 // then commits locally with a WARNING) is never returned: the error wraps
 // [ErrCommitUnconfirmed], the lock is kept, and the next call takes a newer token. It fails with an error wrapping
 // [ErrLockLost] or [ErrNotHeld] if the lock has ended, even if a token was taken before,
-// and with one wrapping [ErrNoFenceTable] if the table does not exist.
+// and with one wrapping [ErrNoFenceTable] if the table does not exist or has an earlier
+// version's layout ([Manager.CreateFenceTable] creates or upgrades it).
+//
+// On a shared lock it returns an error wrapping [ErrSharedToken], whatever the lock's
+// state, sends nothing and keeps the lock: shared holders hold at once, so no token could
+// say which is newest.
 func (l *Lock) Token(ctx context.Context) (int64, error) {
 	s := l.s
+	if s.shared {
+		return 0, &opError{"take a fencing token of", s.describe(), ErrSharedToken}
+	}
 	if tok := s.fenceToken.Load(); tok != 0 {
 		select {
 		case <-s.done: // the holding has ended: its token no longer fences anything
@@ -90,7 +118,7 @@ func (l *Lock) Token(ctx context.Context) (int64, error) {
 	var err error
 	if tok == 0 {
 		clearWarning(s.pg)
-		err = s.pc.QueryRow(ctx, fmt.Sprintf(tokenSQL, s.m.set.fenceTable), int64(s.key), s.token).Scan(&tok)
+		err = s.pc.QueryRow(ctx, fmt.Sprintf(tokenSQL, s.m.set.fenceTable), int64(s.key), s.token, s.pair).Scan(&tok)
 		if n := takeWarning(s.pg); err == nil && n != nil {
 			err = unconfirmed("the fencing token's commit", n)
 		}
@@ -109,20 +137,10 @@ func (l *Lock) Token(ctx context.Context) (int64, error) {
 }
 
 func tokenError(ctx context.Context, table string, err error) error {
-	if nerr := noFenceTable(table, err); nerr != nil {
-		return nerr
+	if ferr := fenceTableError(table, err); ferr != nil {
+		return ferr
 	}
 	return fmt.Errorf("advisory: take a fencing token: %w", withCtxErr(ctx, err))
-}
-
-// noFenceTable is the error for err if it says the fencing table does not exist
-// (42P01), else nil.
-func noFenceTable(table string, err error) error {
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) && pgErr.Code == "42P01" {
-		return fmt.Errorf("%w: %s: %w", ErrNoFenceTable, table, err)
-	}
-	return nil
 }
 
 // CheckToken fences a write in this database made on any connection, not only the lock's:
@@ -134,25 +152,45 @@ func noFenceTable(table string, err error) error {
 // every isolation level (under REPEATABLE READ or SERIALIZABLE a concurrent newer token
 // fails tx with a serialization error instead, which refuses the write too).
 //
-// It runs one statement on tx (SELECT token FROM <table> WHERE key = $1 FOR SHARE),
-// governed by ctx. Names are namespaced as by the Manager's Lock. A token that no holder
-// took returns an error wrapping ErrStaleToken too: never write unfenced.
+// It runs one statement on tx (SELECT token FROM <table> WHERE key = $1 AND pair = $2
+// FOR SHARE), which waits for a newer holder's Token being committed; ctx governs it.
+// Names are namespaced as by the Manager's Lock. A token that no holder took returns an
+// error wrapping ErrStaleToken too: never write unfenced. A table that does not exist or
+// has an earlier version's layout returns one wrapping [ErrNoFenceTable]. After any
+// error, roll tx back.
 func (m *Manager) CheckToken(ctx context.Context, tx pgx.Tx, name string, token int64) error {
 	t, err := m.named(name, false)
 	if err != nil {
 		return err
 	}
+	return m.checkToken(ctx, tx, t, token)
+}
+
+// CheckTokenKey is [Manager.CheckToken] for a token of a raw 64-bit key's lock
+// ([Manager.LockKey]).
+func (m *Manager) CheckTokenKey(ctx context.Context, tx pgx.Tx, key Key, token int64) error {
+	return m.checkToken(ctx, tx, target{key: key}, token)
+}
+
+// CheckTokenPair is [Manager.CheckToken] for a token of a two-int4 key's lock
+// ([Manager.LockPair]): a counter apart from the bigint key of the same 64 bits.
+func (m *Manager) CheckTokenPair(ctx context.Context, tx pgx.Tx, p Pair, token int64) error {
+	return m.checkToken(ctx, tx, target{key: p.key(), pair: true}, token)
+}
+
+func (m *Manager) checkToken(ctx context.Context, tx pgx.Tx, t target, token int64) error {
 	var current int64
-	err = tx.QueryRow(ctx, fmt.Sprintf(checkSQL, m.set.fenceTable), int64(t.key)).Scan(&current)
-	switch nerr := noFenceTable(m.set.fenceTable, err); {
-	case nerr != nil:
-		return nerr
+	err := tx.QueryRow(ctx, fmt.Sprintf(checkSQL, m.set.fenceTable), int64(t.key), t.pair).Scan(&current)
+	what := describe(t.key, t.name, t.pair)
+	switch ferr := fenceTableError(m.set.fenceTable, err); {
+	case ferr != nil:
+		return ferr
 	case errors.Is(err, pgx.ErrNoRows):
-		return fmt.Errorf("%w: %s: no token was ever taken", ErrStaleToken, describe(t.key, t.name, false))
+		return fmt.Errorf("%w: %s: no token was ever taken", ErrStaleToken, what)
 	case err != nil:
-		return fmt.Errorf("advisory: check the fencing token of %s: %w", describe(t.key, t.name, false), err)
+		return fmt.Errorf("advisory: check the fencing token of %s: %w", what, err)
 	case current != token:
-		return fmt.Errorf("%w: %s: token %s, newest %s", ErrStaleToken, describe(t.key, t.name, false),
+		return fmt.Errorf("%w: %s: token %s, newest %s", ErrStaleToken, what,
 			strconv.FormatInt(token, 10), strconv.FormatInt(current, 10))
 	}
 	return nil

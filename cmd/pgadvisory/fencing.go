@@ -12,6 +12,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/pgadvisory/advisory"
 )
@@ -79,7 +80,8 @@ func (f *fenceFlags) createHint() string {
 }
 
 // takeToken takes the lock's fencing token (--token). ctx ends it (a signal). On failure
-// the caller releases the lock; a missing table says how to create it.
+// the caller releases the lock; a missing table says how to create it, an earlier
+// version's how to upgrade it.
 func (r *runner) takeToken(ctx context.Context, l *advisory.Lock) (int64, error) {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
@@ -87,6 +89,10 @@ func (r *runner) takeToken(ctx context.Context, l *advisory.Lock) (int64, error)
 	switch {
 	case err == nil:
 		return tok, nil
+	case errors.Is(err, advisory.ErrNoFenceTable) && !missingTable(err):
+		return 0, &exitError{code: exitUnavailable,
+			err:  fmt.Errorf(`%s: --token: %v; the command was not started`, r.lock.label(), err),
+			hint: "Upgrade it once (it needs ownership of the table) with: " + r.fence.createHint()}
 	case errors.Is(err, advisory.ErrNoFenceTable):
 		return 0, &exitError{code: exitUnavailable,
 			err: fmt.Errorf(`%s: --token: the fencing table %s does not exist; the command was not started`,
@@ -96,6 +102,13 @@ func (r *runner) takeToken(ctx context.Context, l *advisory.Lock) (int64, error)
 		return 0, fail(exitLost, `%s was lost while taking its fencing token: %v; the command was not started`, r.lock.label(), err)
 	}
 	return 0, fail(exitUnavailable, `%s: cannot take a fencing token: %v; the command was not started`, r.lock.label(), err)
+}
+
+// missingTable reports whether err, wrapping ErrNoFenceTable, says that the table does
+// not exist (SQLSTATE 42P01), not that it has an earlier version's layout.
+func missingTable(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "42P01"
 }
 
 // commandEnv is CMD's environment: environ (pgadvisory's own, with lockFDEnv) with the
@@ -109,7 +122,8 @@ func (r *runner) commandEnv(l *advisory.Lock, environ []string) []string {
 	return env
 }
 
-// initFencingCommand creates the fencing table if it does not exist.
+// initFencingCommand creates the fencing table if it does not exist, and upgrades one of
+// an earlier version's layout.
 func initFencingCommand(args []string, global connFlags, stdout io.Writer) error {
 	fs := flag.NewFlagSet("pgadvisory init-fencing", flag.ContinueOnError)
 	conn := global

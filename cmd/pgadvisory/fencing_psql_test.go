@@ -25,7 +25,7 @@ touch "$1"
 while [ ! -e "$2" ]; do sleep 0.05; done
 psql -X -q -v ON_ERROR_STOP=1 --single-transaction -d "$DATABASE_URL" <<SQL
 SELECT token FROM $PGADVISORY_FENCE_TABLE
- WHERE key = $PGADVISORY_KEY AND token = $PGADVISORY_TOKEN FOR SHARE \gset
+ WHERE key = $PGADVISORY_KEY AND NOT pair AND token = $PGADVISORY_TOKEN FOR SHARE \gset
 INSERT INTO $3 (token) VALUES ($PGADVISORY_TOKEN);
 SQL
 echo $? > "$4"`

@@ -106,6 +106,42 @@ func TestRunTokenWithoutTheTable(t *testing.T) {
 	assert.NoFileExists(t, marker, "the command was not started")
 }
 
+// TestRunTokenOnAnOldTable: a fencing table of an earlier version's layout (key bigint
+// primary key) is refused with a message that says how to upgrade it, exit 69, CMD not
+// started; init-fencing upgrades it, keeping its tokens, and run --token then works.
+func TestRunTokenOnAnOldTable(t *testing.T) {
+	t.Parallel()
+	table := "fence_cli_old_" + strings.TrimPrefix(advisory.KeyOf(t.Name()).String(), "-")
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, dsn(t))
+	require.NoError(t, err)
+	defer conn.Close(ctx)
+	t.Cleanup(func() {
+		if c, err := pgx.Connect(context.Background(), dsn(t)); err == nil {
+			c.Exec(context.Background(), "DROP TABLE IF EXISTS public."+table)
+			c.Close(context.Background())
+		}
+	})
+	_, err = conn.Exec(ctx, "DROP TABLE IF EXISTS public."+table+"; CREATE TABLE public."+table+
+		" (key bigint PRIMARY KEY, token bigint NOT NULL, taken_at timestamptz NOT NULL DEFAULT now())")
+	require.NoError(t, err)
+	_, err = conn.Exec(ctx, "INSERT INTO public."+table+" (key, token) VALUES ($1, 5)", int64(advisory.KeyOf(t.Name())))
+	require.NoError(t, err)
+
+	marker := filepath.Join(t.TempDir(), "ran")
+	r := cli(t, "run", "--token", "--fence-table", "public."+table, "--name", t.Name(), "--", "touch", marker)
+	assert.Equal(t, 69, r.code, r.stderr)
+	assert.Contains(t, r.stderr, "has the layout of an earlier version")
+	assert.Contains(t, r.stderr, "Upgrade it once (it needs ownership of the table) with: pgadvisory init-fencing --fence-table public."+table)
+	assert.NoFileExists(t, marker, "the command was not started")
+
+	r = cli(t, "init-fencing", "--fence-table", "public."+table)
+	require.Equal(t, 0, r.code, r.stderr)
+	env := runEnv(t, "--token", "--fence-table", "public."+table)
+	require.Len(t, env, 3)
+	assert.Equal(t, "6", env[1], "PGADVISORY_TOKEN: the old row's 5, plus one")
+}
+
 // TestFencingUsageErrors: bad fencing flags are usage errors, found before connecting.
 func TestFencingUsageErrors(t *testing.T) {
 	t.Parallel()
@@ -113,7 +149,8 @@ func TestFencingUsageErrors(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"run", "--token", "--shared", "--name", "k", "--", "true"}, "run: --token needs an exclusive lock"},
+		{[]string{"run", "--token", "--shared", "--name", "k", "--", "true"}, "run: --token needs an exclusive lock: a shared lock has no fencing token: " +
+			"shared holders hold at once, so no token can say which is newest; take the lock exclusively for fenced writes"},
 		{[]string{"run", "--fence-table", "t", "--name", "k", "--", "true"}, "run: --fence-table is used only with --token"},
 		{[]string{"run", "--token", "--fence-table", "a.b.c", "--name", "k", "--", "true"}, "want TABLE or SCHEMA.TABLE"},
 		{[]string{"run", "--token", "--fence-table", ".t", "--name", "k", "--", "true"}, "each name must be 1 to 63 bytes"},

@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"strings"
 	"time"
 
 	"github.com/pgadvisory/advisory"
@@ -93,7 +94,8 @@ func (r *runner) check(fs *flag.FlagSet) error {
 	case r.noWait && r.wait > 0:
 		return usageError(fs.Name(), "--wait and --no-wait exclude each other")
 	case r.fence.token && r.shared:
-		return usageError(fs.Name(), "--token needs an exclusive lock: shared holders would make each other's tokens stale")
+		return usageError(fs.Name(), "--token needs an exclusive lock: %s",
+			strings.TrimPrefix(advisory.ErrSharedToken.Error(), "advisory: "))
 	case tableGiven && !r.fence.token:
 		return usageError(fs.Name(), "--fence-table is used only with --token")
 	}

@@ -51,7 +51,8 @@ Fencing: a CMD that stalls can outlive its lock for a moment (until it is stoppe
 token an earlier holder of NAME took; one row per lock in the fencing table, created once
 with pgadvisory init-fencing) and hands it to CMD, which can make its writes to this
 database conditional on it, in the same transaction:
-  SELECT token FROM $PGADVISORY_FENCE_TABLE WHERE key = $PGADVISORY_KEY FOR SHARE
+  SELECT token FROM $PGADVISORY_FENCE_TABLE WHERE key = $PGADVISORY_KEY AND NOT pair
+    FOR SHARE
 and roll back unless it returns $PGADVISORY_TOKEN (a newer holder took a newer token).
 Other stores can refuse a write whose token is smaller than one they have seen.
 

@@ -36,11 +36,15 @@ Commands:
 const initFencingHelp = `Usage: pgadvisory init-fencing [--fence-table [SCHEMA.]TABLE] [--dsn DSN]
 
 Creates the fencing table that pgadvisory run --token (and the library's Lock.Token and
-Manager.CheckToken) counts tokens in, if it does not exist: one row per lock key that
-ever took a token (key bigint primary key, token bigint, taken_at timestamptz). Needs the
-CREATE privilege on the schema; the roles that run --token need INSERT, UPDATE and SELECT
-on the table, and the writers that check tokens SELECT and UPDATE (for FOR SHARE).
-Running it again changes nothing.
+Manager.CheckToken) counts tokens in, if it does not exist: one row per lock that ever
+took a token (key bigint, pair boolean: true for a two-int4 key; token bigint, taken_at
+timestamptz; primary key (key, pair)). A table of an earlier version (key bigint primary
+key, no pair column) is upgraded in place in one transaction, keeping its tokens; upgrade
+every process that takes tokens first (an earlier version's --token then fails: no
+unique constraint matching its ON CONFLICT). Creating needs the CREATE privilege on the
+schema, upgrading ownership of the table; the roles that run --token need INSERT, UPDATE
+and SELECT on the table, and the writers that check tokens SELECT and UPDATE (for FOR
+SHARE). Running it again changes nothing; runs from many hosts at once are safe.
 
 Flags:
   --fence-table [SCHEMA.]TABLE   the table (default advisory_fence, created in the first
@@ -49,8 +53,9 @@ Flags:
                                  variables)
 
 ` + connectionHelp + `
-Exit codes: 0 success (the table exists), 64 usage error, 69 server unavailable or the
-table cannot be created (e.g. no CREATE privilege).
+Exit codes: 0 success (the table exists, in the current layout), 64 usage error, 69
+server unavailable or the table cannot be created or upgraded (e.g. no CREATE privilege,
+not the table's owner).
 `
 
 const statusHelp = `Usage: pgadvisory status [--name NAME | --key KEY] [--json] [--watch[=INTERVAL]] [--dsn DSN]
