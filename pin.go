@@ -77,6 +77,7 @@ type pin struct {
 
 	workOnce sync.Once
 	tag      string // the holding's work tag (see workTag), made on first use
+	dbOID    uint32 // the database's oid, read at set-up (see look): work tags and checks
 }
 
 type sessionState int
@@ -99,7 +100,8 @@ func newPin(m *Manager, pc *pgxpool.Conn, t target) *pin {
 		fd: connFD(pg), txFD: -1, done: make(chan struct{})}
 	s.hidden.Store(t.hidden)
 	s.handle = Lock{s: s, name: t.name}
-	tok := pg.CustomData()[tokenKey] // already boxed: the token as any, without a copy
+	s.dbOID, _ = pg.CustomData()[dbOIDKey].(uint32) // read here, once: statements write CustomData
+	tok := pg.CustomData()[tokenKey]                // already boxed: the token as any, without a copy
 	if _, ok := tok.(string); !ok {
 		tok = token
 	}

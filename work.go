@@ -171,8 +171,11 @@ func quoteValue(v string) string {
 // application_name becomes [Lock.WorkAppName] of its own, its options start with
 // [Lock.WorkOptions], and a connection opened after the lock has ended fails (with an
 // error wrapping the lock's end, [ErrLockLost] or [ErrNotHeld]), so that no new work
-// starts for a holding that is over. For a pgxpool, pass &poolConfig.ConnConfig.Config
-// before creating the pool. It panics if cfg is nil; it does not block.
+// starts for a holding that is over. Each new connection asks the server, on its own
+// session, whether the lock's session still holds the lock (one round trip): a loss this
+// process has not heard of yet refuses it too, as does a server other than the lock's.
+// For a pgxpool, pass &poolConfig.ConnConfig.Config before creating the pool. It panics
+// if cfg is nil; it does not block.
 func (l *Lock) WorkConfig(cfg *pgconn.Config) {
 	if cfg == nil {
 		panic("advisory: WorkConfig with a nil config")
@@ -186,7 +189,13 @@ func (l *Lock) WorkConfig(cfg *pgconn.Config) {
 	}
 	next := cfg.AfterConnect
 	cfg.AfterConnect = func(ctx context.Context, pg *pgconn.PgConn) error {
-		if err := l.Err(); err != nil {
+		// The server first, then this process (see heldOnServer); the Lock's own end, if
+		// it has one, says more than the server's answer.
+		err := l.s.heldOnServer(ctx, pg)
+		if lerr := l.Err(); lerr != nil {
+			err = lerr
+		}
+		if err != nil {
 			return fmt.Errorf("advisory: no new work connection for %s: %w", l.s.describe(), err)
 		}
 		if next != nil {

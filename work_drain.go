@@ -39,12 +39,11 @@ const nonceSpace = 36 * 36 * 36 * 36 * 36 * 36
 
 // workPrefix is the part of the tag that every holding of the lock shares.
 func (s *pin) workPrefix() string {
-	oid, _ := s.pg.CustomData()[dbOIDKey].(uint32)
 	key := strconv.FormatUint(uint64(s.key), 36)
 	if s.pair {
 		key = "p" + key
 	}
-	return "pgadv/" + strconv.FormatUint(uint64(oid), 36) + "/" + key + "/"
+	return "pgadv/" + strconv.FormatUint(uint64(s.dbOID), 36) + "/" + key + "/"
 }
 
 // holderOf returns the holder part of a tagged application_name ("PID.NONCE") and the
@@ -305,4 +304,30 @@ func (s *pin) logDrained(ds DrainedSession) {
 		slog.String("lock", s.describe()), slog.Uint64("pid", uint64(ds.PID)),
 		slog.String("application_name", ds.ApplicationName), slog.Bool("terminated", ds.Terminated),
 		slog.Duration("after", ds.After))
+}
+
+// heldOnServer asks the server, on a new work connection's own session (pg), whether the
+// lock's session still holds the lock; an error wrapping ErrLockLost if not. A drain
+// finds only sessions that have finished starting, so a work connection that was still
+// starting when the lock was lost, and the next holder drained, would escape it, and
+// this process may hear of the loss after the connection is up. Asked from the new
+// session, the server's answer closes that gap: if the lock was still held when the
+// connection asked, the connection was already visible to every later drain. (A lock
+// this process released is caught by the Lock's own state, read after this answer:
+// Unlock ends the Lock before its connection can hold the key for anyone else.)
+func (s *pin) heldOnServer(ctx context.Context, pg *pgconn.PgConn) error {
+	classid, objid, subid := pgLocksKey(s.key, s.pair)
+	q := func(n uint64) string { return " OPERATOR(pg_catalog.=) '" + strconv.FormatUint(n, 10) + "'" }
+	held, err := oneBool(pg.Exec(ctx, "SELECT EXISTS (SELECT FROM pg_catalog.pg_locks "+
+		"WHERE locktype OPERATOR(pg_catalog.=) 'advisory' AND granted AND pid"+q(uint64(s.pid))+
+		" AND database"+q(uint64(s.dbOID))+" AND classid"+q(uint64(classid))+" AND objid"+q(uint64(objid))+
+		" AND objsubid"+q(uint64(subid))+")").ReadAll())
+	switch {
+	case err != nil:
+		return fmt.Errorf("ask the server whether the lock is held: %w", err)
+	case held != "t":
+		return fmt.Errorf("%w: the server this connection reached shows the lock's session (backend pid %d) "+
+			"not holding it (lost, or another server: work tags work only on the lock's server)", ErrLockLost, s.pid)
+	}
+	return nil
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"net"
 	"os"
 	"os/exec"
 	"strconv"
@@ -483,4 +484,113 @@ func TestWithoutDrainLeavesEarlierWorkAlone(t *testing.T) {
 	require.Len(t, report.Sessions, 1)
 	require.True(t, backendGone(t, workPID))
 	require.NoError(t, l.Unlock(ctxT(t)))
+}
+
+// freezer forwards TCP connections to upstream until freeze: from then on it forwards
+// nothing more either way and keeps every socket open, as a network that went silent
+// would. closeAll closes them all (the client then sees its connection end), and the
+// listener, so that new connections are refused at once.
+type freezer struct {
+	ln     net.Listener
+	port   string
+	frozen atomic.Bool
+	mu     sync.Mutex
+	conns  []net.Conn
+}
+
+func startFreezer(t *testing.T, upstream string) *freezer {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	f := &freezer{ln: ln, port: strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)}
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			s, err := net.Dial("tcp", upstream)
+			if err != nil {
+				c.Close()
+				continue
+			}
+			f.mu.Lock()
+			f.conns = append(f.conns, c, s)
+			f.mu.Unlock()
+			go f.pipe(s, c)
+			go f.pipe(c, s)
+		}
+	}()
+	t.Cleanup(f.closeAll)
+	return f
+}
+
+func (f *freezer) pipe(dst, src net.Conn) {
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := src.Read(buf)
+		if f.frozen.Load() || err != nil {
+			return // what arrives after the freeze is dropped, and nothing is closed
+		}
+		if _, err := dst.Write(buf[:n]); err != nil {
+			return
+		}
+	}
+}
+
+func (f *freezer) freeze() { f.frozen.Store(true) }
+
+func (f *freezer) closeAll() {
+	f.ln.Close()
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, c := range f.conns {
+		c.Close()
+	}
+}
+
+// TestWorkConfigAsksTheServer: a work connection opened while this process has not yet
+// heard of its lock's loss (the path to the server went silent, and the server terminated
+// the lock's session meanwhile) is refused: it asks the server, which shows the lock's
+// session not holding the lock. Without that question the connection would start work
+// that the next holder's drain, run before the connection existed, never saw (found by
+// TestWorkNeverOverlapsRandomized beside two CPU burners: a work connection still
+// starting when the lock was lost committed 200 ms into the next holding).
+func TestWorkConfigAsksTheServer(t *testing.T) {
+	t.Parallel()
+	ctx := ctxT(t)
+	base, err := pgx.ParseConfig(dsn(t))
+	require.NoError(t, err)
+	if strings.HasPrefix(base.Host, "/") {
+		t.Skip("the test server is reached over a Unix socket: no TCP path to freeze")
+	}
+	f := startFreezer(t, net.JoinHostPort(base.Host, strconv.Itoa(int(base.Port))))
+	m := newManager(t, []string{"host=127.0.0.1", "port=" + f.port})
+	l, err := m.Lock(ctx, t.Name())
+	require.NoError(t, err)
+	work := func() error {
+		cfg, err := pgx.ParseConfig(dsn(t))
+		require.NoError(t, err)
+		l.WorkConfig(&cfg.Config)
+		c, err := pgx.ConnectConfig(ctx, cfg)
+		if err == nil {
+			c.Close(ctx)
+		}
+		return err
+	}
+	require.NoError(t, work(), "while the lock is held")
+
+	f.freeze()
+	terminate(t, l.PID())
+	eventually(t, 10*time.Second, func() bool { return len(lockRows(t, l.Key())) == 0 }, "the server freed the lock")
+	require.NoError(t, l.Err(), "this process has not heard of the loss: the path is silent")
+	err = work()
+	require.ErrorIs(t, err, advisory.ErrLockLost)
+	assert.Contains(t, err.Error(), "not holding it")
+
+	f.closeAll()
+	select {
+	case <-l.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("the loss was not reported once the path closed")
+	}
 }
