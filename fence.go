@@ -178,6 +178,7 @@ func (m *Manager) CheckTokenPair(ctx context.Context, tx pgx.Tx, p Pair, token i
 	return m.checkToken(ctx, tx, target{key: p.key(), pair: true}, token)
 }
 
+// checkToken is CheckToken, CheckTokenKey and CheckTokenPair for the lock t.
 func (m *Manager) checkToken(ctx context.Context, tx pgx.Tx, t target, token int64) error {
 	var current int64
 	err := tx.QueryRow(ctx, fmt.Sprintf(checkSQL, m.set.fenceTable), int64(t.key), t.pair).Scan(&current)

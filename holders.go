@@ -78,6 +78,7 @@ func (m *Manager) AllHolders(ctx context.Context) ([]Holder, error) {
 	return m.holders(ctx, true, 0, false)
 }
 
+// holders runs holdersSQL: every advisory lock of the database (all), or the one key.
 func (m *Manager) holders(ctx context.Context, all bool, key Key, pair bool) ([]Holder, error) {
 	if err := m.enter(); err != nil {
 		return nil, err

@@ -61,8 +61,8 @@ func WithHooks(h Hooks) Option {
 	return option(func(s *settings) error { s.hooks = h; return nil })
 }
 
-func (s *pin) event(wait, held time.Duration, reason string, err error) LockEvent {
-	return LockEvent{Name: s.name, Key: s.key, Shared: s.shared, Wait: wait, Held: held, Reason: reason, Err: err}
+func (p *pin) event(wait, held time.Duration, reason string, err error) LockEvent {
+	return LockEvent{Name: p.name, Key: p.key, Shared: p.shared, Wait: wait, Held: held, Reason: reason, Err: err}
 }
 
 // failReason classifies a failed Lock or TryLock call for NotAcquired.
@@ -92,6 +92,9 @@ func endReason(err error) string {
 		return "released"
 	case errors.Is(err, ErrClosed):
 		return "manager_closed"
+	}
+	if lost := (*lostError)(nil); errors.As(err, &lost) {
+		return lost.code // classified where the loss was seen
 	}
 	code, _ := lossCause(err)
 	return code

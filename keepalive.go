@@ -55,6 +55,8 @@ func (k TCPKeepalive) abortAfter() time.Duration {
 	return t
 }
 
+// validate checks k as the keepalive of side ("client" or "server"), in the words
+// of the option that set it.
 func (k TCPKeepalive) validate(side string) error {
 	secs := func(name string, d time.Duration) error {
 		if d < time.Second || d > 32767*time.Second || d%time.Second != 0 {
@@ -151,6 +153,8 @@ func keepaliveDialer(base func(ctx context.Context, network, addr string) (net.C
 	}
 }
 
+// applyClientKeepalive sets keepalive and TCP_USER_TIMEOUT on a new lock connection's
+// socket, as k says.
 func applyClientKeepalive(conn net.Conn, k TCPKeepalive) error {
 	if conn.LocalAddr().Network() == "unix" {
 		return nil

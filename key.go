@@ -3,6 +3,7 @@ package advisory
 import (
 	"fmt"
 	"math/bits"
+	"strconv"
 	"strings"
 	"unicode/utf8"
 )
@@ -95,6 +96,7 @@ func le32(s string) uint32 {
 	return uint32(s[0]) | uint32(s[1])<<8 | uint32(s[2])<<16 | uint32(s[3])<<24
 }
 
+// mix is lookup3's mix(a, b, c), as PostgreSQL's hash_bytes_extended runs it.
 func mix(a, b, c uint32) (uint32, uint32, uint32) {
 	a -= c
 	a ^= bits.RotateLeft32(c, 4)
@@ -117,6 +119,7 @@ func mix(a, b, c uint32) (uint32, uint32, uint32) {
 	return a, b, c
 }
 
+// final is lookup3's final(a, b, c), as PostgreSQL's hash_bytes_extended runs it.
 func final(a, b, c uint32) (uint32, uint32, uint32) {
 	c ^= b
 	c -= bits.RotateLeft32(b, 14)
@@ -133,4 +136,15 @@ func final(a, b, c uint32) (uint32, uint32, uint32) {
 	c ^= b
 	c -= bits.RotateLeft32(b, 24)
 	return a, b, c
+}
+
+// String returns the key in decimal, as pg_advisory_lock takes it.
+func (k Key) String() string { return strconv.FormatInt(int64(k), 10) }
+
+// quote quotes a lock name for messages, eliding the middle of very long ones.
+func quote(name string) string {
+	if len(name) > 80 {
+		name = name[:40] + "…" + name[len(name)-20:]
+	}
+	return strconv.Quote(name)
 }

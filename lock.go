@@ -5,10 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"strconv"
-	"time"
-
-	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/pgadvisory/advisory/internal/sockfd"
 )
@@ -99,48 +95,6 @@ func (l *Lock) File() (*os.File, error) {
 	return os.NewFile(uintptr(fd), "advisory-lock-"+l.Key().String()), nil
 }
 
-// String returns the key in decimal, as pg_advisory_lock takes it.
-func (k Key) String() string { return strconv.FormatInt(int64(k), 10) }
-
-// quote quotes a lock name for messages, eliding the middle of very long ones.
-func quote(name string) string {
-	if len(name) > 80 {
-		name = name[:40] + "…" + name[len(name)-20:]
-	}
-	return strconv.Quote(name)
-}
-
-// target is what a Lock call asks for: a key, the name it came from ("" for a raw key),
-// and the mode.
-type target struct {
-	key    Key
-	name   string
-	shared bool
-	pair   bool // the two-int4 form: pg_advisory_lock(key>>32, int32(key))
-	gated  bool // queued in the Manager's gate for the key (see gate)
-	quiet  bool // a Semaphore's own call: no Acquired or NotAcquired hook (it reports its call)
-	hidden bool // and no Ended hook either: the Semaphore's turnstile
-}
-
-func named(name string, shared bool) (target, error) {
-	if err := ValidateName(name); err != nil {
-		return target{}, err
-	}
-	return target{key: KeyOf(name), name: name, shared: shared}, nil
-}
-
-// named is the Manager's form: with a namespace (see WithNamespace) the lock is
-// "namespace:name", and that is the name the Lock reports.
-func (m *Manager) named(name string, shared bool) (target, error) {
-	if name == "" {
-		return named(name, shared) // an empty name is refused, namespace or not
-	}
-	if m.set.namespace != "" {
-		name = m.set.namespace + ":" + name
-	}
-	return named(name, shared)
-}
-
 // Lock takes the lock with the given name, blocking until it is held or ctx ends. The
 // wait happens on the server (pg_advisory_lock), with no polling. ctx governs getting a
 // connection from the pool and the wait.
@@ -164,7 +118,7 @@ func (m *Manager) Lock(ctx context.Context, name string) (*Lock, error) {
 	if err != nil {
 		return nil, err
 	}
-	return m.lock(ctx, t)
+	return m.attempt(ctx, t, modeLock)
 }
 
 // LockShared is [Manager.Lock] in shared mode (pg_advisory_lock_shared): any number of
@@ -175,95 +129,17 @@ func (m *Manager) LockShared(ctx context.Context, name string) (*Lock, error) {
 	if err != nil {
 		return nil, err
 	}
-	return m.lock(ctx, t)
+	return m.attempt(ctx, t, modeLock)
 }
 
 // LockKey is [Manager.Lock] for a raw 64-bit key (pg_advisory_lock(key)).
 func (m *Manager) LockKey(ctx context.Context, key Key) (*Lock, error) {
-	return m.lock(ctx, target{key: key})
+	return m.attempt(ctx, target{key: key}, modeLock)
 }
 
 // LockKeyShared is [Manager.LockShared] for a raw 64-bit key.
 func (m *Manager) LockKeyShared(ctx context.Context, key Key) (*Lock, error) {
-	return m.lock(ctx, target{key: key, shared: true})
-}
-
-func (m *Manager) lock(ctx context.Context, t target) (*Lock, error) {
-	return m.take(ctx, t, false)
-}
-
-// take runs one Lock (try false) or TryLock (try true) call.
-func (m *Manager) take(ctx context.Context, t target, try bool) (*Lock, error) {
-	return m.attempt(ctx, t, try, !try)
-}
-
-// attempt is take with the pool's behaviour chosen apart: with waitPool false it fails at
-// once with ErrPoolExhausted when this Manager pins every connection (TryLock), with
-// waitPool true it waits for one until ctx ends (Lock, and a Semaphore's slot tries).
-func (m *Manager) attempt(ctx context.Context, t target, try, waitPool bool) (*Lock, error) {
-	if err := m.enter(); err != nil {
-		return nil, err
-	}
-	defer m.active.Done()
-	start := time.Now()
-	op := "lock"
-	if try {
-		op = "try lock"
-	}
-	if t.gated = !try && !t.shared; t.gated {
-		// Goroutines of this Manager after the same key queue here, and wait on the server
-		// one at a time, instead of each pinning a connection.
-		if err := m.gates.enter(ctx, gateKey{t.key, t.pair}, m.closing); err != nil {
-			return nil, m.notAcquired(ctx, t, try, start, lockError(op, t, err))
-		}
-		defer m.gates.stopWaiting(gateKey{t.key, t.pair})
-	}
-	for attempt := 0; ; attempt++ {
-		s, err := m.acquire(ctx, t, waitPool)
-		if err != nil {
-			return nil, m.notAcquired(ctx, t, try, start, lockError(op, t, err))
-		}
-		if try {
-			err = s.tryLock(ctx)
-		} else {
-			err = s.lock(ctx)
-		}
-		if err == nil {
-			s.logAcquired(start)
-			if h := m.set.hooks.Acquired; h != nil && !t.quiet {
-				ev := s.event(time.Since(start), 0, "", nil)
-				ev.Try = try
-				callUser(m.set.logger, "hook Acquired", func() { h(ev) })
-			}
-			return &s.handle, nil
-		}
-		s.end(true, ErrNotHeld)
-		var locked *LockedError
-		switch {
-		case errors.As(err, &locked):
-			return nil, m.notAcquired(ctx, t, try, start, err)
-		case attempt > 0 || !staleConn(ctx, err):
-			return nil, m.notAcquired(ctx, t, try, start, lockError(op, t, err))
-		}
-	}
-}
-
-// notAcquired reports a failed Lock or TryLock call to the NotAcquired hook, and returns
-// its error.
-func (m *Manager) notAcquired(ctx context.Context, t target, try bool, start time.Time, err error) error {
-	if h := m.set.hooks.NotAcquired; h != nil && !t.quiet {
-		ev := LockEvent{Name: t.name, Key: t.key, Shared: t.shared, Try: try, Wait: time.Since(start),
-			Reason: failReason(ctx, err), Err: err}
-		callUser(m.set.logger, "hook NotAcquired", func() { h(ev) })
-	}
-	return err
-}
-
-// staleConn reports whether err says a pooled connection was already dead when a
-// statement was sent on it (the server restarted, say): nothing reached the server, so
-// the call is tried once more on a fresh connection.
-func staleConn(ctx context.Context, err error) bool {
-	return ctx.Err() == nil && pgconn.SafeToRetry(err)
+	return m.attempt(ctx, target{key: key, shared: true}, modeLock)
 }
 
 // TryLock takes the lock with the given name if no other session holds it, without
@@ -279,7 +155,7 @@ func (m *Manager) TryLock(ctx context.Context, name string) (*Lock, error) {
 	if err != nil {
 		return nil, err
 	}
-	return m.tryLock(ctx, t)
+	return m.attempt(ctx, t, modeTry)
 }
 
 // TryLockShared is [Manager.TryLock] in shared mode (pg_try_advisory_lock_shared): it
@@ -289,26 +165,15 @@ func (m *Manager) TryLockShared(ctx context.Context, name string) (*Lock, error)
 	if err != nil {
 		return nil, err
 	}
-	return m.tryLock(ctx, t)
+	return m.attempt(ctx, t, modeTry)
 }
 
 // TryLockKey is [Manager.TryLock] for a raw 64-bit key (pg_try_advisory_lock(key)).
 func (m *Manager) TryLockKey(ctx context.Context, key Key) (*Lock, error) {
-	return m.tryLock(ctx, target{key: key})
+	return m.attempt(ctx, target{key: key}, modeTry)
 }
 
 // TryLockKeyShared is [Manager.TryLockShared] for a raw 64-bit key.
 func (m *Manager) TryLockKeyShared(ctx context.Context, key Key) (*Lock, error) {
-	return m.tryLock(ctx, target{key: key, shared: true})
-}
-
-func (m *Manager) tryLock(ctx context.Context, t target) (*Lock, error) {
-	return m.take(ctx, t, true)
-}
-
-func lockError(op string, t target, err error) error {
-	if errors.Is(err, ErrClosed) {
-		return ErrClosed
-	}
-	return &opError{op, describe(t.key, t.name, t.pair), err}
+	return m.attempt(ctx, target{key: key, shared: true}, modeTry)
 }

@@ -23,34 +23,34 @@ func WithLogger(logger *slog.Logger) Option {
 // waitLogAfter is how long a Lock waits before the wait is logged with its holders.
 const waitLogAfter = time.Second
 
-func (s *pin) attrs(extra ...slog.Attr) []slog.Attr {
-	a := []slog.Attr{slog.Int64("key", int64(s.key)), slog.Uint64("pid", uint64(s.pid))}
-	if s.name != "" {
-		a = append(a, slog.String("name", s.name))
+func (p *pin) attrs(extra ...slog.Attr) []slog.Attr {
+	a := []slog.Attr{slog.Int64("key", int64(p.key)), slog.Uint64("pid", uint64(p.pid))}
+	if p.name != "" {
+		a = append(a, slog.String("name", p.name))
 	}
-	if s.shared {
+	if p.shared {
 		a = append(a, slog.Bool("shared", true))
 	}
 	return append(a, extra...)
 }
 
-func (s *pin) log(level slog.Level, msg string, extra ...slog.Attr) {
-	if l := s.m.set.logger; l != nil {
-		logAttrs(l, level, msg, s.attrs(extra...)...)
+func (p *pin) log(level slog.Level, msg string, extra ...slog.Attr) {
+	if l := p.m.set.logger; l != nil {
+		logAttrs(l, level, msg, p.attrs(extra...)...)
 	}
 }
 
 // logWaitLater arms the "waiting for lock" record for a Lock that is still waiting after
 // waitLogAfter; the returned func disarms it.
-func (s *pin) logWaitLater(ctx context.Context) func() bool {
-	if s.m.set.logger == nil {
+func (p *pin) logWaitLater(ctx context.Context) func() bool {
+	if p.m.set.logger == nil {
 		return func() bool { return false }
 	}
 	start := time.Now()
 	t := time.AfterFunc(waitLogAfter, func() {
 		qctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		defer cancel()
-		hs, err := s.m.holders(qctx, false, s.key, s.pair)
+		hs, err := p.m.holders(qctx, false, p.key, p.pair)
 		var holders []slog.Attr
 		for _, h := range hs {
 			if h.Granted {
@@ -62,28 +62,28 @@ func (s *pin) logWaitLater(ctx context.Context) func() bool {
 		if err != nil {
 			holders = append(holders, slog.String("holders_error", err.Error()))
 		}
-		s.log(slog.LevelInfo, "advisory: waiting for lock", append(holders,
+		p.log(slog.LevelInfo, "advisory: waiting for lock", append(holders,
 			slog.Duration("waited", time.Since(start).Round(time.Millisecond)))...)
 	})
 	return t.Stop
 }
 
 // logAcquired records a granted lock (Debug).
-func (s *pin) logAcquired(start time.Time) {
-	if s.m.set.logger != nil {
-		s.log(slog.LevelDebug, "advisory: lock acquired", slog.Duration("waited", time.Since(start).Round(time.Microsecond)))
+func (p *pin) logAcquired(start time.Time) {
+	if p.m.set.logger != nil {
+		p.log(slog.LevelDebug, "advisory: lock acquired", slog.Duration("waited", time.Since(start).Round(time.Microsecond)))
 	}
 }
 
 // logEnd records how a session ended: a loss (Warn) or a release (Debug).
-func (s *pin) logEnd(err error, heldSince time.Time) {
-	if s.m.set.logger == nil {
+func (p *pin) logEnd(err error, heldSince time.Time) {
+	if p.m.set.logger == nil {
 		return
 	}
 	held := slog.Duration("held", time.Since(heldSince).Round(time.Microsecond))
 	if errors.Is(err, ErrLockLost) {
-		s.log(slog.LevelWarn, "advisory: lock lost", held, slog.String("cause", err.Error()))
+		p.log(slog.LevelWarn, "advisory: lock lost", held, slog.String("cause", err.Error()))
 		return
 	}
-	s.log(slog.LevelDebug, "advisory: lock released", held)
+	p.log(slog.LevelDebug, "advisory: lock released", held)
 }

@@ -27,14 +27,14 @@ var aLongTimeAgo = time.Unix(1, 0)
 
 // hold hands the connection to the watcher: the Manager's poller where there is one,
 // else a reader goroutine. It refuses once Close has begun.
-func (s *pin) hold() bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closing {
+func (p *pin) hold() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closing {
 		return false
 	}
-	s.heldSince = time.Now()
-	s.watchIdle()
+	p.heldSince = time.Now()
+	p.watchIdle()
 	return true
 }
 
@@ -48,91 +48,92 @@ func (s *pin) hold() bool {
 // ways out of watchPolled, SocketEvent and stopWatch, remove the registration under s.mu
 // before anyone else may touch the connection. The reader goroutine, which may see the
 // connection fail and close it, starts only after that.
-func (s *pin) watchIdle() {
-	s.state = stateHeld
-	if s.m.poller != nil {
-		if reg, err := s.m.poller.Add(s.fd, s); err == nil {
-			s.polled, s.watch = reg, watchPolled
+func (p *pin) watchIdle() {
+	p.state = stateHeld
+	if p.m.poller != nil {
+		if reg, err := p.m.poller.Add(p.fd, p); err == nil {
+			p.polled, p.watch = reg, watchPolled
 			return
 		}
 	}
-	s.startReader()
+	p.startReader()
 }
 
 // startReader hands the connection to a new reader goroutine, with a fresh channel for
 // its exit: a Session's connection may go to a reader and back once per call. The caller
 // holds s.mu.
-func (s *pin) startReader() {
-	s.watch = watchReading
-	s.stopping.Store(false)
-	s.watchDone = make(chan struct{})
-	go s.readUntilLoss(s.watchDone)
+func (p *pin) startReader() {
+	p.watch = watchReading
+	p.stopping.Store(false)
+	p.watchDone = make(chan struct{})
+	go p.readUntilLoss(p.watchDone)
 }
 
 // SocketEvent is called by the poller (it implements sockwatch.Handler) when the held
 // session's socket became readable or hung up. The reader goroutine takes over and reads
 // what came.
-func (s *pin) SocketEvent() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.watch == watchHangup {
-		s.hungUp()
+func (p *pin) SocketEvent() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.watch == watchHangup {
+		p.hungUp()
 		return
 	}
-	if s.watch != watchPolled {
+	if p.watch != watchPolled {
 		return // stopWatch took the connection back first
 	}
-	s.m.poller.Remove(&s.polled) // before the reader may close the socket: see watchIdle
-	s.startReader()
+	p.m.poller.Remove(&p.polled) // before the reader may close the socket: see watchIdle
+	p.startReader()
 }
 
 // readUntilLoss blocks reading the idle connection, so a FIN, an RST, a FATAL message from
 // pg_terminate_backend or a shutdown, or a keepalive abort is seen the moment the kernel
 // sees it. Nothing is sent: no ping loop. A notification or notice makes the read return
 // nil; it simply reads again.
-func (s *pin) readUntilLoss(exited chan<- struct{}) {
+func (p *pin) readUntilLoss(exited chan<- struct{}) {
 	defer close(exited)
 	for {
-		err := s.pg.WaitForNotification(context.Background())
+		err := p.pg.WaitForNotification(context.Background())
 		if err == nil {
 			continue
 		}
-		if s.stopping.Load() && errors.Is(err, os.ErrDeadlineExceeded) {
+		if p.stopping.Load() && errors.Is(err, os.ErrDeadlineExceeded) {
 			return
 		}
-		s.lose(err)
+		p.lose(err)
 		return
 	}
 }
 
 // stopWatch takes the connection back from the watcher. It reports false if the watcher
 // had already found the session lost.
-func (s *pin) stopWatch() bool {
-	s.mu.Lock()
-	mode, exited := s.watch, s.watchDone
-	s.watch = watchNone
+func (p *pin) stopWatch() bool {
+	p.mu.Lock()
+	mode, exited := p.watch, p.watchDone
+	p.watch = watchNone
 	if mode == watchPolled {
-		s.m.poller.Remove(&s.polled) // the socket is open: nobody else touches it in this mode
+		p.m.poller.Remove(&p.polled) // the socket is open: nobody else touches it in this mode
 	}
-	s.mu.Unlock()
+	p.mu.Unlock()
 	if mode != watchReading {
 		return true
 	}
-	s.stopping.Store(true)
-	s.pg.Conn().SetReadDeadline(aLongTimeAgo)
+	p.stopping.Store(true)
+	p.pg.Conn().SetReadDeadline(aLongTimeAgo)
 	<-exited
-	s.mu.Lock()
-	lost := s.state == stateEnded
-	s.mu.Unlock()
+	p.mu.Lock()
+	lost := p.state == stateEnded
+	p.mu.Unlock()
 	if lost {
 		return false
 	}
-	s.pg.Conn().SetReadDeadline(time.Time{})
+	p.pg.Conn().SetReadDeadline(time.Time{})
 	return true
 }
 
 // lossCause says why a held connection failed: a short code, the Reason of a Hooks
-// event (see endReason), and the same in words, for messages (see lossReason).
+// event (see endReason), and the same in words, for messages. A loss is classified once,
+// where it is seen (see lossError).
 func lossCause(err error) (code, words string) {
 	var pgErr *pgconn.PgError
 	switch {
@@ -152,20 +153,28 @@ func lossCause(err error) (code, words string) {
 	return "connection_failed", "the connection failed"
 }
 
-// lossReason says in words why a held connection failed.
-func lossReason(err error) string {
-	_, words := lossCause(err)
-	return words
+// lostError is a loss with its cause classified (see lossCause): it wraps ErrLockLost and
+// the cause, and carries the code for Hooks.
+type lostError struct {
+	code, words, where string
+	cause              error
 }
+
+func (e *lostError) Error() string {
+	return ErrLockLost.Error() + ": " + e.words + e.where + ": " + e.cause.Error()
+}
+
+func (e *lostError) Unwrap() []error { return []error{ErrLockLost, e.cause} }
 
 // lossError is the end error of a session lost to cause; where says, if anything, when
 // the loss was seen (" during a transaction").
-func (s *pin) lossError(cause error, where string) error {
-	return &opError{s.op(), s.describe(), fmt.Errorf("%w: %s%s: %w", ErrLockLost, lossReason(cause), where, cause)}
+func (p *pin) lossError(cause error, where string) error {
+	code, words := lossCause(cause)
+	return &opError{p.op(), p.describe(), &lostError{code, words, where, cause}}
 }
 
 // closedLoss is the end error of a held session that the Manager's (or the Session's)
 // Close ended.
-func (s *pin) closedLoss() error {
-	return &opError{s.op(), s.describe(), fmt.Errorf("%w: %w", ErrLockLost, ErrClosed)}
+func (p *pin) closedLoss() error {
+	return &opError{p.op(), p.describe(), fmt.Errorf("%w: %w", ErrLockLost, ErrClosed)}
 }

@@ -1,14 +1,21 @@
 package advisory
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
 	"strings"
+	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgadvisory/advisory/internal/connstr"
+	"github.com/pgadvisory/advisory/internal/sockfd"
 )
 
 // minServerVersion is the oldest PostgreSQL the library supports, as serverVersion
@@ -65,3 +72,103 @@ type scrubbed struct {
 
 func (e *scrubbed) Error() string { return connstr.Scrub(e.err.Error(), e.secrets) }
 func (e *scrubbed) Unwrap() error { return e.err }
+
+// parseError reports a connection string pgx could not parse, with every password
+// masked. The string is shown as our redactor masks it, never as pgx's text has it: pgx
+// masks by pattern ("password=" up to a space), which leaves the rest of a quoted password
+// with a space in it for all to see. Only pgx's reason is kept, scrubbed of every
+// password the string may hold.
+func parseError(connString string, err error) error {
+	reason := err.Error()
+	if i := strings.LastIndex(reason, "`: "); i >= 0 {
+		reason = reason[i+len("`: "):]
+	}
+	return fmt.Errorf("%w: connection string `%s`: %s", ErrInvalidOption, connstr.Redact(connString),
+		connstr.Scrub(reason, connstr.Secrets(connString)))
+}
+
+// defaultApplicationName is "PROGRAM HOST/PID", shortened at the program's name to fit
+// PostgreSQL's 63-byte limit, so that the part that tells holders apart survives.
+func defaultApplicationName() string {
+	host, err := os.Hostname()
+	if err != nil {
+		host = "?"
+	}
+	tail := " " + host + "/" + strconv.Itoa(os.Getpid())
+	prog := filepath.Base(os.Args[0])
+	if room := 63 - len(tail); len(prog) > room {
+		prog = strings.ToValidUTF8(prog[:max(room, 0)], "")
+	}
+	name := prog + tail
+	if len(name) > 63 {
+		name = name[len(name)-63:]
+	}
+	return name
+}
+
+// configure sets cfg up for lock connections, and returns it: the dialer with keepalive,
+// the cancel handler, the notice recorder, the set-up of each new connection (setUp) and
+// the pool's health check.
+func configure(cfg *pgxpool.Config, set *settings, ps *proxyState) *pgxpool.Config {
+	cc := cfg.ConnConfig
+	if cc.ConnectTimeout == 0 {
+		cc.ConnectTimeout = 10 * time.Second
+	}
+	cc.DialFunc = keepaliveDialer(cc.DialFunc, set.clientKeepalive)
+	cc.BuildContextWatcherHandler = newCancelHandler(set.cancelGrace)
+	cc.OnNotice = noticeRecorder(cc.OnNotice)
+	// An idle pooled connection whose backend was terminated (or whose server went away)
+	// already has the FATAL, or an EOF, waiting in its socket: ping it, which fails, so
+	// that the pool hands out another instead of a Lock meeting the FATAL. pgxpool pings
+	// by itself only connections idle for more than a second.
+	ping := cfg.ShouldPing
+	cfg.ShouldPing = func(ctx context.Context, p pgxpool.ShouldPingParams) bool {
+		if pg := p.Conn.PgConn(); sockfd.Pending(pg.Conn(), connFD(pg)) {
+			return true
+		}
+		if ping != nil {
+			return ping(ctx, p)
+		}
+		return p.IdleDuration > time.Second
+	}
+	next := cfg.AfterConnect
+	cfg.AfterConnect = func(ctx context.Context, conn *pgx.Conn) error {
+		if err := setUp(ctx, conn, set, ps); err != nil {
+			return err
+		}
+		if next != nil {
+			return next(ctx, conn)
+		}
+		return nil
+	}
+	return cfg
+}
+
+// serverVersion turns a server_version like "15.18 (Debian 15.18-0+deb12u1)" into
+// 150018 (and "17beta1" into 170000). It returns 0 if it cannot tell.
+func serverVersion(s string) int {
+	major, rest := leadingInt(s)
+	minor := 0
+	if strings.HasPrefix(rest, ".") {
+		minor, _ = leadingInt(rest[1:])
+	}
+	return major*10000 + minor
+}
+
+func leadingInt(s string) (int, string) {
+	i := strings.IndexFunc(s, func(r rune) bool { return r < '0' || r > '9' })
+	if i < 0 {
+		i = len(s)
+	}
+	n, _ := strconv.Atoi(s[:i])
+	return n, s[i:]
+}
+
+func checkServer(ctx context.Context, pool *pgxpool.Pool, cfg *pgxpool.Config) error {
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		return connectError(err, cfg)
+	}
+	defer conn.Release()
+	return checkEnforced(ctx, conn, &cfg.ConnConfig.Config)
+}

@@ -5,13 +5,10 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
-	"log/slog"
 	"net"
 	"net/netip"
 	"strconv"
 	"strings"
-	"sync"
-	"sync/atomic"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -34,19 +31,6 @@ const lookSQL = "SELECT pg_catalog.pg_backend_pid(), pg_catalog.pg_is_in_recover
 	"coalesce(pg_catalog.host(pg_catalog.inet_server_addr()), ''), coalesce(pg_catalog.inet_server_port(), 0), " +
 	"(SELECT oid FROM pg_catalog.pg_database WHERE datname OPERATOR(pg_catalog.=) pg_catalog.current_database())"
 
-// probeRounds is how many times the proxy probe compares two connections' backends. Busy
-// clients of a transaction pooler can make one round look like session pooling; each
-// round gives them another chance to give it away.
-const probeRounds = 8
-
-// proxyState records what the Manager's connections found out about the path to the
-// server. It is shared by every connection's setup and the Manager.
-type proxyState struct {
-	logger  *slog.Logger
-	proxied atomic.Bool
-	warn    sync.Once
-}
-
 // setUp prepares a new pool connection for locking. It refuses a standby and, before it
 // changes any setting on the server (which would leak to other clients of a shared
 // backend), a backend that another client has used; behind a proxy it also checks that
@@ -59,24 +43,12 @@ func setUp(ctx context.Context, conn *pgx.Conn, set *settings, ps *proxyState) e
 	if err != nil {
 		return err
 	}
-	rows, err := pg.Exec(ctx, lookSQL).ReadAll()
+	seen, err := lookAt(ctx, pg, reported)
 	if err != nil {
-		return setupError(err, reported)
-	}
-	seen, err := parseLook(rows)
-	pid, standby, prev := seen.pid, seen.standby, seen.prev
-	switch {
-	case err != nil:
 		return err
-	case standby:
-		return fmt.Errorf("%w: the server is in recovery (pg_is_in_recovery()): a lock taken there would be local "+
-			"to it, not shared with the primary's sessions; connect to the primary (target_session_attrs=read-write)", ErrStandby)
-	case prev != "":
-		return fmt.Errorf("%w: the new connection's backend (pid %d) already carries another lock connection's "+
-			"ownership token: a proxy hands one server connection to several clients", ErrPooler, pid)
 	}
 	var settings [][2]string
-	if pid == pg.PID() {
+	if seen.pid == pg.PID() {
 		settings = serverSettings(set, version)
 	} else {
 		// A proxy is in the path. A probe can show that a transaction pooler shares
@@ -85,27 +57,57 @@ func setUp(ctx context.Context, conn *pgx.Conn, set *settings, ps *proxyState) e
 		// client_connection_check_interval would only configure the proxy's server
 		// connection anyway. Only the token is set, which harms no one and makes any
 		// sharing with another of our connections visible.
-		if err := probe(ctx, conn, pid); err != nil {
+		if err := probe(ctx, conn, seen.pid); err != nil {
 			return err
 		}
 		ps.noteProxy()
 	}
 	token := newToken()
-	settings = append(settings, [2]string{ownerSetting, token})
-	rows, err = pg.Exec(ctx, applySQL(settings, pid)).ReadAll()
+	if err := apply(ctx, pg, append(settings, [2]string{ownerSetting, token}), seen.pid, reported); err != nil {
+		return err
+	}
+	pg.CustomData()[backendPIDKey] = seen.pid
+	pg.CustomData()[tokenKey] = token
+	pg.CustomData()[fdKey] = sockfd.FD(pg.Conn())
+	pg.CustomData()[dbOIDKey] = seen.dbOID
+	if !set.checkedOnly && seen.pid == pg.PID() && seen.directPath(pg.Conn()) {
+		pg.CustomData()[directKey] = true
+	}
+	return nil
+}
+
+// lookAt runs lookSQL on a new connection, before anything is changed on the server, and
+// refuses a standby and a backend that already carries another lock connection's token.
+func lookAt(ctx context.Context, pg *pgconn.PgConn, reported string) (look, error) {
+	rows, err := pg.Exec(ctx, lookSQL).ReadAll()
+	if err != nil {
+		return look{}, setupError(err, reported)
+	}
+	seen, err := parseLook(rows)
+	switch {
+	case err != nil:
+		return look{}, err
+	case seen.standby:
+		return look{}, fmt.Errorf("%w: the server is in recovery (pg_is_in_recovery()): a lock taken there would be "+
+			"local to it, not shared with the primary's sessions; connect to the primary (target_session_attrs=read-write)",
+			ErrStandby)
+	case seen.prev != "":
+		return look{}, fmt.Errorf("%w: the new connection's backend (pid %d) already carries another lock "+
+			"connection's ownership token: a proxy hands one server connection to several clients", ErrPooler, seen.pid)
+	}
+	return seen, nil
+}
+
+// apply stores settings on the backend pid in one statement (see applySQL), or fails
+// with ErrPooler if the statement ran on another backend or found a token there.
+func apply(ctx context.Context, pg *pgconn.PgConn, settings [][2]string, pid uint32, reported string) error {
+	rows, err := pg.Exec(ctx, applySQL(settings, pid)).ReadAll()
 	if err != nil {
 		return setupError(err, reported)
 	}
 	if got, err := oneNumber(rows, "the settings statement"); err != nil || got != uint32(len(settings)) {
 		return fmt.Errorf("%w: the connection's setup statement did not run on its backend (pid %d), "+
 			"or found another client's token there; it changed nothing", ErrPooler, pid)
-	}
-	pg.CustomData()[backendPIDKey] = pid
-	pg.CustomData()[tokenKey] = token
-	pg.CustomData()[fdKey] = sockfd.FD(pg.Conn())
-	pg.CustomData()[dbOIDKey] = seen.dbOID
-	if !set.checkedOnly && pid == pg.PID() && seen.directPath(pg.Conn()) {
-		pg.CustomData()[directKey] = true
 	}
 	return nil
 }
@@ -176,42 +178,7 @@ func applySQL(settings [][2]string, pid uint32) string {
 	return b.String()
 }
 
-// probe tells a session pooler or TCP proxy, which gives each client connection a backend
-// of its own for the connection's life, from a transaction (or statement) pooler, which
-// hands an idle backend to whichever client runs a statement next: while conn stays
-// open, a second connection's statements reach conn's backend (PgBouncer reuses the most
-// recently used idle server connection first).
-func probe(ctx context.Context, conn *pgx.Conn, pid uint32) error {
-	cfg := conn.Config().Config.Copy()
-	other, err := pgconn.ConnectConfig(ctx, cfg)
-	if err != nil {
-		return fmt.Errorf("advisory: check the proxy in front of the server: %w", err)
-	}
-	defer other.Close(ctx)
-	for range probeRounds {
-		mine, err := backendOf(ctx, conn.PgConn())
-		if err != nil {
-			return fmt.Errorf("advisory: check the proxy in front of the server: %w", err)
-		}
-		theirs, err := backendOf(ctx, other)
-		if err != nil {
-			return fmt.Errorf("advisory: check the proxy in front of the server: %w", err)
-		}
-		if mine != pid || theirs == mine {
-			return fmt.Errorf("%w: two client connections reached the same backend (pid %d)", ErrPooler, theirs)
-		}
-	}
-	return nil
-}
-
-func backendOf(ctx context.Context, pg *pgconn.PgConn) (uint32, error) {
-	rows, err := pg.Exec(ctx, "SELECT pg_catalog.pg_backend_pid()").ReadAll()
-	if err != nil {
-		return 0, err
-	}
-	return oneNumber(rows, "pg_backend_pid()")
-}
-
+// parseLook reads lookSQL's one row.
 func parseLook(rows []*pgconn.Result) (look, error) {
 	row, err := onlyRow(rows, 8, lookSQL)
 	if err != nil {
@@ -263,19 +230,4 @@ func newToken() string {
 	var b [16]byte
 	rand.Read(b[:]) // never fails (crypto/rand)
 	return hex.EncodeToString(b[:])
-}
-
-// noteProxy records that the path to the server goes through a proxy, and says once, at
-// Warn, what that means for the release bound.
-func (ps *proxyState) noteProxy() {
-	ps.proxied.Store(true)
-	if ps.logger == nil {
-		return
-	}
-	ps.warn.Do(func() {
-		logAttrs(ps.logger, slog.LevelWarn,
-			"advisory: the connection goes through a proxy (session pooler or TCP proxy): the server-side "+
-				"release bound no longer holds: how long a cut-off holder's lock stays depends on the proxy's "+
-				"keepalive toward its clients; the holder is still told within the client bound (see docs/guarantees.md)")
-	})
 }

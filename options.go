@@ -51,8 +51,8 @@ func defaultSettings() settings {
 	}
 }
 
-func (s *settings) validate() error {
-	if err := validateTiming(s.clientKeepalive, s.serverKeepalive, s.minMargin); err != nil {
+func (st *settings) validate() error {
+	if err := validateTiming(st.clientKeepalive, st.serverKeepalive, st.minMargin); err != nil {
 		return err
 	}
 	return nil

@@ -25,22 +25,22 @@ func pairOf(k Key) Pair { return Pair{int32(k >> 32), int32(k)} }
 
 // LockPair is [Manager.Lock] for a two-int4 key: pg_advisory_lock(p.Class, p.Object).
 func (m *Manager) LockPair(ctx context.Context, p Pair) (*Lock, error) {
-	return m.lock(ctx, target{key: p.key(), pair: true})
+	return m.attempt(ctx, target{key: p.key(), pair: true}, modeLock)
 }
 
 // LockPairShared is [Manager.LockShared] for a two-int4 key.
 func (m *Manager) LockPairShared(ctx context.Context, p Pair) (*Lock, error) {
-	return m.lock(ctx, target{key: p.key(), pair: true, shared: true})
+	return m.attempt(ctx, target{key: p.key(), pair: true, shared: true}, modeLock)
 }
 
 // TryLockPair is [Manager.TryLock] for a two-int4 key.
 func (m *Manager) TryLockPair(ctx context.Context, p Pair) (*Lock, error) {
-	return m.tryLock(ctx, target{key: p.key(), pair: true})
+	return m.attempt(ctx, target{key: p.key(), pair: true}, modeTry)
 }
 
 // TryLockPairShared is [Manager.TryLockShared] for a two-int4 key.
 func (m *Manager) TryLockPairShared(ctx context.Context, p Pair) (*Lock, error) {
-	return m.tryLock(ctx, target{key: p.key(), pair: true, shared: true})
+	return m.attempt(ctx, target{key: p.key(), pair: true, shared: true}, modeTry)
 }
 
 // HoldersPair is [Manager.Holders] for a two-int4 key.

@@ -91,6 +91,7 @@ const (
 	stateEnded                         // the connection is back in the pool or closed
 )
 
+// newPin pins pc for the lock t: its statements, its ownership token and its socket.
 func newPin(m *Manager, pc *pgxpool.Conn, t target) *pin {
 	pg := pc.Conn().PgConn()
 	pid, token := ownership(pg)
@@ -116,23 +117,23 @@ func newPin(m *Manager, pc *pgxpool.Conn, t target) *pin {
 // connection the statement takes only the key, or nothing if keyInText (see
 // statementsFor), and returns only the result: the pid is the connection's own. The
 // result points into the pin: read it before the next statement.
-func (s *pin) row(ctx context.Context, sql string, keyInText bool) (uint32, *bool, error) {
-	s.rowPID, s.rowOK = 0, pgtype.Bool{}
+func (p *pin) row(ctx context.Context, sql string, keyInText bool) (uint32, *bool, error) {
+	p.rowPID, p.rowOK = 0, pgtype.Bool{}
 	var err error
 	switch {
-	case s.st.direct && keyInText:
-		s.rowPID = s.pid
-		err = s.pc.QueryRow(ctx, sql).Scan(s.dst[1:]...)
-	case s.st.direct:
-		s.rowPID = s.pid
-		err = s.pc.QueryRow(ctx, sql, s.args[:1]...).Scan(s.dst[1:]...)
+	case p.st.direct && keyInText:
+		p.rowPID = p.pid
+		err = p.pc.QueryRow(ctx, sql).Scan(p.dst[1:]...)
+	case p.st.direct:
+		p.rowPID = p.pid
+		err = p.pc.QueryRow(ctx, sql, p.args[:1]...).Scan(p.dst[1:]...)
 	default:
-		err = s.pc.QueryRow(ctx, sql, s.args[:]...).Scan(s.dst[:]...)
+		err = p.pc.QueryRow(ctx, sql, p.args[:]...).Scan(p.dst[:]...)
 	}
-	if !s.rowOK.Valid {
-		return s.rowPID, nil, err
+	if !p.rowOK.Valid {
+		return p.rowPID, nil, err
 	}
-	return s.rowPID, &s.rowOK.Bool, err
+	return p.rowPID, &p.rowOK.Bool, err
 }
 
 // errNotHeldByServer is unlock's error when pg_advisory_unlock returned false.
@@ -140,10 +141,10 @@ var errNotHeldByServer = errors.New("the server reports the lock was not held by
 
 // unlock runs pg_advisory_unlock on a session whose watcher has been stopped. It returns
 // nil only if the server confirmed the release.
-func (s *pin) unlock(ctx context.Context) error {
-	pid, ok, err := s.unlockRow(ctx)
+func (p *pin) unlock(ctx context.Context) error {
+	pid, ok, err := p.unlockRow(ctx)
 	if err == nil {
-		err = s.checkOwned(pid, ok)
+		err = p.checkOwned(pid, ok)
 	}
 	if err == nil && !*ok {
 		return errNotHeldByServer
@@ -151,13 +152,13 @@ func (s *pin) unlock(ctx context.Context) error {
 	return err
 }
 
-func (s *pin) unlockRow(ctx context.Context) (uint32, *bool, error) {
-	if !s.multi {
-		return s.row(ctx, s.st.unlock, false)
+func (p *pin) unlockRow(ctx context.Context) (uint32, *bool, error) {
+	if !p.multi {
+		return p.row(ctx, p.st.unlock, false)
 	}
 	var ok *bool
 	var pid uint32
-	err := s.pc.QueryRow(ctx, unlockAllSQL, s.token).Scan(&pid, &ok)
+	err := p.pc.QueryRow(ctx, unlockAllSQL, p.token).Scan(&pid, &ok)
 	return pid, ok, err
 }
 
@@ -166,39 +167,39 @@ func (s *pin) unlockRow(ctx context.Context) (uint32, *bool, error) {
 // ctx ended, the lock may have been lost before the unlock reached the server: that is a
 // loss, and the caller must hear ErrLockLost. A FATAL from the server is such a failure
 // even when ctx has ended too (the two raced): the server ended the session, ctx did not.
-func (s *pin) unlockFailure(ctx context.Context, err error) (endErr error, lost bool) {
-	if errors.Is(err, errNotHeldByServer) || serverEnded(err) || (ctx.Err() == nil && !usable(s.pg, err)) {
-		return s.lossError(err, ""), true
+func (p *pin) unlockFailure(ctx context.Context, err error) (endErr error, lost bool) {
+	if errors.Is(err, errNotHeldByServer) || serverEnded(err) || (ctx.Err() == nil && !usable(p.pg, err)) {
+		return p.lossError(err, ""), true
 	}
 	return err, false
 }
 
 // op and describe name the session in messages: the lock it holds, or, for a Session's
 // connection, the connection.
-func (s *pin) op() string {
-	if s.multi {
+func (p *pin) op() string {
+	if p.multi {
 		return "session"
 	}
 	return "lock"
 }
 
-func (s *pin) describe() string {
-	if s.multi {
-		return "(backend pid " + strconv.FormatUint(uint64(s.pid), 10) + ")"
+func (p *pin) describe() string {
+	if p.multi {
+		return "(backend pid " + strconv.FormatUint(uint64(p.pid), 10) + ")"
 	}
-	return describe(s.key, s.name, s.pair)
+	return describe(p.key, p.name, p.pair)
 }
 
-func (s *pin) setState(st sessionState) {
-	s.mu.Lock()
-	s.state = st
-	s.mu.Unlock()
+func (p *pin) setState(st sessionState) {
+	p.mu.Lock()
+	p.state = st
+	p.mu.Unlock()
 }
 
-func (s *pin) isClosing() bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.closing
+func (p *pin) isClosing() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.closing
 }
 
 // release ends a held session: it stops the watcher, unlocks, and returns the connection
@@ -207,38 +208,38 @@ func (s *pin) isClosing() bool {
 // it had already ended (ErrNotHeld, or a loss); ErrNotHeld if another release is under
 // way, or the loss Close reports if that release is Close's; else the failed statement's
 // error (the connection is then closed).
-func (s *pin) release(ctx context.Context, endErr error) error {
-	if err := s.awaitTx(ctx); err != nil {
+func (p *pin) release(ctx context.Context, endErr error) error {
+	if err := p.awaitTx(ctx); err != nil {
 		return err
 	}
-	s.mu.Lock()
-	switch s.state {
+	p.mu.Lock()
+	switch p.state {
 	case stateEnded:
-		err := s.err
-		s.mu.Unlock()
+		err := p.err
+		p.mu.Unlock()
 		return err
 	case stateReleasing:
-		closing := s.closing
-		s.mu.Unlock()
+		closing := p.closing
+		p.mu.Unlock()
 		if closing { // the release under way is Close's: the lock ends as Close ends it
-			return s.closedLoss()
+			return p.closedLoss()
 		}
 		return ErrNotHeld
 	}
-	s.state = stateReleasing
-	s.mu.Unlock()
-	if !s.stopWatch() {
-		return s.endErr()
+	p.state = stateReleasing
+	p.mu.Unlock()
+	if !p.stopWatch() {
+		return p.endErr()
 	}
-	if err := s.unlock(ctx); err != nil {
-		failure, lost := s.unlockFailure(ctx, err)
+	if err := p.unlock(ctx); err != nil {
+		failure, lost := p.unlockFailure(ctx, err)
 		if lost {
 			endErr = failure
 		}
-		s.end(false, endErr)
+		p.end(false, endErr)
 		return failure
 	}
-	s.end(!s.retire.Load(), endErr)
+	p.end(!p.retire.Load(), endErr)
 	return nil
 }
 
@@ -248,73 +249,73 @@ func serverEnded(err error) bool {
 	return errors.As(err, &pgErr) && (pgErr.Severity == "FATAL" || pgErr.Severity == "PANIC")
 }
 
-func (s *pin) endErr() error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.err
+func (p *pin) endErr() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.err
 }
 
 // shutdown is Close's part for one session: interrupt a wait, or release a held lock.
-func (s *pin) shutdown() {
-	s.mu.Lock()
-	s.closing = true
-	st := s.state
+func (p *pin) shutdown() {
+	p.mu.Lock()
+	p.closing = true
+	st := p.state
 	switch {
 	case st == stateAcquiring:
-		s.cancel.Interrupt()
-	case st == stateInTx && s.txFD >= 0:
-		sockfd.Shutdown(s.txFD) // the transaction fails and is rolled back; see endTx
+		p.cancel.Interrupt()
+	case st == stateInTx && p.txFD >= 0:
+		sockfd.Shutdown(p.txFD) // the transaction fails and is rolled back; see endTx
 	}
-	s.mu.Unlock()
+	p.mu.Unlock()
 	if st == stateHeld {
 		ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
 		defer cancel()
-		s.release(ctx, s.closedLoss())
+		p.release(ctx, p.closedLoss())
 	}
 }
 
 // lose ends a held session whose connection failed.
-func (s *pin) lose(cause error) {
-	s.end(false, s.lossError(cause, ""))
+func (p *pin) lose(cause error) {
+	p.end(false, p.lossError(cause, ""))
 }
 
 // end closes the session: the connection goes back to the pool if keep, else it is
 // closed. err is what Err reports from now on.
-func (s *pin) end(keep bool, err error) {
-	s.mu.Lock()
-	if s.state == stateEnded {
-		s.mu.Unlock()
+func (p *pin) end(keep bool, err error) {
+	p.mu.Lock()
+	if p.state == stateEnded {
+		p.mu.Unlock()
 		return
 	}
-	if s.announced {
-		err = s.err // the loss seen during a transaction, which Done announced already
+	if p.announced {
+		err = p.err // the loss seen during a transaction, which Done announced already
 	}
-	s.state, s.err = stateEnded, err
-	announced := s.announced
-	s.announced = true
-	dup := s.txFD // unregistered: the last transaction's endTx removed it
-	s.txFD = -1
-	s.mu.Unlock()
-	if !s.heldSince.IsZero() {
-		s.logEnd(err, s.heldSince)
-		if h := s.m.set.hooks.Ended; h != nil && !s.multi && !s.hidden.Load() {
-			ev := s.event(0, time.Since(s.heldSince), endReason(err), lostErr(err))
-			callUser(s.m.set.logger, "hook Ended", func() { h(ev) })
+	p.state, p.err = stateEnded, err
+	announced := p.announced
+	p.announced = true
+	dup := p.txFD // unregistered: the last transaction's endTx removed it
+	p.txFD = -1
+	p.mu.Unlock()
+	if !p.heldSince.IsZero() {
+		p.logEnd(err, p.heldSince)
+		if h := p.m.set.hooks.Ended; h != nil && !p.multi && !p.hidden.Load() {
+			ev := p.event(0, time.Since(p.heldSince), endReason(err), lostErr(err))
+			callUser(p.m.set.logger, "hook Ended", func() { h(ev) })
 		}
 	}
 	if !keep {
-		s.discard()
+		p.discard()
 	}
 	if dup >= 0 {
 		sockfd.Close(dup)
 	}
-	s.pc.Release() // pgxpool destroys a closed connection instead of keeping it
-	s.m.forget(s)
-	if s.gated {
-		s.m.gates.sessionEnded(gateKey{s.key, s.pair})
+	p.pc.Release() // pgxpool destroys a closed connection instead of keeping it
+	p.m.forget(p)
+	if p.gated {
+		p.m.gates.sessionEnded(gateKey{p.key, p.pair})
 	}
 	if !announced {
-		close(s.done) // last: when Done closes, everything the session had is given back
+		close(p.done) // last: when Done closes, everything the session had is given back
 	}
 }
 
@@ -327,8 +328,8 @@ func lostErr(err error) error {
 }
 
 // discard closes the connection without returning it to the pool's idle set.
-func (s *pin) discard() {
+func (p *pin) discard() {
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 	defer cancel()
-	s.pg.Close(ctx)
+	p.pg.Close(ctx)
 }

@@ -15,10 +15,10 @@ import (
 // socket deadline, which breaks it. The mark is the connection's handler's, set only
 // while the statement runs (the pin's owner runs one statement at a time): marking the
 // ctx instead cost an allocation and a ctx.Value walk per Lock.
-func (s *pin) waitRow(ctx context.Context, sql string, keyInText bool) (uint32, *bool, error) {
-	s.cancel.SetWaiting(true)
-	defer s.cancel.SetWaiting(false)
-	return s.row(ctx, sql, keyInText)
+func (p *pin) waitRow(ctx context.Context, sql string, keyInText bool) (uint32, *bool, error) {
+	p.cancel.SetWaiting(true)
+	defer p.cancel.SetWaiting(false)
+	return p.row(ctx, sql, keyInText)
 }
 
 // handlerKey is where a connection's cancel handler is kept in PgConn.CustomData.

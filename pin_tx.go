@@ -24,21 +24,21 @@ var errPeerClosed = errors.New("the server closed the connection")
 // returns nil and ctx has not ended. It returns the session's end error (wrapping
 // ErrLockLost) if the session ended before or during the transaction, unless the commit
 // succeeded: a commit on the session proves it held the lock then.
-func (s *pin) runTx(ctx context.Context, opts pgx.TxOptions, fn func(pgx.Tx) error) error {
-	if err := s.beginTx(ctx); err != nil {
+func (p *pin) runTx(ctx context.Context, opts pgx.TxOptions, fn func(pgx.Tx) error) error {
+	if err := p.beginTx(ctx); err != nil {
 		return err
 	}
 	var tx pgx.Tx
 	returned := false
 	defer func() {
 		if !returned { // fn panicked or called runtime.Goexit: roll back, keep the lock
-			s.endTx(rollback(tx))
+			p.endTx(rollback(tx))
 		}
 	}()
-	committed, err := s.inTx(ctx, opts, fn, &tx)
+	committed, err := p.inTx(ctx, opts, fn, &tx)
 	returned = true
 	err = withCtxErr(ctx, err) // a statement the server cancelled for ctx
-	if lerr := s.endTx(err); lerr != nil && !committed {
+	if lerr := p.endTx(err); lerr != nil && !committed {
 		if err != nil && !errors.Is(err, ErrLockLost) {
 			return fmt.Errorf("%w (the transaction failed: %w)", lerr, err)
 		}
@@ -48,8 +48,8 @@ func (s *pin) runTx(ctx context.Context, opts pgx.TxOptions, fn func(pgx.Tx) err
 }
 
 // inTx begins, runs fn and commits or rolls back. It reports whether the commit succeeded.
-func (s *pin) inTx(ctx context.Context, opts pgx.TxOptions, fn func(pgx.Tx) error, txp *pgx.Tx) (bool, error) {
-	tx, err := s.begin(ctx, opts)
+func (p *pin) inTx(ctx context.Context, opts pgx.TxOptions, fn func(pgx.Tx) error, txp *pgx.Tx) (bool, error) {
+	tx, err := p.begin(ctx, opts)
 	if err != nil {
 		return false, err
 	}
@@ -73,11 +73,11 @@ func (s *pin) inTx(ctx context.Context, opts pgx.TxOptions, fn func(pgx.Tx) erro
 		cctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 		defer cancel()
 	}
-	clearWarning(s.pg)
+	clearWarning(p.pg)
 	if err := tx.Commit(cctx); err != nil && !errors.Is(err, pgx.ErrTxClosed) {
 		return false, err
 	}
-	if n := takeWarning(s.pg); n != nil {
+	if n := takeWarning(p.pg); n != nil {
 		return true, unconfirmed("the transaction's commit", n)
 	}
 	return true, nil
@@ -89,13 +89,13 @@ func (s *pin) inTx(ctx context.Context, opts pgx.TxOptions, fn func(pgx.Tx) erro
 // BEGIN is one round trip that never waits on the server; the client keepalive bounds it
 // if the network stalls. If ctx ended meanwhile, the transaction is rolled back and
 // ctx's error returned.
-func (s *pin) begin(ctx context.Context, opts pgx.TxOptions) (pgx.Tx, error) {
+func (p *pin) begin(ctx context.Context, opts pgx.TxOptions) (pgx.Tx, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
 	// BEGIN never waits on the server; a stalled network fails it within the keepalive
 	// bound. So no timer: an uncancellable ctx also spares pgx's context watcher.
-	tx, err := s.pc.BeginTx(context.WithoutCancel(ctx), opts)
+	tx, err := p.pc.BeginTx(context.WithoutCancel(ctx), opts)
 	if err != nil {
 		return nil, err
 	}
@@ -132,29 +132,29 @@ func rollback(tx pgx.Tx) error {
 // has the poller watch it for a hang-up. It waits (bounded by ctx) for a transaction
 // already running on it. It fails with the session's end error if it has ended, and
 // with ErrNotHeld if it is being released.
-func (s *pin) beginTx(ctx context.Context) error {
-	if err := s.waitTx(ctx, func() bool { return s.state == stateHeld && !s.closing }); err != nil {
+func (p *pin) beginTx(ctx context.Context) error {
+	if err := p.waitTx(ctx, func() bool { return p.state == stateHeld && !p.closing }); err != nil {
 		return err
 	}
-	s.state, s.txDone = stateInTx, make(chan struct{}) // s.mu is locked: see waitTx
-	s.mu.Unlock()
-	if !s.stopWatch() {
-		s.closeTxDone()
-		return s.endErr()
+	p.state, p.txDone = stateInTx, make(chan struct{}) // s.mu is locked: see waitTx
+	p.mu.Unlock()
+	if !p.stopWatch() {
+		p.closeTxDone()
+		return p.endErr()
 	}
-	s.mu.Lock()
-	if s.txFD < 0 { // kept for the next transaction, until the session ends (see end)
-		if fd, err := sockfd.Dup(s.pg.Conn()); err == nil {
-			s.txFD = fd
+	p.mu.Lock()
+	if p.txFD < 0 { // kept for the next transaction, until the session ends (see end)
+		if fd, err := sockfd.Dup(p.pg.Conn()); err == nil {
+			p.txFD = fd
 		}
 	}
-	s.watchForHangup()
-	closing := s.closing
-	s.mu.Unlock()
+	p.watchForHangup()
+	closing := p.closing
+	p.mu.Unlock()
 	if closing { // Close began before the socket could be shut down: see shutdown
-		return s.endTx(nil)
+		return p.endTx(nil)
 	}
-	s.cancel.SetGentle(true)
+	p.cancel.SetGentle(true)
 	return nil
 }
 
@@ -164,59 +164,59 @@ func (s *pin) beginTx(ctx context.Context) error {
 // socket's descriptor: the caller's statements may make pgx close the connection's
 // descriptor at any time, but the duplicate's number stays the session's until it closes
 // it (see end), after endTx removed the registration. The caller holds s.mu.
-func (s *pin) watchForHangup() {
-	if s.txFD < 0 || s.m.poller == nil {
+func (p *pin) watchForHangup() {
+	if p.txFD < 0 || p.m.poller == nil {
 		return
 	}
-	if reg, err := s.m.poller.AddHangup(s.txFD, s); err == nil {
-		s.polled, s.watch = reg, watchHangup
+	if reg, err := p.m.poller.AddHangup(p.txFD, p); err == nil {
+		p.polled, p.watch = reg, watchHangup
 	}
 }
 
 // txBusy says what keeps beginTx (and release, see awaitTx) from taking the connection:
 // a channel to wait on, or an error to return. The caller holds s.mu.
-func (s *pin) txBusy() (<-chan struct{}, error) {
+func (p *pin) txBusy() (<-chan struct{}, error) {
 	switch {
-	case s.state == stateEnded:
-		return nil, s.err
-	case s.announced:
-		return nil, s.err // lost during a transaction that has not yet returned
-	case s.closing:
-		return nil, s.closedLoss()
-	case s.state == stateInTx:
-		return s.txDone, nil
+	case p.state == stateEnded:
+		return nil, p.err
+	case p.announced:
+		return nil, p.err // lost during a transaction that has not yet returned
+	case p.closing:
+		return nil, p.closedLoss()
+	case p.state == stateInTx:
+		return p.txDone, nil
 	}
 	return nil, ErrNotHeld
 }
 
 // awaitTx waits, bounded by ctx, until no transaction runs on the connection, for a
 // release. It returns the loss if the session was lost during the transaction.
-func (s *pin) awaitTx(ctx context.Context) error {
-	if err := s.waitTx(ctx, func() bool { return s.state != stateInTx }); err != nil {
+func (p *pin) awaitTx(ctx context.Context) error {
+	if err := p.waitTx(ctx, func() bool { return p.state != stateInTx }); err != nil {
 		return err
 	}
-	s.mu.Unlock()
+	p.mu.Unlock()
 	return nil
 }
 
 // waitTx waits, bounded by ctx, until ready (called under s.mu) reports true, and returns
 // nil with s.mu still locked; or it returns what keeps it from waiting (see txBusy), or
 // ctx's error, with s.mu unlocked.
-func (s *pin) waitTx(ctx context.Context, ready func() bool) error {
+func (p *pin) waitTx(ctx context.Context, ready func() bool) error {
 	for {
-		s.mu.Lock()
+		p.mu.Lock()
 		if ready() {
 			return nil
 		}
-		wait, err := s.txBusy()
-		s.mu.Unlock()
+		wait, err := p.txBusy()
+		p.mu.Unlock()
 		if err != nil {
 			return err
 		}
 		select {
 		case <-wait:
 		case <-ctx.Done():
-			return fmt.Errorf("advisory: waiting for the transaction in progress on %s: %w", s.describe(), ctx.Err())
+			return fmt.Errorf("advisory: waiting for the transaction in progress on %s: %w", p.describe(), ctx.Err())
 		}
 	}
 }
@@ -225,42 +225,42 @@ func (s *pin) waitTx(ctx context.Context, ready func() bool) error {
 // ends the session if it was lost, Close began, or the connection is not clean (pgx
 // closed it, or a transaction is still open): cause is the transaction's last error,
 // for the message. It returns nil, or the session's end error.
-func (s *pin) endTx(cause error) error {
-	s.cancel.SetGentle(false)
-	sent := s.cancel.Settle()
-	s.mu.Lock()
-	s.m.poller.Remove(&s.polled) // nothing if not registered
-	s.watch = watchNone
-	lost, closing := s.announced, s.closing
-	s.mu.Unlock()
-	clean := !lost && !closing && !s.pg.IsClosed() && s.pg.TxStatus() == 'I'
+func (p *pin) endTx(cause error) error {
+	p.cancel.SetGentle(false)
+	sent := p.cancel.Settle()
+	p.mu.Lock()
+	p.m.poller.Remove(&p.polled) // nothing if not registered
+	p.watch = watchNone
+	lost, closing := p.announced, p.closing
+	p.mu.Unlock()
+	clean := !lost && !closing && !p.pg.IsClosed() && p.pg.TxStatus() == 'I'
 	if clean && sent {
-		clean = s.absorbCancel() == nil
+		clean = p.absorbCancel() == nil
 	}
 	if !clean {
-		err := s.closedLoss()
+		err := p.closedLoss()
 		if !closing {
 			if cause == nil {
 				cause = errors.New("the connection was left unusable")
 			}
-			err = s.lossError(cause, " during a transaction")
+			err = p.lossError(cause, " during a transaction")
 		}
-		s.end(false, err)
-		s.closeTxDone()
-		return s.endErr()
+		p.end(false, err)
+		p.closeTxDone()
+		return p.endErr()
 	}
-	s.mu.Lock()
-	s.watchIdle()
-	s.mu.Unlock()
-	s.closeTxDone()
+	p.mu.Lock()
+	p.watchIdle()
+	p.mu.Unlock()
+	p.closeTxDone()
 	return nil
 }
 
-func (s *pin) closeTxDone() {
-	s.mu.Lock()
-	ch := s.txDone
-	s.txDone = nil
-	s.mu.Unlock()
+func (p *pin) closeTxDone() {
+	p.mu.Lock()
+	ch := p.txDone
+	p.txDone = nil
+	p.mu.Unlock()
 	if ch != nil {
 		close(ch)
 	}
@@ -270,17 +270,17 @@ func (s *pin) closeTxDone() {
 // failed: the session, and so the lock, is gone. It shuts the socket down so that the
 // transaction's statements fail at once, and closes Done. The connection is given back
 // when the transaction returns (endTx). The caller holds s.mu.
-func (s *pin) hungUp() {
-	s.watch = watchNone // the one-shot registration fired; endTx removes it
-	cause := sockfd.Err(s.txFD)
+func (p *pin) hungUp() {
+	p.watch = watchNone // the one-shot registration fired; endTx removes it
+	cause := sockfd.Err(p.txFD)
 	if cause == nil {
 		cause = errPeerClosed
 	}
-	sockfd.Shutdown(s.txFD)
-	s.err = s.lossError(cause, " (seen during a transaction)")
-	if s.closing { // the hang-up is shutdown's own
-		s.err = s.closedLoss()
+	sockfd.Shutdown(p.txFD)
+	p.err = p.lossError(cause, " (seen during a transaction)")
+	if p.closing { // the hang-up is shutdown's own
+		p.err = p.closedLoss()
 	}
-	s.announced = true
-	close(s.done)
+	p.announced = true
+	close(p.done)
 }

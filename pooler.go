@@ -1,9 +1,14 @@
 package advisory
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/pgadvisory/advisory/internal/sockfd"
@@ -62,15 +67,15 @@ func isPoolerSymptom(err error) bool {
 // nothing there, see ownedBy) or hit a prepared-statement symptom. It never unlocks
 // anything on a backend that is not the connection's own: that lock would be someone
 // else's. Other errors are left to the caller.
-func (s *pin) checkBackend(pid uint32, owned *bool, err error) error {
+func (p *pin) checkBackend(pid uint32, owned *bool, err error) error {
 	switch {
 	case err == nil:
-		if perr := s.checkOwned(pid, owned); perr != nil {
-			s.discard()
+		if perr := p.checkOwned(pid, owned); perr != nil {
+			p.discard()
 			return perr
 		}
 	case isPoolerSymptom(err):
-		s.discard()
+		p.discard()
 		return fmt.Errorf("%w: a statement prepared on this connection met another client's on the server: %w", ErrPooler, err)
 	}
 	return nil
@@ -78,20 +83,84 @@ func (s *pin) checkBackend(pid uint32, owned *bool, err error) error {
 
 // checkOwned returns nil if a statement that returned (pid, owned) ran on the
 // connection's own backend.
-func (s *pin) checkOwned(pid uint32, owned *bool) error {
+func (p *pin) checkOwned(pid uint32, owned *bool) error {
 	switch {
-	case owned == nil && pid == s.pid:
+	case owned == nil && pid == p.pid:
 		return fmt.Errorf("%w: the connection's backend (pid %d) no longer carries its ownership token: "+
 			"another client's statements ran there", ErrPooler, pid)
-	case owned == nil || pid != s.pid:
+	case owned == nil || pid != p.pid:
 		return fmt.Errorf("%w: the connection's backend is pid %d but the statement ran on pid %d, "+
-			"which belongs to another client; it did nothing there", ErrPooler, s.pid, pid)
+			"which belongs to another client; it did nothing there", ErrPooler, p.pid, pid)
 	}
 	return nil
 }
 
 // foreignError is the error of a clean-up statement that ran on another client's backend.
-func (s *pin) foreignError() error {
+func (p *pin) foreignError() error {
 	return fmt.Errorf("%w: a statement of the connection (backend pid %d) ran on another client's backend; "+
-		"it did nothing there", ErrPooler, s.pid)
+		"it did nothing there", ErrPooler, p.pid)
+}
+
+// probeRounds is how many times the proxy probe compares two connections' backends. Busy
+// clients of a transaction pooler can make one round look like session pooling; each
+// round gives them another chance to give it away.
+const probeRounds = 8
+
+// proxyState records what the Manager's connections found out about the path to the
+// server. It is shared by every connection's setup and the Manager.
+type proxyState struct {
+	logger  *slog.Logger
+	proxied atomic.Bool
+	warn    sync.Once
+}
+
+// probe tells a session pooler or TCP proxy, which gives each client connection a backend
+// of its own for the connection's life, from a transaction (or statement) pooler, which
+// hands an idle backend to whichever client runs a statement next: while conn stays
+// open, a second connection's statements reach conn's backend (PgBouncer reuses the most
+// recently used idle server connection first).
+func probe(ctx context.Context, conn *pgx.Conn, pid uint32) error {
+	cfg := conn.Config().Config.Copy()
+	other, err := pgconn.ConnectConfig(ctx, cfg)
+	if err != nil {
+		return fmt.Errorf("advisory: check the proxy in front of the server: %w", err)
+	}
+	defer other.Close(ctx)
+	for range probeRounds {
+		mine, err := backendOf(ctx, conn.PgConn())
+		if err != nil {
+			return fmt.Errorf("advisory: check the proxy in front of the server: %w", err)
+		}
+		theirs, err := backendOf(ctx, other)
+		if err != nil {
+			return fmt.Errorf("advisory: check the proxy in front of the server: %w", err)
+		}
+		if mine != pid || theirs == mine {
+			return fmt.Errorf("%w: two client connections reached the same backend (pid %d)", ErrPooler, theirs)
+		}
+	}
+	return nil
+}
+
+func backendOf(ctx context.Context, pg *pgconn.PgConn) (uint32, error) {
+	rows, err := pg.Exec(ctx, "SELECT pg_catalog.pg_backend_pid()").ReadAll()
+	if err != nil {
+		return 0, err
+	}
+	return oneNumber(rows, "pg_backend_pid()")
+}
+
+// noteProxy records that the path to the server goes through a proxy, and says once, at
+// Warn, what that means for the release bound.
+func (ps *proxyState) noteProxy() {
+	ps.proxied.Store(true)
+	if ps.logger == nil {
+		return
+	}
+	ps.warn.Do(func() {
+		logAttrs(ps.logger, slog.LevelWarn,
+			"advisory: the connection goes through a proxy (session pooler or TCP proxy): the server-side "+
+				"release bound no longer holds: how long a cut-off holder's lock stays depends on the proxy's "+
+				"keepalive toward its clients; the holder is still told within the client bound (see docs/guarantees.md)")
+	})
 }

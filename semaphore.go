@@ -127,9 +127,13 @@ func (s *Semaphore) report(ctx context.Context, try bool, start time.Time, l *Lo
 // tryAll tries every slot once, from a random one on. It returns (nil, nil) if every
 // slot is held elsewhere.
 func (s *Semaphore) tryAll(ctx context.Context, waitPool bool) (*Lock, error) {
+	mode := modeTry
+	if waitPool {
+		mode = modeTrySlot
+	}
 	start := rand.IntN(s.limit)
 	for i := range s.limit {
-		l, err := s.m.attempt(ctx, s.slots[(start+i)%s.limit], true, waitPool)
+		l, err := s.m.attempt(ctx, s.slots[(start+i)%s.limit], mode)
 		if err == nil {
 			s.watchEnd(l)
 			return l, nil

@@ -56,7 +56,7 @@ func (s *Semaphore) acquire(ctx context.Context) (*Lock, error) {
 	case err != nil && !errors.Is(err, ErrPoolExhausted):
 		return nil, s.waitError(ctx, err)
 	}
-	ts, err := s.m.lock(ctx, s.turnstile)
+	ts, err := s.m.attempt(ctx, s.turnstile, modeLock)
 	if err != nil {
 		return nil, s.waitError(ctx, err)
 	}
@@ -114,7 +114,7 @@ func (s *Semaphore) waitFor(ctx context.Context, t target, ln *listener) (*Lock,
 	}
 	granted := make(chan result, 1)
 	go func() {
-		l, err := s.m.lock(wctx, t)
+		l, err := s.m.attempt(wctx, t, modeLock)
 		granted <- result{l, err}
 	}()
 	heard, stopped := ln.watch(wctx)

@@ -161,6 +161,8 @@ func (s *Session) TryLockAll(ctx context.Context, names []string) error {
 	return s.lockNames(ctx, names, true)
 }
 
+// lockNames is Lock, TryLock, LockAll and TryLockAll: it validates the names, takes
+// those the Session does not hold yet in one statement, and counts every name once more.
 func (s *Session) lockNames(ctx context.Context, names []string, try bool) error {
 	ts := make([]target, 0, len(names))
 	for _, n := range names {
@@ -282,6 +284,8 @@ func (s *Session) Unlock(ctx context.Context, name string) error {
 	return err
 }
 
+// unlockKey releases the lock t on the server, on the Session's connection, within
+// cleanupTimeout whatever ctx; a connFailure if it cannot be confirmed.
 func (s *Session) unlockKey(ctx context.Context, t target) error {
 	// The bound is a socket deadline, under a ctx that cannot be cancelled (so that pgx
 	// does not watch it): a timeout ctx would cost a timer and a context watcher per call.

@@ -51,6 +51,8 @@ var baseStatements = func() (b [2][2][2]statements) {
 	return b
 }()
 
+// statementsFor returns the statements of one lock: the base statements of its mode, with
+// the name's comment (and on a direct connection its key) written in when it has a name.
 func statementsFor(name string, shared, pair, direct bool) statements {
 	st := baseStatements[b2i(direct)][b2i(shared)][b2i(pair)]
 	// With a name the statement text differs per name. pgx prepares and caches each text
@@ -86,6 +88,8 @@ func b2i(b bool) int {
 	return 0
 }
 
+// buildStatements builds the statements of one mode: exclusive or shared, bigint key or
+// pair, direct connection or one that may be proxied.
 func buildStatements(shared, pair, direct bool) statements {
 	suffix, mode := "", "ExclusiveLock"
 	if shared {
@@ -215,3 +219,29 @@ func (c *textCache) statements(name string, shared, pair, direct bool) statement
 	c.mu.Unlock()
 	return st
 }
+
+// Bulk statements: $1 the keys, $2 the connection's token (see ownedBy). Each returns
+// whether it ran on the connection's own backend; where it did not, the WHERE clause let
+// no key through, so nothing was locked or unlocked. Locks are taken in array order (the
+// caller sorts by key).
+const (
+	lockAllSQL = "SELECT pg_catalog.pg_backend_pid(), " + ownedBy + ", pg_catalog.count(pg_catalog.pg_advisory_lock(k)) " +
+		"FROM pg_catalog.unnest($1::bigint[]) AS t(k) WHERE " + ownedBy
+	tryLockAllSQL = "SELECT pg_catalog.pg_backend_pid(), " + ownedBy + `,
+	coalesce(pg_catalog.array_agg(k) FILTER (WHERE got), '{}'),
+	coalesce(pg_catalog.array_agg(k) FILTER (WHERE NOT got), '{}')
+FROM (SELECT k, pg_catalog.pg_try_advisory_lock(k) AS got FROM pg_catalog.unnest($1::bigint[]) AS t(k)
+	WHERE ` + ownedBy + ") x"
+	// reconcileKeysSQL unlocks those of the keys that this backend holds.
+	reconcileKeysSQL = "SELECT " + ownedBy + `, pg_catalog.count(pg_catalog.pg_advisory_unlock(k))
+FROM pg_catalog.unnest($1::bigint[]) AS t(k)
+WHERE ` + ownedBy + ` AND EXISTS (SELECT FROM pg_catalog.pg_locks
+	WHERE locktype OPERATOR(pg_catalog.=) 'advisory' AND pid OPERATOR(pg_catalog.=) pg_catalog.pg_backend_pid()
+	AND granted AND mode OPERATOR(pg_catalog.=) 'ExclusiveLock' AND objsubid OPERATOR(pg_catalog.=) 1
+	AND classid OPERATOR(pg_catalog.=) ((k OPERATOR(pg_catalog.>>) 32) OPERATOR(pg_catalog.&) 4294967295)::pg_catalog.oid
+	AND objid OPERATOR(pg_catalog.=) (k OPERATOR(pg_catalog.&) 4294967295)::pg_catalog.oid)`
+	// unlockAllSQL releases every session lock of the backend (a Session's Close).
+	// $1 is the token here.
+	unlockAllSQL = "SELECT pg_catalog.pg_backend_pid(), CASE WHEN pg_catalog.current_setting('" + ownerSetting +
+		"', true) OPERATOR(pg_catalog.=) $1 THEN pg_catalog.pg_advisory_unlock_all() IS NOT NULL END"
+)

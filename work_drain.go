@@ -23,14 +23,14 @@ import (
 // one backend (the nonce).
 
 // workTag returns the holding's tag, made on first use.
-func (s *pin) workTag() string {
-	s.workOnce.Do(func() {
+func (p *pin) workTag() string {
+	p.workOnce.Do(func() {
 		var b [8]byte
 		rand.Read(b[:]) // never fails (crypto/rand)
 		nonce := strconv.FormatUint(binary.LittleEndian.Uint64(b[:])%nonceSpace+nonceSpace, 36)[1:]
-		s.tag = s.workPrefix() + strconv.FormatUint(uint64(s.pid), 36) + "." + nonce
+		p.tag = p.workPrefix() + strconv.FormatUint(uint64(p.pid), 36) + "." + nonce
 	})
-	return s.tag
+	return p.tag
 }
 
 // nonceSpace is 36^6: six base-36 digits (formatted with a leading 1, then dropped, so
@@ -38,12 +38,12 @@ func (s *pin) workTag() string {
 const nonceSpace = 36 * 36 * 36 * 36 * 36 * 36
 
 // workPrefix is the part of the tag that every holding of the lock shares.
-func (s *pin) workPrefix() string {
-	key := strconv.FormatUint(uint64(s.key), 36)
-	if s.pair {
+func (p *pin) workPrefix() string {
+	key := strconv.FormatUint(uint64(p.key), 36)
+	if p.pair {
 		key = "p" + key
 	}
-	return "pgadv/" + strconv.FormatUint(uint64(s.dbOID), 36) + "/" + key + "/"
+	return "pgadv/" + strconv.FormatUint(uint64(p.dbOID), 36) + "/" + key + "/"
 }
 
 // holderOf returns the holder part of a tagged application_name ("PID.NONCE") and the
@@ -214,11 +214,11 @@ func (d *drainer) earlier(w workSession, holders []int32) bool {
 // naming the lock (see nameComment): pg_stat_activity.query shows the session's last
 // statement, and Holders reads the name from it, so after a drain the lock still shows
 // its name (pgadvisory status, run's report of who holds it).
-func (s *pin) named(sql string) string {
-	if s.name == "" || s.multi {
+func (p *pin) named(sql string) string {
+	if p.name == "" || p.multi {
 		return sql
 	}
-	return nameComment(s.name) + sql
+	return nameComment(p.name) + sql
 }
 
 // pgLocksKey returns the classid, objid and objsubid of the key's rows in pg_locks.
@@ -296,12 +296,12 @@ func (d *drainer) terminateError(ctx context.Context, live []workSession, err er
 
 // logDrained reports a drained session at Warn: an earlier holder's work was still
 // running when this holding began.
-func (s *pin) logDrained(ds DrainedSession) {
-	if s.m.set.logger == nil {
+func (p *pin) logDrained(ds DrainedSession) {
+	if p.m.set.logger == nil {
 		return
 	}
-	logAttrs(s.m.set.logger, slog.LevelWarn, "advisory: drained an earlier holder's session",
-		slog.String("lock", s.describe()), slog.Uint64("pid", uint64(ds.PID)),
+	logAttrs(p.m.set.logger, slog.LevelWarn, "advisory: drained an earlier holder's session",
+		slog.String("lock", p.describe()), slog.Uint64("pid", uint64(ds.PID)),
 		slog.String("application_name", ds.ApplicationName), slog.Bool("terminated", ds.Terminated),
 		slog.Duration("after", ds.After))
 }
@@ -315,19 +315,19 @@ func (s *pin) logDrained(ds DrainedSession) {
 // connection asked, the connection was already visible to every later drain. (A lock
 // this process released is caught by the Lock's own state, read after this answer:
 // Unlock ends the Lock before its connection can hold the key for anyone else.)
-func (s *pin) heldOnServer(ctx context.Context, pg *pgconn.PgConn) error {
-	classid, objid, subid := pgLocksKey(s.key, s.pair)
+func (p *pin) heldOnServer(ctx context.Context, pg *pgconn.PgConn) error {
+	classid, objid, subid := pgLocksKey(p.key, p.pair)
 	q := func(n uint64) string { return " OPERATOR(pg_catalog.=) '" + strconv.FormatUint(n, 10) + "'" }
 	held, err := oneBool(pg.Exec(ctx, "SELECT EXISTS (SELECT FROM pg_catalog.pg_locks "+
-		"WHERE locktype OPERATOR(pg_catalog.=) 'advisory' AND granted AND pid"+q(uint64(s.pid))+
-		" AND database"+q(uint64(s.dbOID))+" AND classid"+q(uint64(classid))+" AND objid"+q(uint64(objid))+
+		"WHERE locktype OPERATOR(pg_catalog.=) 'advisory' AND granted AND pid"+q(uint64(p.pid))+
+		" AND database"+q(uint64(p.dbOID))+" AND classid"+q(uint64(classid))+" AND objid"+q(uint64(objid))+
 		" AND objsubid"+q(uint64(subid))+")").ReadAll())
 	switch {
 	case err != nil:
 		return fmt.Errorf("ask the server whether the lock is held: %w", err)
 	case held != "t":
 		return fmt.Errorf("%w: the server this connection reached shows the lock's session (backend pid %d) "+
-			"not holding it (lost, or another server: work tags work only on the lock's server)", ErrLockLost, s.pid)
+			"not holding it (lost, or another server: work tags work only on the lock's server)", ErrLockLost, p.pid)
 	}
 	return nil
 }

@@ -1,0 +1,126 @@
+package advisory
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// target is what a Lock call asks for: a key, the name it came from ("" for a raw key),
+// and the mode.
+type target struct {
+	key    Key
+	name   string
+	shared bool
+	pair   bool // the two-int4 form: pg_advisory_lock(key>>32, int32(key))
+	gated  bool // queued in the Manager's gate for the key (see gate)
+	quiet  bool // a Semaphore's own call: no Acquired or NotAcquired hook (it reports its call)
+	hidden bool // and no Ended hook either: the Semaphore's turnstile
+}
+
+func named(name string, shared bool) (target, error) {
+	if err := ValidateName(name); err != nil {
+		return target{}, err
+	}
+	return target{key: KeyOf(name), name: name, shared: shared}, nil
+}
+
+// named is the Manager's form: with a namespace (see WithNamespace) the lock is
+// "namespace:name", and that is the name the Lock reports.
+func (m *Manager) named(name string, shared bool) (target, error) {
+	if name == "" {
+		return named(name, shared) // an empty name is refused, namespace or not
+	}
+	if m.set.namespace != "" {
+		name = m.set.namespace + ":" + name
+	}
+	return named(name, shared)
+}
+
+// An attemptMode is what one attempt does where the lock or the pool is busy.
+type attemptMode int
+
+const (
+	modeLock    attemptMode = iota // Lock: queue in the process, wait for a connection and on the server
+	modeTry                        // TryLock: fail at once, with ErrLocked or ErrPoolExhausted
+	modeTrySlot                    // a Semaphore's slot try: wait for a connection, then try the lock
+)
+
+// attempt runs one Lock, TryLock or slot try (see attemptMode) for t. With modeTry it fails
+// at once with ErrPoolExhausted when this Manager pins every connection; the other modes
+// wait for one until ctx ends.
+func (m *Manager) attempt(ctx context.Context, t target, mode attemptMode) (*Lock, error) {
+	try, waitPool := mode != modeLock, mode != modeTry
+	if err := m.enter(); err != nil {
+		return nil, err
+	}
+	defer m.active.Done()
+	start := time.Now()
+	op := "lock"
+	if try {
+		op = "try lock"
+	}
+	if t.gated = !try && !t.shared; t.gated {
+		// Goroutines of this Manager after the same key queue here, and wait on the server
+		// one at a time, instead of each pinning a connection.
+		if err := m.gates.enter(ctx, gateKey{t.key, t.pair}, m.closing); err != nil {
+			return nil, m.notAcquired(ctx, t, try, start, lockError(op, t, err))
+		}
+		defer m.gates.stopWaiting(gateKey{t.key, t.pair})
+	}
+	for attempt := 0; ; attempt++ {
+		s, err := m.acquire(ctx, t, waitPool)
+		if err != nil {
+			return nil, m.notAcquired(ctx, t, try, start, lockError(op, t, err))
+		}
+		if try {
+			err = s.tryLock(ctx)
+		} else {
+			err = s.lock(ctx)
+		}
+		if err == nil {
+			s.logAcquired(start)
+			if h := m.set.hooks.Acquired; h != nil && !t.quiet {
+				ev := s.event(time.Since(start), 0, "", nil)
+				ev.Try = try
+				callUser(m.set.logger, "hook Acquired", func() { h(ev) })
+			}
+			return &s.handle, nil
+		}
+		s.end(true, ErrNotHeld)
+		var locked *LockedError
+		switch {
+		case errors.As(err, &locked):
+			return nil, m.notAcquired(ctx, t, try, start, err)
+		case attempt > 0 || !staleConn(ctx, err):
+			return nil, m.notAcquired(ctx, t, try, start, lockError(op, t, err))
+		}
+	}
+}
+
+// notAcquired reports a failed Lock or TryLock call to the NotAcquired hook, and returns
+// its error.
+func (m *Manager) notAcquired(ctx context.Context, t target, try bool, start time.Time, err error) error {
+	if h := m.set.hooks.NotAcquired; h != nil && !t.quiet {
+		ev := LockEvent{Name: t.name, Key: t.key, Shared: t.shared, Try: try, Wait: time.Since(start),
+			Reason: failReason(ctx, err), Err: err}
+		callUser(m.set.logger, "hook NotAcquired", func() { h(ev) })
+	}
+	return err
+}
+
+// staleConn reports whether err says a pooled connection was already dead when a
+// statement was sent on it (the server restarted, say): nothing reached the server, so
+// the call is tried once more on a fresh connection.
+func staleConn(ctx context.Context, err error) bool {
+	return ctx.Err() == nil && pgconn.SafeToRetry(err)
+}
+
+func lockError(op string, t target, err error) error {
+	if errors.Is(err, ErrClosed) {
+		return ErrClosed
+	}
+	return &opError{op, describe(t.key, t.name, t.pair), err}
+}
