@@ -1,4 +1,4 @@
-package advisory_test
+package checkctx
 
 import (
 	"context"
@@ -6,14 +6,14 @@ import (
 	"time"
 )
 
-// checkCtx is a context that is cancelled at the moment its Err method is called for the
+// Context is a context that is cancelled at the moment its Err method is called for the
 // n-th time, or when its parent ends. A timer lands a cancellation between two given
 // statements only by luck; this one lands it exactly at the n-th place the code under
 // test looks at ctx, so trying n = 1, 2, 3, ... visits every such place in turn. It is a
 // valid Context: Done is closed exactly when Err becomes non-nil, and Err never changes
 // after that. Its cancellation is indistinguishable from one made by another goroutine
 // just before that Err call.
-type checkCtx struct {
+type Context struct {
 	parent context.Context
 	n      int
 
@@ -23,19 +23,19 @@ type checkCtx struct {
 	done  chan struct{}
 }
 
-// cancelAtCheck returns a context derived from parent (Deadline and Value come from it)
+// CancelAt returns a context derived from parent (Deadline and Value come from it)
 // that is cancelled at the n-th call of its Err method.
-func cancelAtCheck(parent context.Context, n int) *checkCtx {
-	c := &checkCtx{parent: parent, n: n, done: make(chan struct{})}
+func CancelAt(parent context.Context, n int) *Context {
+	c := &Context{parent: parent, n: n, done: make(chan struct{})}
 	context.AfterFunc(parent, func() { c.cancel(parent.Err()) })
 	return c
 }
 
-func (c *checkCtx) Deadline() (time.Time, bool) { return c.parent.Deadline() }
-func (c *checkCtx) Value(key any) any           { return c.parent.Value(key) }
-func (c *checkCtx) Done() <-chan struct{}       { return c.done }
+func (c *Context) Deadline() (time.Time, bool) { return c.parent.Deadline() }
+func (c *Context) Value(key any) any           { return c.parent.Value(key) }
+func (c *Context) Done() <-chan struct{}       { return c.done }
 
-func (c *checkCtx) Err() error {
+func (c *Context) Err() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.err == nil {
@@ -48,15 +48,15 @@ func (c *checkCtx) Err() error {
 	return c.err
 }
 
-// checks returns how many times Err was called before the ctx ended (all of them, if
+// Checks returns how many times Err was called before the ctx ended (all of them, if
 // it has not).
-func (c *checkCtx) checks() int {
+func (c *Context) Checks() int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.calls
 }
 
-func (c *checkCtx) cancel(err error) {
+func (c *Context) cancel(err error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.err == nil {
@@ -65,9 +65,9 @@ func (c *checkCtx) cancel(err error) {
 	}
 }
 
-// errIfDone returns ctx.Err() if ctx is done, else nil, without calling Err on a ctx
-// that is not done (which would count as a check of a checkCtx).
-func errIfDone(ctx context.Context) error {
+// ErrIfDone returns ctx.Err() if ctx is done, else nil, without calling Err on a ctx
+// that is not done (which would count as a check of a Context).
+func ErrIfDone(ctx context.Context) error {
 	select {
 	case <-ctx.Done():
 		return ctx.Err()

@@ -1,4 +1,4 @@
-package advisory_test
+package modelcheck
 
 import (
 	"context"
@@ -9,7 +9,10 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/pgadvisory/advisory"
+	"github.com/pgadvisory/advisory/internal/checkctx"
 )
 
 // Running a batch: each call in its own goroutine, touching only its op.
@@ -57,9 +60,9 @@ func (o *op) run() {
 	}()
 	o.res.end = time.Now()
 	o.res.ctxEnd, o.res.ctxEnded = c.endedAt()
-	o.res.ctxErr = errIfDone(c.ctx)
+	o.res.ctxErr = checkctx.ErrIfDone(c.ctx)
 	if c.check != nil {
-		o.res.checks = c.check.checks()
+		o.res.checks = c.check.Checks()
 	}
 	if o.res.ctxErr != nil && !o.res.ctxEnded {
 		// Ended just now, and the AfterFunc has not run yet: not late.
@@ -93,7 +96,7 @@ func (o *op) call(ctx context.Context) {
 	case opHolders:
 		r.holders, r.err = o.m.Holders(ctx, o.full[0])
 	case opTerminate:
-		r.victim, r.err = terminateAHolder(o.apps, o.pick, o.fin.prefer)
+		r.victim, r.err = terminateAHolder(o.admin, o.apps, o.pick, o.fin.prefer)
 	case opClose:
 		o.closeAndRenew()
 	case opBegin, opSBegin, opDoTx, opToken, opCheckToken:
@@ -125,7 +128,7 @@ func (o *op) sessionCall(ctx context.Context) {
 // Manager holds the lock exclusively: fn must run only while it does.
 func (o *op) fnBody(ctx context.Context) error {
 	o.res.fnCalls++
-	pid, err := exclusiveHolder(o.keys[0], o.app)
+	pid, err := exclusiveHolder(o.admin, o.keys[0], o.app)
 	switch {
 	case err != nil:
 		o.res.fnBad = append(o.res.fnBad, fmt.Sprintf("fn could not read pg_locks: %v", err))
@@ -138,7 +141,7 @@ func (o *op) fnBody(ctx context.Context) error {
 }
 
 // exclusiveHolder returns the backend of application app that holds key exclusively, or 0.
-func exclusiveHolder(key advisory.Key, app string) (uint32, error) {
+func exclusiveHolder(admin *pgxpool.Pool, key advisory.Key, app string) (uint32, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	rows, err := admin.Query(ctx, `
@@ -161,7 +164,7 @@ func exclusiveHolder(key advisory.Key, app string) (uint32, error) {
 
 // terminateAHolder terminates one of the backends of apps that hold an advisory lock,
 // chosen by pick in [0, 1), or prefer if it is one. It returns 0 if there is none.
-func terminateAHolder(apps []string, pick float64, prefer uint32) (uint32, error) {
+func terminateAHolder(admin *pgxpool.Pool, apps []string, pick float64, prefer uint32) (uint32, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	rows, err := admin.Query(ctx, `
@@ -225,13 +228,13 @@ func (o *op) closeAndRenew() {
 	if ran {
 		o.res.bad = append(o.res.bad, "Do or Lead after Close ran fn")
 	}
-	o.res.newMgr, o.res.err = advisory.New(ctx, o.dsn, modelOptions()...)
+	o.res.newMgr, o.res.err = advisory.New(ctx, o.dsn, o.opts...)
 }
 
 // callCtx is one call's context, and when it ended.
 type callCtx struct {
 	ctx   context.Context
-	check *checkCtx // for ctxCheck
+	check *checkctx.Context // for ctxCheck
 	stops []func()
 	mu    sync.Mutex
 	endAt time.Time

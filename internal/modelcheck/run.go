@@ -1,4 +1,4 @@
-package advisory_test
+package modelcheck
 
 import (
 	"context"
@@ -12,87 +12,41 @@ import (
 	"testing"
 	"time"
 
-	"github.com/stretchr/testify/require"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgadvisory/advisory"
 	"github.com/pgadvisory/advisory/internal/leak"
 	"github.com/pgadvisory/advisory/internal/pgtest"
 )
 
-// TestModel is a model-based randomized test of the whole public API.
-//
-// Three Managers (each with its own application_name), their Locks and Sessions, and a
-// model of what each holds. Every step runs a batch of one to three calls at once, drawn
-// from a seeded generator: Lock, TryLock and their shared forms, Lock.Unlock (also twice,
-// and after a loss), Session and its Lock, TryLock, LockAll, TryLockAll, Unlock and Close,
-// Do and Lead with a function that returns nil, an error, panics or waits, Holders,
-// pg_terminate_backend of a random holder, and Manager.Close followed by a new Manager;
-// and the fencing API: Lock.BeginFunc, Session.BeginFunc and DoTx (fn as for Do, after
-// inserting a row), Lock.Token and CheckToken (see model_fence_*_test.go).
-// Few lock names, so calls contend. Each call's ctx is already done, cancelled by a timer
-// at a random instant, given a random deadline, cancelled at its n-th Err check (see
-// checkCtx), or only bounded (2.5 s).
-//
-// After a batch, each call's result is judged against the contract, given what the model
-// knew before (see model_judge_test.go): a call whose ctx was already done returns ctx's
-// error and changes nothing; a call returns within 1 s of its ctx ending; TryLock of a held
-// key is ErrLocked; Unlock twice is ErrNotHeld; calls after Close are ErrClosed; after Do and
-// Lead return (by panic too) they hold nothing; a terminated holder is told (ErrLockLost).
-// Then the invariants are polled until the server agrees (see model_check_test.go): every
-// live handle's locks are granted in pg_locks to its backend; every lock of our backends is
-// reported by a live handle; no waiters; holders of one key are compatible; each Manager's
-// acquired connections equal its live Locks and Sessions. Then the fenced calls' rows: committed
-// if and only if the call returned nil (a loss overlapping the COMMIT may be in doubt),
-// on the lock's backend, which held the keys at COMMIT; and the tokens against the table. At the end, after closing
-// everything: nothing in pg_locks, no goroutine left. The Managers use a short
-// WithCancelGrace (see cancelGrace): the 1 s bound is about calls that ignore their ctx,
-// not about PostgreSQL dropping a CancelRequest under load.
-//
-// ADVISORY_MODEL_SEED replays a seed (the calls drawn depend on results too, so a replay
-// follows the same path as long as the results are the same); ADVISORY_MODEL_DURATION sets
-// the run time (default 60s under CI=true, else 20s); ADVISORY_MODEL_VERBOSE=1 logs every
-// step. Skipped with -short.
-func TestModel(t *testing.T) {
-	if testing.Short() {
-		t.Skip("model-based randomized test: skipped with -short")
-	}
-	seed, duration := modelSettings(t)
-	runModel(t, seed, duration)
+// Config is what Run needs of the test harness.
+type Config struct {
+	// DSN returns the test server's connection string with extra key=value settings; it
+	// skips or fails t if there is no server.
+	DSN func(t testing.TB, extra ...string) string
+	// Admin is a plain pool on the server, for reading pg_locks, terminating backends
+	// and CheckToken's transactions.
+	Admin *pgxpool.Pool
+	// Options are added to the options of every Manager of the model.
+	Options []advisory.Option
+	// Seed seeds the generator; Duration is how long Run draws batches. See Settings.
+	Seed     uint64
+	Duration time.Duration
 }
 
-// TestModelChecked is TestModel, for a third of its time, with every connection keeping
-// the per-statement ownership check (the statements a connection through a proxy or NAT
-// runs), so that the model also drives those statements and their clean-ups.
-func TestModelChecked(t *testing.T) {
-	if testing.Short() {
-		t.Skip("model-based randomized test: skipped with -short")
-	}
-	seed, duration := modelSettings(t)
-	modelChecked = true
-	defer func() { modelChecked = false }()
-	requireCheckedStatements(t)
-	runModel(t, seed, duration/3)
+// ManagerOptions returns the options of every Manager of the model.
+func (c Config) ManagerOptions() []advisory.Option {
+	opts := []advisory.Option{advisory.WithCancelGrace(cancelGrace), advisory.WithFenceTable(modelFenceTable)}
+	return append(opts, c.Options...)
 }
 
-// requireCheckedStatements checks that a Manager with the model's options runs the
-// checked lock statement: else TestModelChecked would test the bare ones twice.
-func requireCheckedStatements(t *testing.T) {
-	ctx := ctxT(t)
-	m, err := advisory.New(ctx, dsn(t), modelOptions()...)
-	require.NoError(t, err)
-	defer m.Close()
-	l, err := m.Lock(ctx, t.Name())
-	require.NoError(t, err)
-	defer l.Unlock(ctx)
-	var q string
-	require.NoError(t, admin.QueryRow(ctx, "SELECT query FROM pg_stat_activity WHERE pid = $1", int32(l.PID())).Scan(&q))
-	require.Contains(t, q, "pg_catalog.current_setting('advisory.owner', true) OPERATOR(pg_catalog.=) $2")
-}
-
-func runModel(t *testing.T, seed uint64, duration time.Duration) {
+// Run runs the model for cfg.Duration with cfg.Seed, and fails t with a report and the
+// replay line on the first violation.
+func Run(t *testing.T, cfg Config) {
+	seed, duration := cfg.Seed, cfg.Duration
 	t.Logf("seed %d (replay: ADVISORY_MODEL_SEED=%d), running %v", seed, seed, duration)
 	before := runtime.NumGoroutine()
-	w := newWorld(t, seed)
+	w := newWorld(t, cfg)
 	start := time.Now()
 	for time.Since(start) < duration {
 		w.runStep()
@@ -104,7 +58,10 @@ func runModel(t *testing.T, seed uint64, duration time.Duration) {
 		w.settling.Round(time.Second), w.maxLate.Round(time.Millisecond), w.stats())
 }
 
-func modelSettings(t *testing.T) (uint64, time.Duration) {
+// Settings returns the seed (ADVISORY_MODEL_SEED, else the time) and the run time
+// (ADVISORY_MODEL_DURATION, else 60s under CI=true and 20s otherwise), failing t on a
+// malformed value.
+func Settings(t testing.TB) (uint64, time.Duration) {
 	seed := uint64(time.Now().UnixNano())
 	if s := os.Getenv("ADVISORY_MODEL_SEED"); s != "" {
 		var err error
@@ -125,8 +82,9 @@ func modelSettings(t *testing.T) (uint64, time.Duration) {
 	return seed, duration
 }
 
-func newWorld(t *testing.T, seed uint64) *world {
-	w := &world{t: t, seed: seed, rng: rand.New(rand.NewPCG(seed, 0x5eed)),
+func newWorld(t *testing.T, cfg Config) *world {
+	seed := cfg.Seed
+	w := &world{t: t, seed: seed, admin: cfg.Admin, opts: cfg.ManagerOptions(), rng: rand.New(rand.NewPCG(seed, 0x5eed)),
 		prefix: fmt.Sprintf("model-%d/", os.Getpid()), dead: map[uint32]bool{}, checks: map[opKind]int{},
 		outcomes: map[string]map[string]int{}, spent: map[string]time.Duration{},
 		verbose: os.Getenv("ADVISORY_MODEL_VERBOSE") != ""}
@@ -135,9 +93,9 @@ func newWorld(t *testing.T, seed uint64) *world {
 	}
 	for i := range modelManagers {
 		app := fmt.Sprintf("advmodel-%d-m%d", os.Getpid(), i)
-		s := &mgrSlot{idx: i, app: app, dsn: dsn(t, "application_name="+app)}
+		s := &mgrSlot{idx: i, app: app, dsn: cfg.DSN(t, "application_name="+app)}
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		m, err := advisory.New(ctx, s.dsn, modelOptions()...)
+		m, err := advisory.New(ctx, s.dsn, w.opts...)
 		cancel()
 		if err != nil {
 			t.Fatalf("New: %v", err)

@@ -1,4 +1,4 @@
-package advisory_test
+package modelcheck
 
 import (
 	"context"
@@ -8,11 +8,13 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgadvisory/advisory"
+	"github.com/pgadvisory/advisory/internal/checkctx"
 )
 
-// The calls TestModel makes: one op is one call of the public API.
+// The calls the model makes: one op is one call of the public API.
 
 type opKind int
 
@@ -32,7 +34,7 @@ const (
 	opHolders                   // Manager.Holders
 	opTerminate                 // pg_terminate_backend of a random holder, from the admin pool
 	opClose                     // Manager.Close, calls after it, and a new Manager in its place
-	opBegin                     // Lock.BeginFunc (live, unlocked or lost Locks); see model_fence_op_test.go
+	opBegin                     // Lock.BeginFunc (live, unlocked or lost Locks); see fence_ops.go
 	opSBegin                    // Session.BeginFunc
 	opDoTx                      // Manager.DoTx
 	opToken                     // Lock.Token
@@ -54,7 +56,7 @@ const (
 	ctxDone                    // already before the call
 	ctxCancelAt                // cancelled by a timer after d
 	ctxDeadline                // deadline d
-	ctxCheck                   // cancelled at its n-th Err check (see checkCtx)
+	ctxCheck                   // cancelled at its n-th Err check (see checkctx.Context)
 )
 
 type ctxPlan struct {
@@ -103,7 +105,7 @@ func (p ctxPlan) build() *callCtx {
 			ctx, cancel := context.WithTimeout(bound, p.d)
 			parent, c.stops = ctx, append(c.stops, cancel)
 		}
-		c.check = cancelAtCheck(parent, p.n)
+		c.check = checkctx.CancelAt(parent, p.n)
 		c.ctx = c.check
 	default:
 		c.ctx = bound
@@ -149,6 +151,9 @@ type op struct {
 	after  time.Duration // the call starts this long after the batch does
 	apps   []string      // opTerminate: our application_names
 	fin    fenceInput    // the fenced calls', Token's and CheckToken's
+
+	admin *pgxpool.Pool     // the harness's pool, for pg_locks, terminations, CheckToken
+	opts  []advisory.Option // opClose: the new Manager's options
 
 	// From the model, before the batch runs.
 	pre        hState          // the target Lock or Session's state

@@ -1,10 +1,10 @@
-package advisory_test
+package modelcheck
 
 import (
 	"time"
 )
 
-// Random batches of calls for TestModel. All randomness is drawn here, from the seeded
+// Random batches of calls for the model. All randomness is drawn here, from the seeded
 // generator, on the test's goroutine.
 
 // weights of the calls, when possible.
@@ -47,7 +47,7 @@ func (w *world) genOp(focus *op, batch []*op) *op {
 	if focus != nil && focus.fenced() && w.rng.IntN(2) == 0 && w.possible(opTerminate, batch) {
 		kind = opTerminate // so that terminations land during fn
 	}
-	o := &op{kind: kind}
+	o := &op{kind: kind, admin: w.admin, opts: w.opts}
 	switch kind {
 	case opLock, opTryLock, opDo, opLead, opHolders, opSession, opDoTx:
 		w.genManagerCall(o, focus, batch)

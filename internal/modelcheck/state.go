@@ -1,4 +1,4 @@
-package advisory_test
+package modelcheck
 
 import (
 	"context"
@@ -11,11 +11,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/pgadvisory/advisory"
 )
 
-// The state of TestModel: what its Managers, Locks and Sessions are, according to the
-// model. See model_test.go for the overview.
+// The state of the model: what its Managers, Locks and Sessions are, according to the
+// model. See the package doc for the overview.
 
 const (
 	modelManagers = 3
@@ -122,6 +124,9 @@ type world struct {
 	batch    []*op           // the calls of the current step
 	checks   map[opKind]int  // the most ctx.Err checks seen in one call of each kind
 	fence    fenceState      // the fencing table, the rows, and counts
+
+	admin *pgxpool.Pool     // the harness's pool: pg_locks, the fencing tables
+	opts  []advisory.Option // every Manager's options
 
 	verbose  bool
 	hung     bool // a batch did not return

@@ -1,0 +1,56 @@
+package advisory_test
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/pgadvisory/advisory"
+	"github.com/pgadvisory/advisory/internal/modelcheck"
+)
+
+// TestModel is the model-based randomized test of the whole public API: see package
+// internal/modelcheck for what it checks. ADVISORY_MODEL_SEED replays a seed,
+// ADVISORY_MODEL_DURATION sets the run time, ADVISORY_MODEL_VERBOSE=1 logs every step.
+// Skipped with -short.
+func TestModel(t *testing.T) {
+	if testing.Short() {
+		t.Skip("model-based randomized test: skipped with -short")
+	}
+	modelcheck.Run(t, modelConfig(t))
+}
+
+// TestModelChecked is TestModel, for a third of its time, with every connection keeping
+// the per-statement ownership check (the statements a connection through a proxy or NAT
+// runs), so that the model also drives those statements and their clean-ups.
+func TestModelChecked(t *testing.T) {
+	if testing.Short() {
+		t.Skip("model-based randomized test: skipped with -short")
+	}
+	cfg := modelConfig(t, advisory.WithCheckedStatementsForTest())
+	requireCheckedStatements(t, cfg)
+	cfg.Duration /= 3
+	modelcheck.Run(t, cfg)
+}
+
+// modelConfig returns the model's view of the test harness, with the seed and duration
+// from the environment and opts added to every Manager's options.
+func modelConfig(t *testing.T, opts ...advisory.Option) modelcheck.Config {
+	seed, duration := modelcheck.Settings(t)
+	return modelcheck.Config{DSN: dsn, Admin: admin, Options: opts, Seed: seed, Duration: duration}
+}
+
+// requireCheckedStatements checks that a Manager with the model's options runs the
+// checked lock statement: else TestModelChecked would test the bare ones twice.
+func requireCheckedStatements(t *testing.T, cfg modelcheck.Config) {
+	ctx := ctxT(t)
+	m, err := advisory.New(ctx, dsn(t), cfg.ManagerOptions()...)
+	require.NoError(t, err)
+	defer m.Close()
+	l, err := m.Lock(ctx, t.Name())
+	require.NoError(t, err)
+	defer l.Unlock(ctx)
+	var q string
+	require.NoError(t, admin.QueryRow(ctx, "SELECT query FROM pg_stat_activity WHERE pid = $1", int32(l.PID())).Scan(&q))
+	require.Contains(t, q, "pg_catalog.current_setting('advisory.owner', true) OPERATOR(pg_catalog.=) $2")
+}
