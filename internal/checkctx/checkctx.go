@@ -1,3 +1,5 @@
+// Package checkctx provides a context that is cancelled at the n-th look at it, so that
+// a test can end a call's ctx exactly at each place the code under test checks it.
 package checkctx
 
 import (
@@ -31,10 +33,17 @@ func CancelAt(parent context.Context, n int) *Context {
 	return c
 }
 
+// Deadline returns the parent's deadline.
 func (c *Context) Deadline() (time.Time, bool) { return c.parent.Deadline() }
-func (c *Context) Value(key any) any           { return c.parent.Value(key) }
-func (c *Context) Done() <-chan struct{}       { return c.done }
 
+// Value returns the parent's value for key.
+func (c *Context) Value(key any) any { return c.parent.Value(key) }
+
+// Done is closed when Err first returns non-nil.
+func (c *Context) Done() <-chan struct{} { return c.done }
+
+// Err counts a check; at the n-th it cancels the context. Once cancelled (or the parent
+// ended), it returns the same error ever after without counting.
 func (c *Context) Err() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()

@@ -5,11 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
-	"slices"
 	"sync"
 	"time"
-
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgadvisory/advisory"
 	"github.com/pgadvisory/advisory/internal/checkctx"
@@ -140,64 +137,6 @@ func (o *op) fnBody(ctx context.Context) error {
 	return o.fnOutcome(ctx)
 }
 
-// exclusiveHolder returns the backend of application app that holds key exclusively, or 0.
-func exclusiveHolder(admin *pgxpool.Pool, key advisory.Key, app string) (uint32, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	rows, err := admin.Query(ctx, `
-		SELECT l.pid FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
-		WHERE l.locktype = 'advisory' AND l.objsubid = 1 AND l.granted AND l.mode = 'ExclusiveLock'
-		  AND l.classid = $1 AND l.objid = $2 AND a.application_name = $3`,
-		uint32(uint64(key)>>32), uint32(key), app)
-	if err != nil {
-		return 0, err
-	}
-	defer rows.Close()
-	var pid uint32
-	for rows.Next() {
-		if err := rows.Scan(&pid); err != nil {
-			return 0, err
-		}
-	}
-	return pid, rows.Err()
-}
-
-// terminateAHolder terminates one of the backends of apps that hold an advisory lock,
-// chosen by pick in [0, 1), or prefer if it is one. It returns 0 if there is none.
-func terminateAHolder(admin *pgxpool.Pool, apps []string, pick float64, prefer uint32) (uint32, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	rows, err := admin.Query(ctx, `
-		SELECT DISTINCT l.pid FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
-		WHERE l.locktype = 'advisory' AND l.granted AND a.application_name = ANY($1) ORDER BY 1`, apps)
-	if err != nil {
-		return 0, err
-	}
-	var pids []uint32
-	for rows.Next() {
-		var pid uint32
-		if err := rows.Scan(&pid); err != nil {
-			return 0, err
-		}
-		pids = append(pids, pid)
-	}
-	if err := rows.Err(); err != nil || len(pids) == 0 {
-		return 0, err
-	}
-	pid := pids[int(pick*float64(len(pids)))]
-	if slices.Contains(pids, prefer) {
-		pid = prefer
-	}
-	var ok bool
-	if err := admin.QueryRow(ctx, "SELECT pg_terminate_backend($1)", int32(pid)).Scan(&ok); err != nil {
-		return 0, err
-	}
-	if !ok {
-		return 0, nil // it exited meanwhile
-	}
-	return pid, nil
-}
-
 // closeAndRenew closes the Manager, checks that every call on it then returns
 // ErrClosed, and opens a new one in its place.
 func (o *op) closeAndRenew() {
@@ -229,35 +168,6 @@ func (o *op) closeAndRenew() {
 		o.res.bad = append(o.res.bad, "Do or Lead after Close ran fn")
 	}
 	o.res.newMgr, o.res.err = advisory.New(ctx, o.dsn, o.opts...)
-}
-
-// callCtx is one call's context, and when it ended.
-type callCtx struct {
-	ctx   context.Context
-	check *checkctx.Context // for ctxCheck
-	stops []func()
-	mu    sync.Mutex
-	endAt time.Time
-}
-
-func (c *callCtx) ended() {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.endAt.IsZero() {
-		c.endAt = time.Now()
-	}
-}
-
-func (c *callCtx) endedAt() (time.Time, bool) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.endAt, !c.endAt.IsZero()
-}
-
-func (c *callCtx) release() {
-	for i := len(c.stops) - 1; i >= 0; i-- {
-		c.stops[i]()
-	}
 }
 
 // fnOutcome ends a callback the way the op drew: return nil or an error, panic, or wait

@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgadvisory/advisory"
 )
@@ -194,17 +193,6 @@ func (o *op) txBody(ctx context.Context, tx pgx.Tx) error {
 		}
 	}
 	return o.fnOutcome(ctx)
-}
-
-// holdsKey asks the server whether backend pid holds key (granted, in any mode).
-func holdsKey(admin *pgxpool.Pool, pid uint32, key advisory.Key) (bool, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	var held bool
-	err := admin.QueryRow(ctx, `SELECT EXISTS (SELECT FROM pg_locks WHERE locktype = 'advisory' AND objsubid = 1
-		AND granted AND pid = $1 AND classid = $2 AND objid = $3)`,
-		int32(pid), uint32(uint64(key)>>32), uint32(key)).Scan(&held)
-	return held, err
 }
 
 // checkToken runs CheckToken in a transaction of the admin pool, and rolls it back.

@@ -200,19 +200,3 @@ func (w *world) settle() []string {
 		time.Sleep(5 * time.Millisecond) // polling interval
 	}
 }
-
-// describeServer lists the server's rows for a failure report.
-func (w *world) describeServer() string {
-	rows, err := w.serverRows()
-	if err != nil {
-		return "  " + err.Error() + "\n"
-	}
-	var b strings.Builder
-	for _, r := range rows {
-		b.WriteString("  " + r.describe(w) + "\n")
-	}
-	if b.Len() == 0 {
-		return "  (no rows)\n"
-	}
-	return b.String()
-}

@@ -1,7 +1,6 @@
 package modelcheck
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"strings"
@@ -11,7 +10,6 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgadvisory/advisory"
-	"github.com/pgadvisory/advisory/internal/checkctx"
 )
 
 // The calls the model makes: one op is one call of the public API.
@@ -47,73 +45,6 @@ var opNames = [...]string{"Lock", "TryLock", "Unlock", "Session", "S.Lock", "S.T
 	"BeginFunc", "S.BeginFunc", "DoTx", "Token", "CheckToken"}
 
 func (k opKind) String() string { return opNames[k] }
-
-// ctxKind is how a call's ctx ends.
-type ctxKind int
-
-const (
-	ctxLive     ctxKind = iota // only at liveBound
-	ctxDone                    // already before the call
-	ctxCancelAt                // cancelled by a timer after d
-	ctxDeadline                // deadline d
-	ctxCheck                   // cancelled at its n-th Err check (see checkctx.Context)
-)
-
-type ctxPlan struct {
-	kind ctxKind
-	d    time.Duration
-	n    int
-}
-
-func (p ctxPlan) String() string {
-	switch p.kind {
-	case ctxDone:
-		return "done"
-	case ctxCancelAt:
-		return "cancel@" + p.d.String()
-	case ctxDeadline:
-		return "deadline " + p.d.String()
-	case ctxCheck:
-		if p.d > 0 {
-			return fmt.Sprintf("cancel@check#%d or deadline %v", p.n, p.d)
-		}
-		return fmt.Sprintf("cancel@check#%d", p.n)
-	}
-	return "live"
-}
-
-// build makes the call's ctx. Every ctx ends by liveBound.
-func (p ctxPlan) build() *callCtx {
-	c := &callCtx{}
-	bound, cancelBound := context.WithTimeout(context.Background(), liveBound)
-	c.stops = append(c.stops, cancelBound)
-	switch p.kind {
-	case ctxDone:
-		ctx, cancel := context.WithCancel(bound)
-		cancel()
-		c.ctx, c.endAt = ctx, time.Now()
-	case ctxCancelAt:
-		ctx, cancel := context.WithCancel(bound)
-		timer := time.AfterFunc(p.d, cancel)
-		c.ctx, c.stops = ctx, append(c.stops, func() { timer.Stop(); cancel() })
-	case ctxDeadline:
-		ctx, cancel := context.WithTimeout(bound, p.d)
-		c.ctx, c.stops = ctx, append(c.stops, cancel)
-	case ctxCheck:
-		parent := bound
-		if p.d > 0 {
-			ctx, cancel := context.WithTimeout(bound, p.d)
-			parent, c.stops = ctx, append(c.stops, cancel)
-		}
-		c.check = checkctx.CancelAt(parent, p.n)
-		c.ctx = c.check
-	default:
-		c.ctx = bound
-	}
-	stop := context.AfterFunc(c.ctx, c.ended)
-	c.stops = append(c.stops, func() { stop() })
-	return c
-}
 
 // fnKind is what the function given to Do or Lead does.
 type fnKind int

@@ -6,9 +6,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"runtime"
-	"sort"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -82,6 +80,8 @@ func Settings(t testing.TB) (uint64, time.Duration) {
 	return seed, duration
 }
 
+// newWorld opens the model's Managers on cfg's server and creates the fencing tables;
+// the Managers are closed when the test ends.
 func newWorld(t *testing.T, cfg Config) *world {
 	seed := cfg.Seed
 	w := &world{t: t, seed: seed, admin: cfg.Admin, opts: cfg.ManagerOptions(), rng: rand.New(rand.NewPCG(seed, 0x5eed)),
@@ -146,28 +146,6 @@ func (w *world) runStep() {
 	w.prune()
 }
 
-// record adds the batch to the trace of the last 30 steps.
-func (w *world) record(ops []*op) {
-	var b strings.Builder
-	fmt.Fprintf(&b, "step %d:", w.step)
-	for _, o := range ops {
-		fmt.Fprintf(&b, "\n    [%d] %v → %s", o.idx, o, o.outcome())
-	}
-	if w.verbose {
-		w.t.Log(b.String())
-	}
-	if w.trace = append(w.trace, b.String()); len(w.trace) > 30 {
-		w.trace = w.trace[1:]
-	}
-}
-
-func (w *world) fail(bad []string) {
-	w.t.Helper()
-	w.t.Fatalf("seed %d, step %d: the model is violated:\n  - %s\n\nlast %d steps (newest last):\n%s\n\nmodel (live handles):\n%s\npg_locks:\n%s\nreplay: ADVISORY_MODEL_SEED=%d go test -race -run TestModel .",
-		w.seed, w.step, strings.Join(bad, "\n  - "), len(w.trace), strings.Join(w.trace, "\n"),
-		w.describeModel(), w.describeServer(), w.seed)
-}
-
 // finish releases every Lock and Session, closes the Managers and checks that nothing is
 // left on the server.
 func (w *world) finish() {
@@ -194,24 +172,4 @@ func (w *world) finish() {
 	if len(bad) > 0 {
 		w.fail(bad)
 	}
-}
-
-// stats lists the outcomes per call.
-func (w *world) stats() string {
-	var kinds []string
-	for k := range w.outcomes {
-		kinds = append(kinds, k)
-	}
-	sort.Strings(kinds)
-	var b strings.Builder
-	fmt.Fprintf(&b, "  ctx checks seen per call: %v\n  %s\n", w.checks, w.fence.stats())
-	for _, k := range kinds {
-		var parts []string
-		for class, n := range w.outcomes[k] {
-			parts = append(parts, fmt.Sprintf("%s %d", class, n))
-		}
-		sort.Strings(parts)
-		fmt.Fprintf(&b, "  %-13s %6v  %s\n", k, w.spent[k].Round(time.Second), strings.Join(parts, ", "))
-	}
-	return b.String()
 }

@@ -1,13 +1,10 @@
 package modelcheck
 
 import (
-	"context"
-	"errors"
 	"fmt"
 	"math/rand/v2"
 	"slices"
 	"sort"
-	"strings"
 	"testing"
 	"time"
 
@@ -254,46 +251,4 @@ func keepRecent[T any](hs []T, live func(T) bool) []T {
 	}
 	slices.Reverse(keep)
 	return keep
-}
-
-// describeModel summarises the model for a failure report.
-func (w *world) describeModel() string {
-	var b strings.Builder
-	for _, h := range w.liveLocks() {
-		fmt.Fprintf(&b, "  %v\n", h)
-	}
-	for _, h := range w.liveSessions() {
-		fmt.Fprintf(&b, "  %v holds %v\n", h, h.held)
-	}
-	if b.Len() == 0 {
-		return "  (nothing held)\n"
-	}
-	return b.String()
-}
-
-// errClass says which contract an error falls under, for the statistics.
-func errClass(err error) string {
-	switch {
-	case err == nil:
-		return "ok"
-	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
-		return "ctx"
-	case errors.Is(err, advisory.ErrLocked):
-		return "locked"
-	case errors.Is(err, advisory.ErrNotHeld):
-		return "notheld"
-	case errors.Is(err, advisory.ErrLockLost):
-		return "lost"
-	case errors.Is(err, advisory.ErrClosed):
-		return "closed"
-	case errors.Is(err, advisory.ErrStaleToken):
-		return "stale"
-	case errors.Is(err, advisory.ErrSharedToken):
-		return "shared"
-	case errors.Is(err, errModelFn):
-		return "fnerr"
-	case isDeadlock(err):
-		return "deadlock"
-	}
-	return "other"
 }
