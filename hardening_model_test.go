@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/pgadvisory/advisory"
+	"github.com/pgadvisory/advisory/internal/checkctx"
 )
 
 // Regression tests for the bugs TestModel found (issue 10, item 17). Each is small and
@@ -124,7 +125,7 @@ func TestHardeningLeadAndDoReleaseWhenCtxEndsAtAnyCheck(t *testing.T) {
 	for _, api := range []string{"Lead", "Do"} {
 		for n := 1; n <= 30; n++ {
 			parent, cancel := context.WithTimeout(ctxT(t), 10*time.Second)
-			ctx := cancelAtCheck(parent, n)
+			ctx := checkctx.CancelAt(parent, n)
 			err := runs[api](ctx, name, func(context.Context) error { return nil })
 			cancel()
 			if err != nil {

@@ -1,10 +1,10 @@
-package advisory_test
+package modelcheck
 
 import (
 	"time"
 )
 
-// Random batches of calls for TestModel. All randomness is drawn here, from the seeded
+// Random batches of calls for the model. All randomness is drawn here, from the seeded
 // generator, on the test's goroutine.
 
 // weights of the calls, when possible.
@@ -47,7 +47,7 @@ func (w *world) genOp(focus *op, batch []*op) *op {
 	if focus != nil && focus.fenced() && w.rng.IntN(2) == 0 && w.possible(opTerminate, batch) {
 		kind = opTerminate // so that terminations land during fn
 	}
-	o := &op{kind: kind}
+	o := &op{kind: kind, admin: w.admin, opts: w.opts}
 	switch kind {
 	case opLock, opTryLock, opDo, opLead, opHolders, opSession, opDoTx:
 		w.genManagerCall(o, focus, batch)
@@ -239,63 +239,4 @@ func (w *world) pickSession(focus *op) *sessH {
 		return live[w.rng.IntN(len(live))]
 	}
 	return w.sessions[w.rng.IntN(len(w.sessions))]
-}
-
-// genPlan draws how the call's ctx ends. A call the model expects to block on a held
-// lock mostly gets a short ctx, so that steps stay short; sometimes a long one, so that
-// calls queue behind it.
-func (w *world) genPlan(o *op) ctxPlan {
-	blocks := w.wouldBlock(o)
-	r := w.rng.IntN(100)
-	if (o.kind == opDo || o.kind == opLead || o.fenced()) && r >= 65 && w.rng.IntN(2) == 0 {
-		r = 50 // Do and Lead check ctx in several phases: land on each more often
-	}
-	switch {
-	case r < 12:
-		return ctxPlan{kind: ctxDone}
-	case r < 30:
-		d := time.Duration(w.rng.IntN(3000)) * time.Microsecond
-		if w.rng.IntN(2) == 0 {
-			d = time.Duration(w.rng.IntN(60)) * time.Millisecond
-		}
-		return ctxPlan{kind: ctxCancelAt, d: d}
-	case r < 50:
-		return ctxPlan{kind: ctxDeadline, d: time.Duration(5+w.rng.IntN(300)) * time.Millisecond}
-	case r < 65:
-		// Each of the checks this kind of call was seen to make, alike; until seen, small n
-		// more often. A blocked call checks nothing while it waits: bound it.
-		p := ctxPlan{kind: ctxCheck, n: 1 + w.rng.IntN(1+w.rng.IntN(12))}
-		if seen := min(w.checks[o.kind], 12); seen > 0 {
-			p.n = 1 + w.rng.IntN(seen)
-		}
-		if blocks {
-			p.d = time.Duration(20+w.rng.IntN(200)) * time.Millisecond
-		}
-		return p
-	case !blocks:
-		return ctxPlan{kind: ctxLive}
-	case w.rng.IntN(12) == 0 || (o.sh != nil && w.rng.IntN(3) == 0):
-		// Long: calls of the same Session (or Manager and name) queue behind it.
-		return ctxPlan{kind: ctxDeadline, d: liveBound - time.Duration(w.rng.IntN(1000))*time.Millisecond}
-	}
-	return w.shortWait()
-}
-
-func (w *world) shortWait() ctxPlan {
-	return ctxPlan{kind: ctxDeadline, d: time.Duration(20+w.rng.IntN(200)) * time.Millisecond}
-}
-
-// wouldBlock reports whether the model expects a blocking call to wait for a holder.
-func (w *world) wouldBlock(o *op) bool {
-	switch o.kind {
-	case opLock, opDo, opLead, opDoTx:
-		return !w.compatible(o.names[0], o.shared, nil)
-	case opSLock, opSLockAll:
-		for _, n := range o.names {
-			if !w.compatible(n, false, o.sh) {
-				return true
-			}
-		}
-	}
-	return false
 }

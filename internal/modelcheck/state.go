@@ -1,21 +1,20 @@
-package advisory_test
+package modelcheck
 
 import (
-	"context"
-	"errors"
 	"fmt"
 	"math/rand/v2"
 	"slices"
 	"sort"
-	"strings"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgadvisory/advisory"
 )
 
-// The state of TestModel: what its Managers, Locks and Sessions are, according to the
-// model. See model_test.go for the overview.
+// The state of the model: what its Managers, Locks and Sessions are, according to the
+// model. See the package doc for the overview.
 
 const (
 	modelManagers = 3
@@ -122,6 +121,9 @@ type world struct {
 	batch    []*op           // the calls of the current step
 	checks   map[opKind]int  // the most ctx.Err checks seen in one call of each kind
 	fence    fenceState      // the fencing table, the rows, and counts
+
+	admin *pgxpool.Pool     // the harness's pool: pg_locks, the fencing tables
+	opts  []advisory.Option // every Manager's options
 
 	verbose  bool
 	hung     bool // a batch did not return
@@ -249,46 +251,4 @@ func keepRecent[T any](hs []T, live func(T) bool) []T {
 	}
 	slices.Reverse(keep)
 	return keep
-}
-
-// describeModel summarises the model for a failure report.
-func (w *world) describeModel() string {
-	var b strings.Builder
-	for _, h := range w.liveLocks() {
-		fmt.Fprintf(&b, "  %v\n", h)
-	}
-	for _, h := range w.liveSessions() {
-		fmt.Fprintf(&b, "  %v holds %v\n", h, h.held)
-	}
-	if b.Len() == 0 {
-		return "  (nothing held)\n"
-	}
-	return b.String()
-}
-
-// errClass says which contract an error falls under, for the statistics.
-func errClass(err error) string {
-	switch {
-	case err == nil:
-		return "ok"
-	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
-		return "ctx"
-	case errors.Is(err, advisory.ErrLocked):
-		return "locked"
-	case errors.Is(err, advisory.ErrNotHeld):
-		return "notheld"
-	case errors.Is(err, advisory.ErrLockLost):
-		return "lost"
-	case errors.Is(err, advisory.ErrClosed):
-		return "closed"
-	case errors.Is(err, advisory.ErrStaleToken):
-		return "stale"
-	case errors.Is(err, advisory.ErrSharedToken):
-		return "shared"
-	case errors.Is(err, errModelFn):
-		return "fnerr"
-	case isDeadlock(err):
-		return "deadlock"
-	}
-	return "other"
 }

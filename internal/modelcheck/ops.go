@@ -1,18 +1,18 @@
-package advisory_test
+package modelcheck
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgadvisory/advisory"
 )
 
-// The calls TestModel makes: one op is one call of the public API.
+// The calls the model makes: one op is one call of the public API.
 
 type opKind int
 
@@ -32,7 +32,7 @@ const (
 	opHolders                   // Manager.Holders
 	opTerminate                 // pg_terminate_backend of a random holder, from the admin pool
 	opClose                     // Manager.Close, calls after it, and a new Manager in its place
-	opBegin                     // Lock.BeginFunc (live, unlocked or lost Locks); see model_fence_op_test.go
+	opBegin                     // Lock.BeginFunc (live, unlocked or lost Locks); see fence_ops.go
 	opSBegin                    // Session.BeginFunc
 	opDoTx                      // Manager.DoTx
 	opToken                     // Lock.Token
@@ -45,73 +45,6 @@ var opNames = [...]string{"Lock", "TryLock", "Unlock", "Session", "S.Lock", "S.T
 	"BeginFunc", "S.BeginFunc", "DoTx", "Token", "CheckToken"}
 
 func (k opKind) String() string { return opNames[k] }
-
-// ctxKind is how a call's ctx ends.
-type ctxKind int
-
-const (
-	ctxLive     ctxKind = iota // only at liveBound
-	ctxDone                    // already before the call
-	ctxCancelAt                // cancelled by a timer after d
-	ctxDeadline                // deadline d
-	ctxCheck                   // cancelled at its n-th Err check (see checkCtx)
-)
-
-type ctxPlan struct {
-	kind ctxKind
-	d    time.Duration
-	n    int
-}
-
-func (p ctxPlan) String() string {
-	switch p.kind {
-	case ctxDone:
-		return "done"
-	case ctxCancelAt:
-		return "cancel@" + p.d.String()
-	case ctxDeadline:
-		return "deadline " + p.d.String()
-	case ctxCheck:
-		if p.d > 0 {
-			return fmt.Sprintf("cancel@check#%d or deadline %v", p.n, p.d)
-		}
-		return fmt.Sprintf("cancel@check#%d", p.n)
-	}
-	return "live"
-}
-
-// build makes the call's ctx. Every ctx ends by liveBound.
-func (p ctxPlan) build() *callCtx {
-	c := &callCtx{}
-	bound, cancelBound := context.WithTimeout(context.Background(), liveBound)
-	c.stops = append(c.stops, cancelBound)
-	switch p.kind {
-	case ctxDone:
-		ctx, cancel := context.WithCancel(bound)
-		cancel()
-		c.ctx, c.endAt = ctx, time.Now()
-	case ctxCancelAt:
-		ctx, cancel := context.WithCancel(bound)
-		timer := time.AfterFunc(p.d, cancel)
-		c.ctx, c.stops = ctx, append(c.stops, func() { timer.Stop(); cancel() })
-	case ctxDeadline:
-		ctx, cancel := context.WithTimeout(bound, p.d)
-		c.ctx, c.stops = ctx, append(c.stops, cancel)
-	case ctxCheck:
-		parent := bound
-		if p.d > 0 {
-			ctx, cancel := context.WithTimeout(bound, p.d)
-			parent, c.stops = ctx, append(c.stops, cancel)
-		}
-		c.check = cancelAtCheck(parent, p.n)
-		c.ctx = c.check
-	default:
-		c.ctx = bound
-	}
-	stop := context.AfterFunc(c.ctx, c.ended)
-	c.stops = append(c.stops, func() { stop() })
-	return c
-}
 
 // fnKind is what the function given to Do or Lead does.
 type fnKind int
@@ -149,6 +82,9 @@ type op struct {
 	after  time.Duration // the call starts this long after the batch does
 	apps   []string      // opTerminate: our application_names
 	fin    fenceInput    // the fenced calls', Token's and CheckToken's
+
+	admin *pgxpool.Pool     // the harness's pool, for pg_locks, terminations, CheckToken
+	opts  []advisory.Option // opClose: the new Manager's options
 
 	// From the model, before the batch runs.
 	pre        hState          // the target Lock or Session's state

@@ -1,4 +1,4 @@
-package advisory_test
+package modelcheck
 
 import (
 	"context"
@@ -10,7 +10,7 @@ import (
 	"github.com/pgadvisory/advisory"
 )
 
-// The invariants TestModel checks against the server after every batch.
+// The invariants the model checks against the server after every batch.
 
 // srvRow is one advisory lock row of pg_locks that concerns the test: on one of its keys,
 // or of one of its Managers' backends.
@@ -41,7 +41,7 @@ func (w *world) serverRows() ([]srvRow, error) {
 	for i, n := range w.names {
 		keys[i] = int64(w.key(n))
 	}
-	rows, err := admin.Query(ctx, `
+	rows, err := w.admin.Query(ctx, `
 		SELECT l.pid, l.classid::bigint << 32 | l.objid::bigint, l.objsubid, l.mode = 'ShareLock', l.granted,
 		       coalesce(a.application_name, '')
 		FROM pg_locks l LEFT JOIN pg_stat_activity a ON a.pid = l.pid
@@ -199,20 +199,4 @@ func (w *world) settle() []string {
 		}
 		time.Sleep(5 * time.Millisecond) // polling interval
 	}
-}
-
-// describeServer lists the server's rows for a failure report.
-func (w *world) describeServer() string {
-	rows, err := w.serverRows()
-	if err != nil {
-		return "  " + err.Error() + "\n"
-	}
-	var b strings.Builder
-	for _, r := range rows {
-		b.WriteString("  " + r.describe(w) + "\n")
-	}
-	if b.Len() == 0 {
-		return "  (no rows)\n"
-	}
-	return b.String()
 }

@@ -1,4 +1,4 @@
-package advisory_test
+package modelcheck
 
 import (
 	"context"
@@ -10,7 +10,7 @@ import (
 	"github.com/pgadvisory/advisory"
 )
 
-// The fencing calls of TestModel: Lock.BeginFunc, Session.BeginFunc and Manager.DoTx run a
+// The fencing calls of the model: Lock.BeginFunc, Session.BeginFunc and Manager.DoTx run a
 // transaction that inserts one row, keyed by the call's unique op id, with
 // pg_backend_pid(), into modelWrites; Lock.Token takes tokens in modelFenceTable;
 // CheckToken checks a token the model chose in a transaction of the admin pool.
@@ -19,20 +19,6 @@ const (
 	modelFenceTable = "model_fence"  // the Managers' WithFenceTable
 	modelWrites     = "model_writes" // the fenced transactions' rows
 )
-
-// modelOptions are the options of every Manager of TestModel.
-func modelOptions() []advisory.Option {
-	opts := []advisory.Option{advisory.WithCancelGrace(cancelGrace), advisory.WithFenceTable(modelFenceTable)}
-	if modelChecked {
-		opts = append(opts, advisory.WithCheckedStatementsForTest())
-	}
-	return opts
-}
-
-// modelChecked makes the model's Managers run the token-checked statements that a
-// proxied connection runs (TestModelChecked), instead of the bare ones of the test
-// server's direct connections.
-var modelChecked bool
 
 // tokKind is which token CheckToken is given.
 type tokKind int
@@ -198,7 +184,7 @@ func (o *op) txBody(ctx context.Context, tx pgx.Tx) error {
 	}
 	r.fnPIDs = append(r.fnPIDs, r.fence.insertPID)
 	for _, k := range keys {
-		held, err := holdsKey(r.fence.insertPID, advisory.Key(k))
+		held, err := holdsKey(o.admin, r.fence.insertPID, advisory.Key(k))
 		switch {
 		case err != nil:
 			r.fnBad = append(r.fnBad, fmt.Sprintf("fn could not read pg_locks: %v", err))
@@ -209,20 +195,9 @@ func (o *op) txBody(ctx context.Context, tx pgx.Tx) error {
 	return o.fnOutcome(ctx)
 }
 
-// holdsKey asks the server whether backend pid holds key (granted, in any mode).
-func holdsKey(pid uint32, key advisory.Key) (bool, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	var held bool
-	err := admin.QueryRow(ctx, `SELECT EXISTS (SELECT FROM pg_locks WHERE locktype = 'advisory' AND objsubid = 1
-		AND granted AND pid = $1 AND classid = $2 AND objid = $3)`,
-		int32(pid), uint32(uint64(key)>>32), uint32(key)).Scan(&held)
-	return held, err
-}
-
 // checkToken runs CheckToken in a transaction of the admin pool, and rolls it back.
 func (o *op) checkToken(ctx context.Context) error {
-	tx, err := admin.Begin(ctx)
+	tx, err := o.admin.Begin(ctx)
 	if err != nil {
 		return err
 	}

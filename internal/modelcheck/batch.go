@@ -1,15 +1,15 @@
-package advisory_test
+package modelcheck
 
 import (
 	"context"
 	"errors"
 	"fmt"
 	"runtime"
-	"slices"
 	"sync"
 	"time"
 
 	"github.com/pgadvisory/advisory"
+	"github.com/pgadvisory/advisory/internal/checkctx"
 )
 
 // Running a batch: each call in its own goroutine, touching only its op.
@@ -57,9 +57,9 @@ func (o *op) run() {
 	}()
 	o.res.end = time.Now()
 	o.res.ctxEnd, o.res.ctxEnded = c.endedAt()
-	o.res.ctxErr = errIfDone(c.ctx)
+	o.res.ctxErr = checkctx.ErrIfDone(c.ctx)
 	if c.check != nil {
-		o.res.checks = c.check.checks()
+		o.res.checks = c.check.Checks()
 	}
 	if o.res.ctxErr != nil && !o.res.ctxEnded {
 		// Ended just now, and the AfterFunc has not run yet: not late.
@@ -93,7 +93,7 @@ func (o *op) call(ctx context.Context) {
 	case opHolders:
 		r.holders, r.err = o.m.Holders(ctx, o.full[0])
 	case opTerminate:
-		r.victim, r.err = terminateAHolder(o.apps, o.pick, o.fin.prefer)
+		r.victim, r.err = terminateAHolder(o.admin, o.apps, o.pick, o.fin.prefer)
 	case opClose:
 		o.closeAndRenew()
 	case opBegin, opSBegin, opDoTx, opToken, opCheckToken:
@@ -125,7 +125,7 @@ func (o *op) sessionCall(ctx context.Context) {
 // Manager holds the lock exclusively: fn must run only while it does.
 func (o *op) fnBody(ctx context.Context) error {
 	o.res.fnCalls++
-	pid, err := exclusiveHolder(o.keys[0], o.app)
+	pid, err := exclusiveHolder(o.admin, o.keys[0], o.app)
 	switch {
 	case err != nil:
 		o.res.fnBad = append(o.res.fnBad, fmt.Sprintf("fn could not read pg_locks: %v", err))
@@ -135,64 +135,6 @@ func (o *op) fnBody(ctx context.Context) error {
 		o.res.fnPIDs = append(o.res.fnPIDs, pid)
 	}
 	return o.fnOutcome(ctx)
-}
-
-// exclusiveHolder returns the backend of application app that holds key exclusively, or 0.
-func exclusiveHolder(key advisory.Key, app string) (uint32, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	rows, err := admin.Query(ctx, `
-		SELECT l.pid FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
-		WHERE l.locktype = 'advisory' AND l.objsubid = 1 AND l.granted AND l.mode = 'ExclusiveLock'
-		  AND l.classid = $1 AND l.objid = $2 AND a.application_name = $3`,
-		uint32(uint64(key)>>32), uint32(key), app)
-	if err != nil {
-		return 0, err
-	}
-	defer rows.Close()
-	var pid uint32
-	for rows.Next() {
-		if err := rows.Scan(&pid); err != nil {
-			return 0, err
-		}
-	}
-	return pid, rows.Err()
-}
-
-// terminateAHolder terminates one of the backends of apps that hold an advisory lock,
-// chosen by pick in [0, 1), or prefer if it is one. It returns 0 if there is none.
-func terminateAHolder(apps []string, pick float64, prefer uint32) (uint32, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	rows, err := admin.Query(ctx, `
-		SELECT DISTINCT l.pid FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
-		WHERE l.locktype = 'advisory' AND l.granted AND a.application_name = ANY($1) ORDER BY 1`, apps)
-	if err != nil {
-		return 0, err
-	}
-	var pids []uint32
-	for rows.Next() {
-		var pid uint32
-		if err := rows.Scan(&pid); err != nil {
-			return 0, err
-		}
-		pids = append(pids, pid)
-	}
-	if err := rows.Err(); err != nil || len(pids) == 0 {
-		return 0, err
-	}
-	pid := pids[int(pick*float64(len(pids)))]
-	if slices.Contains(pids, prefer) {
-		pid = prefer
-	}
-	var ok bool
-	if err := admin.QueryRow(ctx, "SELECT pg_terminate_backend($1)", int32(pid)).Scan(&ok); err != nil {
-		return 0, err
-	}
-	if !ok {
-		return 0, nil // it exited meanwhile
-	}
-	return pid, nil
 }
 
 // closeAndRenew closes the Manager, checks that every call on it then returns
@@ -225,36 +167,7 @@ func (o *op) closeAndRenew() {
 	if ran {
 		o.res.bad = append(o.res.bad, "Do or Lead after Close ran fn")
 	}
-	o.res.newMgr, o.res.err = advisory.New(ctx, o.dsn, modelOptions()...)
-}
-
-// callCtx is one call's context, and when it ended.
-type callCtx struct {
-	ctx   context.Context
-	check *checkCtx // for ctxCheck
-	stops []func()
-	mu    sync.Mutex
-	endAt time.Time
-}
-
-func (c *callCtx) ended() {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.endAt.IsZero() {
-		c.endAt = time.Now()
-	}
-}
-
-func (c *callCtx) endedAt() (time.Time, bool) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.endAt, !c.endAt.IsZero()
-}
-
-func (c *callCtx) release() {
-	for i := len(c.stops) - 1; i >= 0; i-- {
-		c.stops[i]()
-	}
+	o.res.newMgr, o.res.err = advisory.New(ctx, o.dsn, o.opts...)
 }
 
 // fnOutcome ends a callback the way the op drew: return nil or an error, panic, or wait

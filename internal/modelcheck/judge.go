@@ -1,4 +1,4 @@
-package advisory_test
+package modelcheck
 
 import (
 	"errors"
@@ -275,17 +275,4 @@ func waitClosed(ch <-chan struct{}, d time.Duration) bool {
 	case <-timer.C:
 		return false
 	}
-}
-
-func (w *world) count(o *op) {
-	class := errClass(o.res.err)
-	if o.res.panicked != nil {
-		class = "panic"
-	}
-	if w.outcomes[o.kind.String()] == nil {
-		w.outcomes[o.kind.String()] = map[string]int{}
-	}
-	w.outcomes[o.kind.String()][class]++
-	w.spent[o.kind.String()] += o.res.end.Sub(o.res.start)
-	w.calls++
 }

@@ -1,4 +1,4 @@
-package advisory_test
+package modelcheck
 
 import (
 	"errors"
@@ -9,7 +9,7 @@ import (
 )
 
 // Judging the fencing calls' results, right after the batch (their rows and the tokens in
-// the table are judged once the server has settled: see model_fence_rows_test.go).
+// the table are judged once the server has settled: see fence_rows.go).
 
 // beforeJudge marks the backends of fenced calls and Tokens that reported a loss because
 // their ctx ended (the server did not answer the CancelRequest within the cancel grace,

@@ -1,4 +1,4 @@
-package advisory_test
+package modelcheck
 
 import (
 	"context"
@@ -36,7 +36,7 @@ func (w *world) setupFence() {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	w.fence.tokens = map[string]int64{}
-	if _, err := admin.Exec(ctx, "DROP TABLE IF EXISTS "+modelWrites+", "+modelFenceTable+"; "+witnessSQL); err != nil {
+	if _, err := w.admin.Exec(ctx, "DROP TABLE IF EXISTS "+modelWrites+", "+modelFenceTable+"; "+witnessSQL); err != nil {
 		w.t.Fatalf("create %s: %v", modelWrites, err)
 	}
 	if err := w.slots[0].m.CreateFenceTable(ctx); err != nil {
@@ -76,7 +76,7 @@ func (w *world) judgeFence(ops []*op) []string {
 		}
 	}
 	// A backend whose client saw the connection fail may still be finishing its COMMIT.
-	if bad := waitGone(gone); bad != "" {
+	if bad := w.waitGone(gone); bad != "" {
 		return []string{bad}
 	}
 	rows, tokens, err := w.readFence(ids)
@@ -98,7 +98,7 @@ func (w *world) judgeFence(ops []*op) []string {
 }
 
 // waitGone polls until none of the backends pids is left, for up to settleBound.
-func waitGone(pids []int32) string {
+func (w *world) waitGone(pids []int32) string {
 	if len(pids) == 0 {
 		return ""
 	}
@@ -106,7 +106,7 @@ func waitGone(pids []int32) string {
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		var left int
-		err := admin.QueryRow(ctx, "SELECT count(*) FROM pg_stat_activity WHERE pid = ANY($1)", pids).Scan(&left)
+		err := w.admin.QueryRow(ctx, "SELECT count(*) FROM pg_stat_activity WHERE pid = ANY($1)", pids).Scan(&left)
 		cancel()
 		switch {
 		case err != nil:
@@ -131,7 +131,7 @@ func (w *world) readFence(ids []int64) (map[int64]fenceRow, map[advisory.Key]int
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	rows := map[int64]fenceRow{}
-	res, err := admin.Query(ctx, "SELECT op, pid, coalesce(held_at_commit, false) FROM "+modelWrites+" WHERE op = ANY($1)", ids)
+	res, err := w.admin.Query(ctx, "SELECT op, pid, coalesce(held_at_commit, false) FROM "+modelWrites+" WHERE op = ANY($1)", ids)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -147,7 +147,7 @@ func (w *world) readFence(ids []int64) (map[int64]fenceRow, map[advisory.Key]int
 		return nil, nil, err
 	}
 	tokens := map[advisory.Key]int64{}
-	res, err = admin.Query(ctx, "SELECT key, pair, token FROM "+modelFenceTable)
+	res, err = w.admin.Query(ctx, "SELECT key, pair, token FROM "+modelFenceTable)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -1,4 +1,4 @@
-package advisory_test
+package modelcheck
 
 // What the model knows of a batch before it runs: which calls contend with each other,
 // and what an isolated call must find.

@@ -1,4 +1,4 @@
-package advisory_test
+package modelcheck
 
 import (
 	"errors"

@@ -1,0 +1,39 @@
+// Package modelcheck is the model-based randomized test of the whole public API of
+// package advisory. The root package's TestModel and TestModelChecked call [Run], giving
+// it the test server, an admin pool and extra Manager options in a [Config].
+//
+// # What it drives
+//
+// Three Managers (each with its own application_name), their Locks and Sessions, and a
+// model of what each holds. Each step runs one to three calls at once, drawn from a
+// seeded generator (generator.go, ops.go) over few lock names, so that they contend: the
+// Manager's, Lock's and Session's lock calls, Do and Lead with an fn that returns nil, an
+// error, panics or waits, Holders, pg_terminate_backend of a random holder, Close
+// followed by a new Manager, and the fencing calls (fence_ops.go). Each call's ctx is
+// already done, cancelled by a timer, given a deadline, cancelled at its n-th Err check
+// (internal/checkctx), or only bounded (ctxplan.go).
+//
+// # What it checks
+//
+// Each result against the contract, given what the model knew before the batch
+// (judge*.go, fence_judge.go): a done ctx returns its error and changes nothing; a call
+// returns within 1 s of its ctx ending; TryLock of a held key is ErrLocked; Unlock twice
+// is ErrNotHeld; calls after Close are ErrClosed; after Do and Lead nothing is held; a
+// terminated holder is told. Then, polled until the server agrees (invariants.go): every
+// live handle's locks are granted in pg_locks to its backend and every lock of the
+// Managers' backends is some live handle's; nothing waits; holders of a key are
+// compatible; each pool's acquired connections equal its live Locks and Sessions. Then
+// the fenced rows (fence_rows.go): committed if and only if the call returned nil (or in
+// doubt after a loss during COMMIT), on the lock's backend, holding the keys at COMMIT;
+// and the tokens against the table. At the end: nothing in pg_locks, no goroutine left.
+//
+// # Replaying a seed
+//
+// A failure reports the seed, the last 30 steps, the model and pg_locks, and the line
+// that replays it. ADVISORY_MODEL_SEED sets the seed (the calls drawn depend on results
+// too, so a replay follows the same path as long as the results are the same),
+// ADVISORY_MODEL_DURATION the run time (60s under CI=true, else 20s), and
+// ADVISORY_MODEL_VERBOSE=1 logs every step. From the repository's root:
+//
+//	ADVISORY_MODEL_SEED=12345 go test -race -run TestModel .
+package modelcheck

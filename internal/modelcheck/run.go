@@ -1,0 +1,175 @@
+package modelcheck
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"runtime"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/pgadvisory/advisory"
+	"github.com/pgadvisory/advisory/internal/leak"
+	"github.com/pgadvisory/advisory/internal/pgtest"
+)
+
+// Config is what Run needs of the test harness.
+type Config struct {
+	// DSN returns the test server's connection string with extra key=value settings; it
+	// skips or fails t if there is no server.
+	DSN func(t testing.TB, extra ...string) string
+	// Admin is a plain pool on the server, for reading pg_locks, terminating backends
+	// and CheckToken's transactions.
+	Admin *pgxpool.Pool
+	// Options are added to the options of every Manager of the model.
+	Options []advisory.Option
+	// Seed seeds the generator; Duration is how long Run draws batches. See Settings.
+	Seed     uint64
+	Duration time.Duration
+}
+
+// ManagerOptions returns the options of every Manager of the model.
+func (c Config) ManagerOptions() []advisory.Option {
+	opts := []advisory.Option{advisory.WithCancelGrace(cancelGrace), advisory.WithFenceTable(modelFenceTable)}
+	return append(opts, c.Options...)
+}
+
+// Run runs the model for cfg.Duration with cfg.Seed, and fails t with a report and the
+// replay line on the first violation.
+func Run(t *testing.T, cfg Config) {
+	seed, duration := cfg.Seed, cfg.Duration
+	t.Logf("seed %d (replay: ADVISORY_MODEL_SEED=%d), running %v", seed, seed, duration)
+	before := runtime.NumGoroutine()
+	w := newWorld(t, cfg)
+	start := time.Now()
+	for time.Since(start) < duration {
+		w.runStep()
+	}
+	w.finish()
+	leak.Goroutines(t, before)
+	t.Logf("seed %d: %d steps, %d calls in %v (%v in calls, %v settling); slowest return after a ctx ended: %v\n%s",
+		seed, w.step, w.calls, time.Since(start).Round(time.Second), w.inCalls.Round(time.Second),
+		w.settling.Round(time.Second), w.maxLate.Round(time.Millisecond), w.stats())
+}
+
+// Settings returns the seed (ADVISORY_MODEL_SEED, else the time) and the run time
+// (ADVISORY_MODEL_DURATION, else 60s under CI=true and 20s otherwise), failing t on a
+// malformed value.
+func Settings(t testing.TB) (uint64, time.Duration) {
+	seed := uint64(time.Now().UnixNano())
+	if s := os.Getenv("ADVISORY_MODEL_SEED"); s != "" {
+		var err error
+		if seed, err = strconv.ParseUint(s, 10, 64); err != nil {
+			t.Fatalf("ADVISORY_MODEL_SEED=%q: %v", s, err)
+		}
+	}
+	duration := 20 * time.Second
+	if pgtest.InCI() {
+		duration = 60 * time.Second
+	}
+	if s := os.Getenv("ADVISORY_MODEL_DURATION"); s != "" {
+		var err error
+		if duration, err = time.ParseDuration(s); err != nil {
+			t.Fatalf("ADVISORY_MODEL_DURATION=%q: %v", s, err)
+		}
+	}
+	return seed, duration
+}
+
+// newWorld opens the model's Managers on cfg's server and creates the fencing tables;
+// the Managers are closed when the test ends.
+func newWorld(t *testing.T, cfg Config) *world {
+	seed := cfg.Seed
+	w := &world{t: t, seed: seed, admin: cfg.Admin, opts: cfg.ManagerOptions(), rng: rand.New(rand.NewPCG(seed, 0x5eed)),
+		prefix: fmt.Sprintf("model-%d/", os.Getpid()), dead: map[uint32]bool{}, checks: map[opKind]int{},
+		outcomes: map[string]map[string]int{}, spent: map[string]time.Duration{},
+		verbose: os.Getenv("ADVISORY_MODEL_VERBOSE") != ""}
+	for i := range modelNames {
+		w.names = append(w.names, fmt.Sprintf("k%d", i))
+	}
+	for i := range modelManagers {
+		app := fmt.Sprintf("advmodel-%d-m%d", os.Getpid(), i)
+		s := &mgrSlot{idx: i, app: app, dsn: cfg.DSN(t, "application_name="+app)}
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		m, err := advisory.New(ctx, s.dsn, w.opts...)
+		cancel()
+		if err != nil {
+			t.Fatalf("New: %v", err)
+		}
+		s.m = m
+		w.slots = append(w.slots, s)
+	}
+	w.setupFence()
+	// On failure, Close releases whatever is left (also what a bug leaked).
+	t.Cleanup(func() {
+		if w.hung {
+			return // Close would wait for the hung calls
+		}
+		for _, s := range w.slots {
+			s.m.Close()
+		}
+	})
+	return w
+}
+
+// runStep runs one batch, judges it, and checks the invariants; it stops the test with
+// a report on the first violation.
+func (w *world) runStep() {
+	w.step++
+	ops := w.genBatch()
+	w.batch = ops
+	t0 := time.Now()
+	hang := runBatch(ops)
+	w.inCalls += time.Since(t0)
+	if hang != "" {
+		w.hung = true
+		w.record(ops)
+		w.fail([]string{fmt.Sprintf("the batch did not return within %v; goroutines:\n%s", hangBound, hang)})
+	}
+	w.record(ops)
+	bad := w.judge(ops)
+	if len(bad) == 0 {
+		t1 := time.Now()
+		bad = w.settle()
+		w.settling += time.Since(t1)
+	}
+	if len(bad) == 0 {
+		bad = w.judgeFence(ops)
+	}
+	if len(bad) > 0 {
+		w.fail(bad)
+	}
+	w.prune()
+}
+
+// finish releases every Lock and Session, closes the Managers and checks that nothing is
+// left on the server.
+func (w *world) finish() {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var bad []string
+	for _, h := range w.liveLocks() {
+		if err := h.l.Unlock(ctx); err != nil {
+			bad = append(bad, fmt.Sprintf("final Unlock of %v: %v", h, err))
+		}
+		h.state = hReleased
+	}
+	for _, h := range w.liveSessions() {
+		if err := h.S.Close(ctx); err != nil {
+			bad = append(bad, fmt.Sprintf("final Close of %v: %v", h, err))
+		}
+		h.state = hReleased
+	}
+	bad = append(bad, w.settle()...)
+	for _, s := range w.slots {
+		s.m.Close()
+	}
+	bad = append(bad, w.settle()...)
+	if len(bad) > 0 {
+		w.fail(bad)
+	}
+}
