@@ -75,29 +75,18 @@ func (m *Manager) CreateFenceTable(ctx context.Context) error {
 	return nil
 }
 
-// Token returns the lock's fencing token: a number greater than every token any earlier
-// holder of the same lock took, in any process, across server restarts and crashes (not
-// across a failover to a standby that had not received the last tokens: use synchronous
-// replication for that). Hand it to every write the lock protects; the store refuses a
-// write whose token is smaller than one it has seen ([Manager.CheckToken] does that for
-// this database). A [Pair] lock and the bigint key of the same 64 bits are different
-// locks and count their tokens apart (a pair's first token starts above the key's newest,
-// for tables of earlier versions, where they shared a row).
+// Token returns the lock's fencing token: a number greater than every token an earlier
+// holder of the same key took, in any process, across restarts and crashes (and failovers
+// with synchronous replication). Hand it to every write the lock protects;
+// [Manager.CheckToken] refuses a stale one in this database. docs/fencing.md has the full
+// contract.
 //
-// The first call takes the token: one statement on the lock's connection that updates the
-// lock's row in the fencing table and waits for its commit to be flushed (about one disk
-// flush). Later calls return the same token at once. ctx governs that statement; a
-// cancelled call takes no token and keeps the lock. A token whose commit the server could
-// not confirm (ctx ended while the commit waited for a synchronous standby: the server
-// then commits locally with a WARNING) is never returned: the error wraps
-// [ErrCommitUnconfirmed], the lock is kept, and the next call takes a newer token. It fails with an error wrapping
-// [ErrLockLost] or [ErrNotHeld] if the lock has ended, even if a token was taken before,
-// and with one wrapping [ErrNoFenceTable] if the table does not exist or has an earlier
-// version's layout ([Manager.CreateFenceTable] creates or upgrades it).
-//
-// On a shared lock it returns an error wrapping [ErrSharedToken], whatever the lock's
-// state, sends nothing and keeps the lock: shared holders hold at once, so no token could
-// say which is newest.
+// The first call runs one statement on the lock's connection, governed by ctx, that bumps
+// the key's row in the fencing table and waits for its commit to be flushed; later calls
+// return the same token at once. On failure no token is returned and the lock is kept: an
+// error wraps [ErrCommitUnconfirmed] (the server could not confirm the commit), ctx's
+// error, [ErrNoFenceTable] (missing, or an earlier version's layout), [ErrSharedToken] (a
+// shared lock has no token), or the lock's end ([ErrLockLost], [ErrNotHeld]).
 func (l *Lock) Token(ctx context.Context) (int64, error) {
 	s := l.s
 	if s.shared {

@@ -6,42 +6,19 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// BeginFunc runs fn in a transaction on the connection that holds the lock, and commits
-// it if fn returns nil: a fenced write. A session-level advisory lock is released only by
-// an unlock or by the end of its session, so a commit on that session can only succeed
-// while the lock is held: a holder that stalled and lost its lock (its session was
-// terminated, the network failed) cannot commit afterwards, whatever it believes. Writes
-// to anything but this database are not fenced by it: see [Lock.Token] and
-// docs/fencing.md.
+// BeginFunc runs fn in a transaction on the connection that holds the lock and commits it
+// if fn returns nil: a fenced write, which can commit only while the lock's session, and
+// so the lock, exists. Writes elsewhere need [Lock.Token]. docs/fencing.md has the full
+// contract.
 //
 // It blocks until fn has returned and the transaction has ended. ctx governs the
-// transaction, and fn should pass it to its own statements: if ctx has ended before the
-// call, or ends during BEGIN, fn is not run, ctx's error is returned and the lock is kept
-// (BEGIN itself is not interrupted); a cancelled statement of fn fails the transaction,
-// which is rolled back, but the connection, and so the lock, is kept (the server is asked
-// to cancel, as for a Lock wait; only if it does not answer within the grace period is
-// the connection closed, which frees the lock). If ctx ends while fn runs, the
-// transaction is rolled back, not committed. Once fn has returned nil with ctx live, the
-// COMMIT is sent and not interrupted by ctx (5 s bound its round trip, as for BEGIN). It
-// waits for another BeginFunc running on the same Lock, bounded by ctx; Unlock waits for
-// it too.
-//
-// It returns nil if the transaction committed, confirmed as synchronous_commit promises;
-// an error wrapping [ErrCommitUnconfirmed] if it committed on the server but the server
-// warned that it could not confirm it (its wait for a synchronous standby was cancelled:
-// after a failover the commit may be gone). If fn returns an error, the transaction
-// is rolled back and that error returned. If the lock was lost before the call or is lost
-// before the commit, nothing is committed and the error wraps [ErrLockLost]; the same if
-// the commit fails because the session is gone. (As with any commit whose reply is lost,
-// a commit can succeed on the server while the reply never arrives; it then still
-// happened while the lock was held.) Loss detection keeps working while fn runs: Done is
-// closed as soon as the connection hangs up, and every later statement of fn fails. After
-// Unlock, BeginFunc returns an error wrapping [ErrNotHeld].
-//
-// If fn panics (or calls runtime.Goexit), the transaction is rolled back, the lock stays
-// held, and the panic goes on. fn must not keep tx, start a transaction of its own on
-// tx.Conn(), or unlock the lock through it; nor call the Lock's Unlock, Token or
-// BeginFunc, which wait for fn to return (take the token before BeginFunc).
+// transaction: if it ends before fn runs, fn is not run; if it ends while fn runs, the
+// transaction is rolled back; the lock is kept either way. Once fn has returned nil with
+// ctx live, COMMIT is sent and not interrupted. It returns nil if the commit is confirmed,
+// an error wrapping [ErrCommitUnconfirmed] if the server could not confirm it, fn's error
+// (rolled back), or an error wrapping [ErrLockLost] (nothing committed) or [ErrNotHeld]. A
+// panic in fn rolls back, keeps the lock and goes on. fn must not keep tx, begin on
+// tx.Conn(), or call this Lock's Unlock, Token or BeginFunc.
 func (l *Lock) BeginFunc(ctx context.Context, fn func(pgx.Tx) error) error {
 	return l.BeginTxFunc(ctx, pgx.TxOptions{}, fn)
 }

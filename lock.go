@@ -95,24 +95,17 @@ func (l *Lock) File() (*os.File, error) {
 	return os.NewFile(uintptr(fd), "advisory-lock-"+l.Key().String()), nil
 }
 
-// Lock takes the lock with the given name, blocking until it is held or ctx ends. The
-// wait happens on the server (pg_advisory_lock), with no polling. ctx governs getting a
-// connection from the pool and the wait.
-//
-// If ctx ends first, Lock returns an error for which errors.Is(err, ctx.Err()) holds,
-// promptly (the server is told to stop waiting with a CancelRequest), and the lock is not
-// held: if the grant raced the cancel, Lock releases it before returning. If every pool
-// connection stays pinned by this Manager's locks and waits until ctx ends, the error also
-// wraps [ErrPoolExhausted]. An invalid name returns an error wrapping [ErrInvalidKey]; a
-// closed Manager, [ErrClosed].
+// Lock takes the lock with the given name, blocking until it is held or ctx ends; the wait
+// happens on the server, with no polling. ctx governs getting a connection and the wait.
+// If ctx ends first, the error satisfies errors.Is(err, ctx.Err()), promptly, and the lock
+// is not held (a grant that raced the cancel is released first); it also wraps
+// [ErrPoolExhausted] if every connection stayed pinned by this Manager. An invalid name
+// wraps [ErrInvalidKey]; a closed Manager, [ErrClosed].
 //
 // Goroutines of one Manager that Lock the same name queue in the process, first come first
-// served, and wait on the server one at a time: however many there are, they pin at most
-// two connections (the holder's and the waiter's). Across processes the order is the
-// server's. (Shared-mode calls are not queued: readers do not wait for each other.)
-//
-// Locks are not reentrant: a second Lock of a name this Manager already holds waits, like
-// any other, until the first is released (with no ctx deadline, forever).
+// served, pinning at most two connections; across processes the order is the server's.
+// Locks are not reentrant: a second Lock of a name this Manager holds waits for the first
+// to be released.
 func (m *Manager) Lock(ctx context.Context, name string) (*Lock, error) {
 	t, err := m.named(name, false)
 	if err != nil {

@@ -56,27 +56,17 @@ type Manager struct {
 const DefaultMaxConns = 16
 
 // New parses connString (a PostgreSQL URL or keyword/value string, with pgxpool's pool_*
-// settings; pool_max_conns defaults to [DefaultMaxConns]) and returns a Manager. It connects to check that the server is reachable,
-// accepts the session settings and enforces advisory locks (a random key taken on one
-// session must be refused on a second: else [ErrUnsupportedServer]); ctx governs only
-// that check. On error nothing is left open.
+// settings; pool_max_conns defaults to [DefaultMaxConns]) and returns a Manager. It
+// connects to check that the server is reachable, accepts the session settings and
+// enforces advisory locks (else [ErrUnsupportedServer]); ctx governs only that check. On
+// error nothing is left open, and no error text contains the password (an unparsable
+// string wraps [ErrInvalidOption]).
 //
-// Every lock connection gets: TCP keepalive and TCP_USER_TIMEOUT on the client socket,
-// tcp_keepalives_* and tcp_user_timeout on the server end, client_connection_check_interval
-// (PostgreSQL 14+), and lock_timeout, statement_timeout, idle_in_transaction_session_timeout
-// and idle_session_timeout set to 0: ctx is the only timeout of a Lock call, and a held lock
-// lives exactly as long as its connection. Behind a proxy (PgBouncer in session mode, say)
-// none of these is set, since a shared backend would pass them on to other clients: see
-// docs/guarantees.md, "Poolers and proxies". connect_timeout defaults to 10s.
-//
-// Sessions are named, so that holders can be told apart in pg_stat_activity, [Manager.Holders]
-// and pgadvisory status: application_name defaults to "PROGRAM HOST/PID" (the program's
-// base name, the host name and the process ID, cut to PostgreSQL's 63 bytes) unless the
-// connection string or PGAPPNAME sets one.
-//
-// A connection string that cannot be parsed returns an error wrapping [ErrInvalidOption]
-// whose text never contains the password, whatever the string's form: it does not wrap
-// pgx's parse error, whose text may.
+// Every lock connection gets keepalive on both ends, client_connection_check_interval, and
+// no lock, statement or idle timeout, so that ctx is a Lock call's only timeout and a held
+// lock lives exactly as long as its connection; behind a proxy none of these is set.
+// Sessions are named "PROGRAM HOST/PID" unless the string or PGAPPNAME names them.
+// docs/locking.md has the full contract.
 func New(ctx context.Context, connString string, opts ...Option) (*Manager, error) {
 	cfg, err := pgxpool.ParseConfig(connString)
 	if err != nil {

@@ -205,24 +205,18 @@ func (l *Lock) WorkConfig(cfg *pgconn.Config) {
 	}
 }
 
-// Drain makes sure that no server session that worked for an earlier holder of the lock
-// is still running, so that this holding's work cannot overlap theirs: it finds the
-// sessions whose application_name carries the tag of another holding of the lock (see
-// [Lock.WorkAppName]; sessions of shared holders that hold the lock now are left alone),
-// waits up to the drain wait ([WithDrainWait], 1 s by default) for them to end on their
-// own, terminates those left (pg_terminate_backend) and waits until they are gone, which
-// means their transactions were rolled back. [Manager.Do], DoTx, TryDo and Lead call it
-// before fn; call it after [Manager.Lock] before starting the work.
+// Drain makes sure that no server session that worked for an earlier holder of the lock is
+// still running: it finds the sessions tagged for another holding (see
+// [Lock.WorkAppName]; shared co-holders that hold the lock now are spared), waits up to
+// [WithDrainWait] for them to end, terminates the rest and waits until they are gone.
+// [Manager.Do], DoTx, TryDo and Lead call it before fn; after [Manager.Lock], call it
+// before starting the work.
 //
-// It blocks for one statement on the lock's connection when nothing is found, else for
-// the wait and up to 10 s more for terminated sessions to go. ctx governs all of it: it
-// is checked before each statement and while waiting, but never interrupts a statement
-// (that would cost a CancelRequest, or the connection and the lock under load); each
-// statement is bounded by 5 s of its own. The lock is kept whatever happens. The report lists what was found, also on error. An
-// error wraps [ErrWorkNotDrained] if the role may not terminate a session (the text says
-// which privilege to grant) or a terminated session did not go in time; ctx.Err() if ctx
-// ended; the lock's end ([ErrLockLost], [ErrNotHeld]) if it ended. Sessions of earlier
-// holders may then still be running: do not start the work.
+// It blocks for one statement when nothing is found, else for the wait and up to 10 s
+// more. ctx is checked between statements and while waiting, never interrupting one. The
+// lock is kept whatever happens; the report lists what was found, also on error. An error
+// wraps [ErrWorkNotDrained] (no privilege to terminate: the text names the grant; or a
+// session did not go in time), ctx's error, or the lock's end: then do not start the work.
 func (l *Lock) Drain(ctx context.Context) (DrainReport, error) {
 	d := &drainer{s: l.s, prefix: l.s.workPrefix(), start: time.Now(), index: map[uint32]int{}}
 	err := d.run(ctx)
