@@ -12,7 +12,7 @@ import (
 
 // The fencing table's layout, and its upgrade from the layout of earlier versions (key
 // bigint PRIMARY KEY: a pair and the bigint key of the same 64 bits shared a row). As in
-// token.go, every function, type and operator is qualified with pg_catalog.
+// fence.go, every function, type and operator is qualified with pg_catalog.
 
 const createSQL = `CREATE TABLE IF NOT EXISTS %s (
 	key      bigint NOT NULL,

@@ -68,7 +68,7 @@ type pin struct {
 	closing bool  // Close has begun: the session must not become held
 	err     error // why the session ended: wraps ErrLockLost on loss, else ErrNotHeld
 
-	// While a caller's transaction runs on the connection (stateInTx; see tx.go):
+	// While a caller's transaction runs on the connection (stateInTx; see pin_tx.go):
 	txDone    chan struct{} // closed when it ends
 	txFD      int           // the session's own duplicate of the socket's descriptor, or -1; closed by end
 	announced bool          // done is closed already: a loss was seen during the transaction

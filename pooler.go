@@ -14,7 +14,7 @@ import (
 	"github.com/pgadvisory/advisory/internal/sockfd"
 )
 
-// Keys of a connection's PgConn.CustomData set by its setup (see setup.go): the backend
+// Keys of a connection's PgConn.CustomData set by its setup (see manager_setup.go): the backend
 // pid as pg_backend_pid() reported it (a proxy answers the startup with a BackendKeyData
 // of its own, so PgConn.PID is not to be trusted for this), the ownership token, and the
 // socket's descriptor (see connFD), the database's oid (see workTag), and, only on a connection that goes straight to its

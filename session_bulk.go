@@ -156,7 +156,7 @@ func notSent(pg *pgconn.PgConn, err error) bool {
 	return err != nil && pgconn.SafeToRetry(err) && !pg.IsClosed()
 }
 
-// reconcileKeys unlocks those of keys that the backend holds (see session.afterCancel).
+// reconcileKeys unlocks those of keys that the backend holds (see pin.afterCancel).
 func (p *pin) reconcileKeys(keys []int64, cancelSent bool) error {
 	return p.afterCancel(cancelSent, reconcileKeysSQL, keys, p.token)
 }

@@ -10,7 +10,7 @@ import (
 // ownedBy is the condition, true only on this connection's own backend, that every
 // statement acting on locks is made conditional on, in the same statement: $2 is the
 // ownership token the connection's setup stored in the advisory.owner setting of its
-// backend (see setup.go). Behind a transaction-pooling proxy a statement can run on a
+// backend (see manager_setup.go). Behind a transaction-pooling proxy a statement can run on a
 // backend that belongs to another client; there it does nothing, and the caller hears
 // ErrPooler instead of taking, or releasing, someone else's lock.
 const ownedBy = "pg_catalog.current_setting('" + ownerSetting + "', true) OPERATOR(pg_catalog.=) $2"
