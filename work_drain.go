@@ -2,13 +2,10 @@ package advisory
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -21,46 +18,6 @@ import (
 // of application_name. Everything before the holder part (workPrefix) is the same for
 // every holding of one lock; the holder part tells holdings apart, also two holdings on
 // one backend (the nonce).
-
-// workTag returns the holding's tag, made on first use.
-func (p *pin) workTag() string {
-	p.workOnce.Do(func() {
-		var b [8]byte
-		rand.Read(b[:]) // never fails (crypto/rand)
-		nonce := strconv.FormatUint(binary.LittleEndian.Uint64(b[:])%nonceSpace+nonceSpace, 36)[1:]
-		p.tag = p.workPrefix() + strconv.FormatUint(uint64(p.pid), 36) + "." + nonce
-	})
-	return p.tag
-}
-
-// nonceSpace is 36^6: six base-36 digits (formatted with a leading 1, then dropped, so
-// that leading zeros stay).
-const nonceSpace = 36 * 36 * 36 * 36 * 36 * 36
-
-// workPrefix is the part of the tag that every holding of the lock shares.
-func (p *pin) workPrefix() string {
-	key := strconv.FormatUint(uint64(p.key), 36)
-	if p.pair {
-		key = "p" + key
-	}
-	return "pgadv/" + strconv.FormatUint(uint64(p.dbOID), 36) + "/" + key + "/"
-}
-
-// holderOf returns the holder part of a tagged application_name ("PID.NONCE") and the
-// holder's pid; ok is false if app carries no well-formed tag with the prefix.
-func holderOf(app, prefix string) (holder string, pid uint32, ok bool) {
-	i := strings.Index(app, prefix)
-	if i < 0 {
-		return "", 0, false
-	}
-	holder, _, _ = strings.Cut(app[i+len(prefix):], " ")
-	p, nonce, found := strings.Cut(holder, ".")
-	n, err := strconv.ParseUint(p, 36, 32)
-	if !found || err != nil || nonce == "" {
-		return "", 0, false
-	}
-	return holder, uint32(n), true
-}
 
 // drainListSQL lists the sessions whose application_name carries the lock's tag prefix
 // ($1), other than the lock's own, with the backends that hold the lock now: $2, $3, $4
@@ -304,30 +261,4 @@ func (p *pin) logDrained(ds DrainedSession) {
 		slog.String("lock", p.describe()), slog.Uint64("pid", uint64(ds.PID)),
 		slog.String("application_name", ds.ApplicationName), slog.Bool("terminated", ds.Terminated),
 		slog.Duration("after", ds.After))
-}
-
-// heldOnServer asks the server, on a new work connection's own session (pg), whether the
-// lock's session still holds the lock; an error wrapping ErrLockLost if not. A drain
-// finds only sessions that have finished starting, so a work connection that was still
-// starting when the lock was lost, and the next holder drained, would escape it, and
-// this process may hear of the loss after the connection is up. Asked from the new
-// session, the server's answer closes that gap: if the lock was still held when the
-// connection asked, the connection was already visible to every later drain. (A lock
-// this process released is caught by the Lock's own state, read after this answer:
-// Unlock ends the Lock before its connection can hold the key for anyone else.)
-func (p *pin) heldOnServer(ctx context.Context, pg *pgconn.PgConn) error {
-	classid, objid, subid := pgLocksKey(p.key, p.pair)
-	q := func(n uint64) string { return " OPERATOR(pg_catalog.=) '" + strconv.FormatUint(n, 10) + "'" }
-	held, err := oneBool(pg.Exec(ctx, "SELECT EXISTS (SELECT FROM pg_catalog.pg_locks "+
-		"WHERE locktype OPERATOR(pg_catalog.=) 'advisory' AND granted AND pid"+q(uint64(p.pid))+
-		" AND database"+q(uint64(p.dbOID))+" AND classid"+q(uint64(classid))+" AND objid"+q(uint64(objid))+
-		" AND objsubid"+q(uint64(subid))+")").ReadAll())
-	switch {
-	case err != nil:
-		return fmt.Errorf("ask the server whether the lock is held: %w", err)
-	case held != "t":
-		return fmt.Errorf("%w: the server this connection reached shows the lock's session (backend pid %d) "+
-			"not holding it (lost, or another server: work tags work only on the lock's server)", ErrLockLost, p.pid)
-	}
-	return nil
 }

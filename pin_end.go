@@ -1,0 +1,142 @@
+package advisory
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/pgadvisory/advisory/internal/sockfd"
+)
+
+// release ends a held session: it stops the watcher, unlocks, and returns the connection
+// to the pool, or closes it if the release cannot be confirmed. endErr is what Err
+// reports afterwards. It returns nil on a confirmed release; the session's end error if
+// it had already ended (ErrNotHeld, or a loss); ErrNotHeld if another release is under
+// way, or the loss Close reports if that release is Close's; else the failed statement's
+// error (the connection is then closed).
+func (p *pin) release(ctx context.Context, endErr error) error {
+	if err := p.awaitTx(ctx); err != nil {
+		return err
+	}
+	p.mu.Lock()
+	switch p.state {
+	case stateEnded:
+		err := p.err
+		p.mu.Unlock()
+		return err
+	case stateReleasing:
+		closing := p.closing
+		p.mu.Unlock()
+		if closing { // the release under way is Close's: the lock ends as Close ends it
+			return p.closedLoss()
+		}
+		return ErrNotHeld
+	}
+	p.state = stateReleasing
+	p.mu.Unlock()
+	if !p.stopWatch() {
+		return p.endErr()
+	}
+	if err := p.unlock(ctx); err != nil {
+		failure, lost := p.unlockFailure(ctx, err)
+		if lost {
+			endErr = failure
+		}
+		p.end(false, endErr)
+		return failure
+	}
+	p.end(!p.retire.Load(), endErr)
+	return nil
+}
+
+// serverEnded reports whether err is the server ending the session (a FATAL or PANIC).
+func serverEnded(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && (pgErr.Severity == "FATAL" || pgErr.Severity == "PANIC")
+}
+
+func (p *pin) endErr() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.err
+}
+
+// shutdown is Close's part for one session: interrupt a wait, or release a held lock.
+func (p *pin) shutdown() {
+	p.mu.Lock()
+	p.closing = true
+	st := p.state
+	switch {
+	case st == stateAcquiring:
+		p.cancel.Interrupt()
+	case st == stateInTx && p.txFD >= 0:
+		sockfd.Shutdown(p.txFD) // the transaction fails and is rolled back; see endTx
+	}
+	p.mu.Unlock()
+	if st == stateHeld {
+		ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
+		defer cancel()
+		p.release(ctx, p.closedLoss())
+	}
+}
+
+// lose ends a held session whose connection failed.
+func (p *pin) lose(cause error) {
+	p.end(false, p.lossError(cause, ""))
+}
+
+// end closes the session: the connection goes back to the pool if keep, else it is
+// closed. err is what Err reports from now on.
+func (p *pin) end(keep bool, err error) {
+	p.mu.Lock()
+	if p.state == stateEnded {
+		p.mu.Unlock()
+		return
+	}
+	if p.announced {
+		err = p.err // the loss seen during a transaction, which Done announced already
+	}
+	p.state, p.err = stateEnded, err
+	announced := p.announced
+	p.announced = true
+	dup := p.txFD // unregistered: the last transaction's endTx removed it
+	p.txFD = -1
+	p.mu.Unlock()
+	if !p.heldSince.IsZero() {
+		p.logEnd(err, p.heldSince)
+		if h := p.m.set.hooks.Ended; h != nil && !p.multi && !p.hidden.Load() {
+			ev := p.event(0, time.Since(p.heldSince), endReason(err), lostErr(err))
+			callUser(p.m.set.logger, "hook Ended", func() { h(ev) })
+		}
+	}
+	if !keep {
+		p.discard()
+	}
+	if dup >= 0 {
+		sockfd.Close(dup)
+	}
+	p.pc.Release() // pgxpool destroys a closed connection instead of keeping it
+	p.m.forget(p)
+	if p.gated {
+		p.m.gates.sessionEnded(gateKey{p.key, p.pair})
+	}
+	if !announced {
+		close(p.done) // last: when Done closes, everything the session had is given back
+	}
+}
+
+// lostErr is err if it is a loss, else nil: a release's ErrNotHeld is not news.
+func lostErr(err error) error {
+	if errors.Is(err, ErrLockLost) {
+		return err
+	}
+	return nil
+}
+
+// discard closes the connection without returning it to the pool's idle set.
+func (p *pin) discard() {
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	p.pg.Close(ctx)
+}
