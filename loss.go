@@ -38,14 +38,14 @@ func (p *pin) hold() bool {
 	return true
 }
 
-// watchIdle makes the session held and starts its watcher. The caller holds s.mu.
+// watchIdle makes the session held and starts its watcher. The caller holds p.mu.
 //
 // The poller's registration is one-shot: the first event hands the session to its
 // reader. Descriptor numbers are reused as soon as a socket is closed, so the poller must
 // only ever be given s.fd while that number is certainly s's socket. The rule that
 // ensures it: a session is registered only while it is in watchPolled mode, and in that
 // mode nobody reads from or closes its connection (the poller does no I/O on it). Both
-// ways out of watchPolled, SocketEvent and stopWatch, remove the registration under s.mu
+// ways out of watchPolled, SocketEvent and stopWatch, remove the registration under p.mu
 // before anyone else may touch the connection. The reader goroutine, which may see the
 // connection fail and close it, starts only after that.
 func (p *pin) watchIdle() {
@@ -61,7 +61,7 @@ func (p *pin) watchIdle() {
 
 // startReader hands the connection to a new reader goroutine, with a fresh channel for
 // its exit: a Session's connection may go to a reader and back once per call. The caller
-// holds s.mu.
+// holds p.mu.
 func (p *pin) startReader() {
 	p.watch = watchReading
 	p.stopping.Store(false)

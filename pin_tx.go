@@ -136,7 +136,7 @@ func (p *pin) beginTx(ctx context.Context) error {
 	if err := p.waitTx(ctx, func() bool { return p.state == stateHeld && !p.closing }); err != nil {
 		return err
 	}
-	p.state, p.txDone = stateInTx, make(chan struct{}) // s.mu is locked: see waitTx
+	p.state, p.txDone = stateInTx, make(chan struct{}) // p.mu is locked: see waitTx
 	p.mu.Unlock()
 	if !p.stopWatch() {
 		p.closeTxDone()
@@ -163,7 +163,7 @@ func (p *pin) beginTx(ctx context.Context) error {
 // sockwatch.Watcher.AddHangup). It watches txFD, the session's own duplicate of the
 // socket's descriptor: the caller's statements may make pgx close the connection's
 // descriptor at any time, but the duplicate's number stays the session's until it closes
-// it (see end), after endTx removed the registration. The caller holds s.mu.
+// it (see end), after endTx removed the registration. The caller holds p.mu.
 func (p *pin) watchForHangup() {
 	if p.txFD < 0 || p.m.poller == nil {
 		return
@@ -174,7 +174,7 @@ func (p *pin) watchForHangup() {
 }
 
 // txBusy says what keeps beginTx (and release, see awaitTx) from taking the connection:
-// a channel to wait on, or an error to return. The caller holds s.mu.
+// a channel to wait on, or an error to return. The caller holds p.mu.
 func (p *pin) txBusy() (<-chan struct{}, error) {
 	switch {
 	case p.state == stateEnded:
@@ -199,9 +199,9 @@ func (p *pin) awaitTx(ctx context.Context) error {
 	return nil
 }
 
-// waitTx waits, bounded by ctx, until ready (called under s.mu) reports true, and returns
-// nil with s.mu still locked; or it returns what keeps it from waiting (see txBusy), or
-// ctx's error, with s.mu unlocked.
+// waitTx waits, bounded by ctx, until ready (called under p.mu) reports true, and returns
+// nil with p.mu still locked; or it returns what keeps it from waiting (see txBusy), or
+// ctx's error, with p.mu unlocked.
 func (p *pin) waitTx(ctx context.Context, ready func() bool) error {
 	for {
 		p.mu.Lock()
@@ -269,7 +269,7 @@ func (p *pin) closeTxDone() {
 // hungUp is the poller's report, during a transaction, that the connection hung up or
 // failed: the session, and so the lock, is gone. It shuts the socket down so that the
 // transaction's statements fail at once, and closes Done. The connection is given back
-// when the transaction returns (endTx). The caller holds s.mu.
+// when the transaction returns (endTx). The caller holds p.mu.
 func (p *pin) hungUp() {
 	p.watch = watchNone // the one-shot registration fired; endTx removes it
 	cause := sockfd.Err(p.txFD)
