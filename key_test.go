@@ -147,3 +147,19 @@ func TestValidateName(t *testing.T) {
 		})
 	}
 }
+
+func TestInvalidNamesAreRefusedBeforeAnyIO(t *testing.T) {
+	t.Parallel()
+	m := newManager(t, nil)
+	ctx := ctxT(t)
+	before := m.Stat().AcquireCount()
+	for _, name := range []string{"", strings.Repeat("k", 1<<20), "bad\xffutf8", "nul\x00"} {
+		_, err := m.Lock(ctx, name)
+		require.ErrorIs(t, err, advisory.ErrInvalidKey)
+		_, err = m.TryLock(ctx, name)
+		require.ErrorIs(t, err, advisory.ErrInvalidKey)
+		err = m.Do(ctx, name, func(context.Context) error { t.Error("fn ran"); return nil })
+		require.ErrorIs(t, err, advisory.ErrInvalidKey)
+	}
+	assert.Equal(t, before, m.Stat().AcquireCount(), "no connection was taken for an invalid name")
+}

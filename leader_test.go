@@ -3,6 +3,7 @@ package advisory_test
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"testing"
 	"time"
 
@@ -102,3 +103,36 @@ func TestLeadReturnsWhenTheFunctionDoes(t *testing.T) {
 	require.ErrorIs(t, m.Lead(ctx, "", func(context.Context) error { return nil }), advisory.ErrInvalidKey)
 	assert.Panics(t, func() { m.Lead(ctx, "x", nil) })
 }
+
+// Lead whose ctx ends just as the lock is granted releases it before returning. A log
+// handler makes the timing exact: it cancels ctx on the "lock acquired" record, which Lock
+// writes after the grant and before it returns to Lead.
+func TestLeadReleasesWhenCtxEndsAtGrant(t *testing.T) {
+	t.Parallel()
+	ctx := ctxT(t)
+	lctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	onGrant := slog.New(handlerFunc(func(r slog.Record) {
+		if r.Message == "advisory: lock acquired" {
+			cancel()
+		}
+	}))
+	m := newManager(t, nil, advisory.WithLogger(onGrant))
+	ran := false
+	err := m.Lead(lctx, t.Name(), func(context.Context) error { ran = true; return nil })
+	require.ErrorIs(t, err, context.Canceled)
+	assert.False(t, ran, "fn must not start once ctx has ended")
+	requireFree(t, advisory.KeyOf(t.Name()))
+	requireNoAcquired(t, m)
+}
+
+// handlerFunc is a slog.Handler that passes every record to a function.
+type handlerFunc func(slog.Record)
+
+func (h handlerFunc) Enabled(context.Context, slog.Level) bool { return true }
+
+func (h handlerFunc) Handle(_ context.Context, r slog.Record) error { h(r); return nil }
+
+func (h handlerFunc) WithAttrs([]slog.Attr) slog.Handler { return h }
+
+func (h handlerFunc) WithGroup(string) slog.Handler { return h }
