@@ -61,6 +61,8 @@ type pin struct {
 	multi     bool        // a multi-lock Session's connection: key and st are unused
 	hidden    atomic.Bool // no Ended hook: a Semaphore's turnstile, or a slot it let go unused
 	retire    atomic.Bool // close the connection at release instead of keeping it
+	// settled, once set, is what release waits for first (see settleFirst).
+	settled atomic.Pointer[<-chan struct{}]
 
 	mu      sync.Mutex
 	state   sessionState
@@ -206,6 +208,7 @@ func (s *pin) isClosing() bool {
 // way, or the loss Close reports if that release is Close's; else the failed statement's
 // error (the connection is then closed).
 func (s *pin) release(ctx context.Context, endErr error) error {
+	s.awaitSettled(ctx)
 	if err := s.awaitTx(ctx); err != nil {
 		return err
 	}

@@ -66,10 +66,9 @@ func TestSemaphoreCancelledAcquireLeavesNothing(t *testing.T) {
 			whose[l.PID()] = "m1's Acquire of " + at
 			require.Equal(t, held[victim].Key(), l.Key(), "only the freed slot can be taken")
 			require.NoError(t, l.Unlock(ctx))
-			// The wait for another slot, cancelled when this one was found, may take a
-			// CancelRequest's time to end.
-			eventually(t, 5*time.Second, func() bool { _, w := semaphoreRows(t, s1); return len(w) == 0 }, "waits end")
-			requireOnlyHolders(t, s1, held, whose, at+", after Unlock and the waits' end")
+			// At once: the wait for another slot, cancelled when this one was found, ended
+			// before Unlock returned.
+			requireOnlyHolders(t, s1, held, whose, at+", after Unlock")
 		}
 		requireFree(t, s1.TurnstileKey())
 		requireNoAcquired(t, m1)
@@ -84,6 +83,55 @@ func TestSemaphoreCancelledAcquireLeavesNothing(t *testing.T) {
 		got, cancelled, late[len(late)/2].Round(100*time.Microsecond), late[len(late)-1].Round(100*time.Microsecond))
 	assert.Less(t, late[len(late)/2], time.Second, "prompt")
 	assert.Positive(t, cancelled)
+}
+
+// TestSemaphoreUnlockEndsTheCancelledWait: a waiting Acquire that gets a slot other than
+// the one it waits for on the server cancels that wait, and returns without waiting for
+// the cancel to land; once Unlock of the slot it returned has returned, the wait has
+// ended too, and holds nothing. (Had the wait queued behind the returned slot's own
+// Lock, the Unlock would hand that slot to it.)
+func TestSemaphoreUnlockEndsTheCancelledWait(t *testing.T) {
+	t.Parallel()
+	m1, m2 := newManager(t, []string{"application_name=semunlock-m1"}), newManager(t, []string{"application_name=semunlock-m2"})
+	ctx := ctxT(t)
+	s1, err := m1.Semaphore(t.Name(), 2)
+	require.NoError(t, err)
+	s2, err := m2.Semaphore(t.Name(), 2)
+	require.NoError(t, err)
+	keys, whose := s1.SlotKeys(), map[uint32]string{}
+	for round := range 5 {
+		held := make([]*advisory.Lock, 2)
+		for i := range held {
+			held[i], err = s2.TryAcquire(ctx)
+			require.NoError(t, err)
+			whose[held[i].PID()] = fmt.Sprintf("m2's held[%d] of round %d", i, round)
+		}
+		got := make(chan *advisory.Lock, 1)
+		go func() {
+			l, err := s1.Acquire(ctx)
+			assert.NoError(t, err)
+			got <- l
+		}()
+		free := -1
+		eventually(t, 10*time.Second, func() bool {
+			for i, l := range held {
+				if lockRowsKey(t, l.Key(), false) == 1 {
+					free = 1 - i // the slot not waited on
+					return true
+				}
+			}
+			return false
+		}, "a waiter on a slot")
+		require.NoError(t, held[free].Unlock(ctx))
+		l := <-got
+		require.NotNil(t, l)
+		whose[l.PID()] = fmt.Sprintf("m1's Acquire of round %d", round)
+		require.Equal(t, held[free].Key(), l.Key(), "the freed slot (keys %v)", keys)
+		require.NoError(t, l.Unlock(ctx))
+		requireOnlyHolders(t, s1, held, whose, fmt.Sprintf("round %d, after Unlock", round))
+		require.NoError(t, held[1-free].Unlock(ctx))
+	}
+	requireNoAcquired(t, m1)
 }
 
 // semaphoreSeed returns the seed of a randomized semaphore test, from
