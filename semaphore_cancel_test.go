@@ -150,7 +150,7 @@ func semaphoreSeed(t *testing.T) uint64 {
 
 // requireOnlyHolders asserts that the live Locks of holders are the only rows of s's
 // slots: nobody else holds a slot or waits for one. A stranger is described with whose
-// (the Lock that backend served) and pg_stat_activity, so a failure says who it is.
+// (the Lock that backend last served) and pg_stat_activity, so a failure says who it is.
 func requireOnlyHolders(t *testing.T, s *advisory.Semaphore, holders []*advisory.Lock, whose map[uint32]string, at string) {
 	t.Helper()
 	ok := map[uint32]bool{}
@@ -163,9 +163,9 @@ func requireOnlyHolders(t *testing.T, s *advisory.Semaphore, holders []*advisory
 		rows := lockRows(t, k)
 		for _, r := range rows {
 			if !r.Granted || !ok[r.PID] {
-				t.Fatalf("%s: slot %d (key %d) %s by backend %d, %s; %s; the slot's rows: %v",
+				t.Fatalf("%s: slot %d (key %d) %s by backend %d (last a Lock of the test as %s); %s; the slot's rows: %v",
 					at, i, k, map[bool]string{true: "held", false: "waited for"}[r.Granted], r.PID,
-					cmp.Or(whose[r.PID], "no Lock of the test"), backendActivity(t, r.PID), rows)
+					cmp.Or(whose[r.PID], "never"), backendActivity(t, r.PID), rows)
 			}
 		}
 	}
