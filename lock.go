@@ -45,7 +45,9 @@ func (l *Lock) Err() error {
 
 // Unlock releases the lock and returns its connection to the pool. It blocks for one
 // round trip; ctx governs that round trip, and waiting for a [Lock.BeginFunc] in progress
-// on the lock (if ctx ends first, the lock stays held and the error wraps ctx.Err()).
+// on the lock (if ctx ends first, the lock stays held and the error wraps ctx.Err()). A
+// slot of [Semaphore.Acquire] may first wait, bounded by ctx, for the end of the wait
+// that Acquire cancelled on finding it.
 //
 // It returns nil when the server confirmed the release. If the lock had been lost, it
 // returns the loss error (wrapping [ErrLockLost]): the caller's critical section may have

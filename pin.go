@@ -60,6 +60,8 @@ type pin struct {
 	multi     bool        // a multi-lock Session's connection: key and st are unused
 	hidden    atomic.Bool // no Ended hook: a Semaphore's turnstile, or a slot it let go unused
 	retire    atomic.Bool // close the connection at release instead of keeping it
+	// settled, once set, is what release waits for first (see settleFirst).
+	settled atomic.Pointer[<-chan struct{}]
 
 	mu      sync.Mutex
 	state   sessionState

@@ -16,6 +16,7 @@ import (
 // way, or the loss Close reports if that release is Close's; else the failed statement's
 // error (the connection is then closed).
 func (p *pin) release(ctx context.Context, endErr error) error {
+	p.awaitSettled(ctx)
 	if err := p.awaitTx(ctx); err != nil {
 		return err
 	}

@@ -38,8 +38,12 @@ const SemaphoreRecheck = time.Second
 // wraps [ErrPoolExhausted].
 //
 // The returned [Lock] is an ordinary lock on the slot's name (see [Semaphore]): Unlock it
-// to free the slot; Done and Err report its loss. If ctx ends first, Acquire returns an
-// error for which errors.Is(err, ctx.Err()) holds, and holds neither a slot nor the
+// to free the slot; Done and Err report its loss. A slot found while waiting on the
+// server for another is returned at once, while that wait, cancelled, ends (a
+// CancelRequest's time; a slot granted to it in the race is released as soon as it has).
+// The slot's Unlock waits for that end before freeing the slot, so once Unlock has
+// returned nothing of the call is held or waited for. If ctx ends first, Acquire returns
+// an error for which errors.Is(err, ctx.Err()) holds, and holds neither a slot nor the
 // turnstile, as [Manager.Lock] guarantees for each. On a closed Manager, or one closed
 // while Acquire waits, it returns [ErrClosed].
 func (s *Semaphore) Acquire(ctx context.Context) (*Lock, error) {
@@ -103,19 +107,15 @@ func (s *Semaphore) await(ctx context.Context) (*Lock, error) {
 // waitFor waits on the server for slot t until SemaphoreRecheck has passed (it returns
 // nil, nil) or ctx ends. Meanwhile, whenever a slot is freed (a slot Lock of this process
 // ended, or ln heard a NOTIFY), it tries all slots on other connections, keeping its
-// place in t's queue. It returns the slot it got (the wait for t, cancelled, may still
-// be ending: if t is granted, it is released at once).
+// place in t's queue. It returns the slot it got; the wait for t, cancelled, may still
+// be ending: the slot's Unlock waits for it, and if t is granted, it is released at once.
 func (s *Semaphore) waitFor(ctx context.Context, t target, ln *listener) (*Lock, error) {
 	wctx, cancel := context.WithTimeout(ctx, SemaphoreRecheck)
 	defer cancel()
-	type result struct {
-		l   *Lock
-		err error
-	}
-	granted := make(chan result, 1)
+	granted := make(chan waitResult, 1)
 	go func() {
 		l, err := s.m.attempt(wctx, t, modeLock)
-		granted <- result{l, err}
+		granted <- waitResult{l, err}
 	}()
 	heard, stopped := ln.watch(wctx)
 	defer func() {
@@ -135,22 +135,56 @@ func (s *Semaphore) waitFor(ctx context.Context, t target, ln *listener) (*Lock,
 			continue
 		}
 		cancel()
-		end := func() {
-			if r := <-granted; r.l != nil { // granted as the wait was cancelled
-				r.l.s.hidden.Store(true) // never handed out: no Ended hook
-				s.watchEnd(r.l)
-				unlockDetached(context.WithoutCancel(ctx), r.l)
-			}
+		return s.abandonWait(ctx, granted, l, err)
+	}
+}
+
+// waitResult is the outcome of waitFor's wait on the server.
+type waitResult struct {
+	l   *Lock
+	err error
+}
+
+// abandonWait ends waitFor once its tries got l, or failed with err, and the wait on the
+// server has been cancelled: a slot granted to the wait in the race is released and
+// announced, never handed out. On err it returns once the wait has ended: the call holds
+// and waits for nothing. With l it returns at once, since the cancel takes a CancelRequest
+// to land (a server fork, ~10 ms), and l's Unlock waits for the wait's end: the wait may
+// have queued behind l itself (the tries ran before its statement reached the server),
+// and freeing l first would hand l's slot to it.
+func (s *Semaphore) abandonWait(ctx context.Context, granted <-chan waitResult, l *Lock, err error) (*Lock, error) {
+	end := func() {
+		if r := <-granted; r.l != nil { // granted as the wait was cancelled
+			r.l.s.hidden.Store(true) // never handed out: no Ended hook
+			s.watchEnd(r.l)
+			unlockDetached(context.WithoutCancel(ctx), r.l)
 		}
-		if err != nil { // ctx ended, say: hold and wait for nothing when returning
-			end()
-			return nil, err
+	}
+	if err != nil {
+		end()
+		return nil, err
+	}
+	ended := make(chan struct{})
+	go func() {
+		defer close(ended)
+		end()
+	}()
+	l.s.settleFirst(ended)
+	return l, nil
+}
+
+// settleFirst makes release wait until ended is closed before it lets the lock go: a
+// Semaphore's cancelled wait queued behind this slot would otherwise be granted it.
+func (p *pin) settleFirst(ended <-chan struct{}) { p.settled.Store(&ended) }
+
+// awaitSettled waits for what settleFirst named, or until ctx ends (the release then
+// fails with ctx's error and closes the connection, as it would anyway).
+func (p *pin) awaitSettled(ctx context.Context) {
+	if ended := p.settled.Load(); ended != nil {
+		select {
+		case <-*ended:
+		case <-ctx.Done():
 		}
-		// The cancelled wait takes a CancelRequest to end (a server fork, ~10 ms): let it
-		// end in the background. A slot granted meanwhile is released and announced; until
-		// then it is held by nobody, which never breaks the bound.
-		go end()
-		return l, nil
 	}
 }
 

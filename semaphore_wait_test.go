@@ -3,8 +3,6 @@ package advisory_test
 import (
 	"context"
 	"fmt"
-	"math/rand/v2"
-	"slices"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -75,80 +73,6 @@ func TestSemaphoreCrashedHolderFreesItsSlot(t *testing.T) {
 		terminate(t, pids[1-victim])
 	}
 	requireNoAcquired(t, m)
-}
-
-// TestSemaphoreCancelledAcquireLeavesNothing cancels Acquire at random points (seeded)
-// while another Manager holds every slot and frees one now and then: an Acquire either
-// gets a freed slot or returns the ctx error holding nothing, waiting for nothing, and
-// pinning no connection.
-func TestSemaphoreCancelledAcquireLeavesNothing(t *testing.T) {
-	t.Parallel()
-	m1, m2 := newManager(t, nil), newManager(t, nil)
-	ctx := ctxT(t)
-	s1, err := m1.Semaphore(t.Name(), 2)
-	require.NoError(t, err)
-	s2, err := m2.Semaphore(t.Name(), 2)
-	require.NoError(t, err)
-	seed := time.Now().UnixNano()
-	t.Logf("seed %d", seed)
-	rng := rand.New(rand.NewPCG(uint64(seed), 0))
-	held := make([]*advisory.Lock, 2)
-	for i := range held {
-		held[i], err = s2.TryAcquire(ctx)
-		require.NoError(t, err)
-	}
-	var got, cancelled int
-	var late []time.Duration
-	for range 40 {
-		wait, free := time.Duration(rng.IntN(40))*time.Millisecond, time.Duration(rng.IntN(60))*time.Millisecond
-		victim := rng.IntN(2)
-		unlocked := make(chan struct{})
-		freed := time.AfterFunc(free, func() { held[victim].Unlock(context.Background()); close(unlocked) })
-		actx, cancel := context.WithTimeout(ctx, wait)
-		l, err := s1.Acquire(actx)
-		returned := time.Now()
-		deadline, _ := actx.Deadline()
-		cancel()
-		if !freed.Stop() {
-			<-unlocked
-		}
-		if err != nil {
-			require.ErrorIs(t, err, context.DeadlineExceeded)
-			cancelled++
-			late = append(late, returned.Sub(deadline))
-			requireOnlyHolders(t, s1, held) // at once: nothing is left to finish
-		} else {
-			got++
-			require.Equal(t, held[victim].Key(), l.Key(), "only the freed slot can be taken")
-			require.NoError(t, l.Unlock(ctx))
-			// The wait for another slot, cancelled when this one was found, may take a
-			// CancelRequest's time to end.
-			eventually(t, 5*time.Second, func() bool { _, w := semaphoreRows(t, s1); return len(w) == 0 }, "waits end")
-			requireOnlyHolders(t, s1, held)
-		}
-		requireFree(t, s1.TurnstileKey())
-		requireNoAcquired(t, m1)
-		if held[victim].Err() != nil { // freed: take it back
-			held[victim], err = s2.TryAcquire(ctx)
-			require.NoError(t, err)
-		}
-	}
-	slices.Sort(late)
-	t.Logf("%d acquired, %d cancelled: returned after the deadline by %v median, %v max",
-		got, cancelled, late[len(late)/2].Round(100*time.Microsecond), late[len(late)-1].Round(100*time.Microsecond))
-	assert.Less(t, late[len(late)/2], time.Second, "prompt")
-	assert.Positive(t, cancelled)
-}
-
-// requireOnlyHolders asserts that the held Locks are the only rows of s's slots: nobody
-// else holds a slot or waits for one.
-func requireOnlyHolders(t *testing.T, s *advisory.Semaphore, held []*advisory.Lock) {
-	t.Helper()
-	rows, waiting := semaphoreRows(t, s)
-	require.Empty(t, waiting)
-	for _, r := range rows {
-		require.True(t, r.PID == held[0].PID() || r.PID == held[1].PID(), "slot held by %d (holders %d %d)", r.PID, held[0].PID(), held[1].PID())
-	}
 }
 
 // countingTracer counts the statements sent on a Manager's connections.
