@@ -66,23 +66,23 @@ func (m *Manager) Semaphore(name string, limit int) (*Semaphore, error) {
 func slotName(name string, i int) string { return name + "#slot/" + strconv.Itoa(i) }
 
 // Name returns the semaphore's name, with the Manager's namespace if it has one.
-func (s *Semaphore) Name() string { return s.name }
+func (sem *Semaphore) Name() string { return sem.name }
 
 // Limit returns the number of slots.
-func (s *Semaphore) Limit() int { return s.limit }
+func (sem *Semaphore) Limit() int { return sem.limit }
 
 // SlotKeys returns the keys of the slots, slot 0 first: a holder of the semaphore holds
 // exactly one of them.
-func (s *Semaphore) SlotKeys() []Key {
-	keys := make([]Key, len(s.slots))
-	for i, t := range s.slots {
+func (sem *Semaphore) SlotKeys() []Key {
+	keys := make([]Key, len(sem.slots))
+	for i, t := range sem.slots {
 		keys[i] = t.key
 	}
 	return keys
 }
 
 // TurnstileKey returns the key of the lock that waiting Acquire calls queue on.
-func (s *Semaphore) TurnstileKey() Key { return s.turnstile.key }
+func (sem *Semaphore) TurnstileKey() Key { return sem.turnstile.key }
 
 // TryAcquire takes a free slot if there is one, without waiting: it tries the slots one
 // round trip each, from a random one on. If all are held it returns an error wrapping
@@ -92,31 +92,31 @@ func (s *Semaphore) TurnstileKey() Key { return s.turnstile.key }
 // them ([ErrPoolExhausted]). On any error no slot is held. The returned [Lock] is an
 // ordinary lock on the slot's name: Unlock it to free the slot; Done and Err report its
 // loss.
-func (s *Semaphore) TryAcquire(ctx context.Context) (*Lock, error) {
+func (sem *Semaphore) TryAcquire(ctx context.Context) (*Lock, error) {
 	start := time.Now()
-	l, err := s.tryAll(ctx, false)
+	l, err := sem.tryAll(ctx, false)
 	switch {
 	case err != nil:
-		err = s.error("try acquire", err)
+		err = sem.error("try acquire", err)
 	case l == nil:
-		err = s.error("try acquire", fmt.Errorf("all %d slots are held: %w", s.limit, ErrLocked))
+		err = sem.error("try acquire", fmt.Errorf("all %d slots are held: %w", sem.limit, ErrLocked))
 	}
-	return s.report(ctx, true, start, l, err)
+	return sem.report(ctx, true, start, l, err)
 }
 
 // report tells the Manager's hooks about one Acquire or TryAcquire call, and returns its
 // result.
-func (s *Semaphore) report(ctx context.Context, try bool, start time.Time, l *Lock, err error) (*Lock, error) {
-	hooks := s.m.set.hooks
+func (sem *Semaphore) report(ctx context.Context, try bool, start time.Time, l *Lock, err error) (*Lock, error) {
+	hooks := sem.m.set.hooks
 	switch {
 	case err != nil && hooks.NotAcquired != nil:
-		ev := LockEvent{Name: s.name, Key: s.turnstile.key, Try: try, Wait: time.Since(start),
+		ev := LockEvent{Name: sem.name, Key: sem.turnstile.key, Try: try, Wait: time.Since(start),
 			Reason: failReason(ctx, err), Err: err}
-		callUser(s.m.set.logger, "hook NotAcquired", func() { hooks.NotAcquired(ev) })
+		callUser(sem.m.set.logger, "hook NotAcquired", func() { hooks.NotAcquired(ev) })
 	case err == nil && hooks.Acquired != nil:
 		ev := l.s.event(time.Since(start), 0, "", nil)
 		ev.Try = try
-		callUser(s.m.set.logger, "hook Acquired", func() { hooks.Acquired(ev) })
+		callUser(sem.m.set.logger, "hook Acquired", func() { hooks.Acquired(ev) })
 	}
 	if err != nil {
 		return nil, err
@@ -126,16 +126,16 @@ func (s *Semaphore) report(ctx context.Context, try bool, start time.Time, l *Lo
 
 // tryAll tries every slot once, from a random one on. It returns (nil, nil) if every
 // slot is held elsewhere.
-func (s *Semaphore) tryAll(ctx context.Context, waitPool bool) (*Lock, error) {
+func (sem *Semaphore) tryAll(ctx context.Context, waitPool bool) (*Lock, error) {
 	mode := modeTry
 	if waitPool {
 		mode = modeTrySlot
 	}
-	start := rand.IntN(s.limit)
-	for i := range s.limit {
-		l, err := s.m.attempt(ctx, s.slots[(start+i)%s.limit], mode)
+	start := rand.IntN(sem.limit)
+	for i := range sem.limit {
+		l, err := sem.m.attempt(ctx, sem.slots[(start+i)%sem.limit], mode)
 		if err == nil {
-			s.watchEnd(l)
+			sem.watchEnd(l)
 			return l, nil
 		}
 		if !errors.Is(err, ErrLocked) {
@@ -147,19 +147,19 @@ func (s *Semaphore) tryAll(ctx context.Context, waitPool bool) (*Lock, error) {
 
 // watchEnd wakes this process's waiting Acquire, and announces to other processes', when
 // l ends, so that the slot l frees is tried at once instead of at the next re-check.
-func (s *Semaphore) watchEnd(l *Lock) {
+func (sem *Semaphore) watchEnd(l *Lock) {
 	go func() {
 		<-l.Done()
-		s.wake.broadcast()
-		s.announce()
+		sem.wake.broadcast()
+		sem.announce()
 	}()
 }
 
-func (s *Semaphore) error(op string, err error) error {
+func (sem *Semaphore) error(op string, err error) error {
 	if errors.Is(err, ErrClosed) {
 		return ErrClosed
 	}
-	return &opError{op, "semaphore " + quote(s.name), err}
+	return &opError{op, "semaphore " + quote(sem.name), err}
 }
 
 // wakeup is a broadcast: channel returns a channel that the next broadcast closes.
@@ -191,13 +191,13 @@ func (w *wakeup) broadcast() {
 // "workers#slot/2"), grouped by slot. Acquire calls queued behind the first waiter are
 // not listed: they wait for the turnstile (see [Semaphore.TurnstileKey] and
 // [Manager.HoldersKey]). It runs one query on a pool connection; ctx governs it.
-func (s *Semaphore) Holders(ctx context.Context) ([]Holder, error) {
-	all, err := s.m.AllHolders(ctx)
+func (sem *Semaphore) Holders(ctx context.Context) ([]Holder, error) {
+	all, err := sem.m.AllHolders(ctx)
 	if err != nil {
 		return nil, err
 	}
-	slot := make(map[Key]bool, s.limit)
-	for _, t := range s.slots {
+	slot := make(map[Key]bool, sem.limit)
+	for _, t := range sem.slots {
 		slot[t.key] = true
 	}
 	var out []Holder

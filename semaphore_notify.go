@@ -20,19 +20,19 @@ import (
 // returned, and only hastens a waiter, which the re-check finds the slot for anyway.
 const notifyTimeout = time.Second
 
-func (s *Semaphore) channel() string {
-	return "advisory_semaphore_" + strconv.FormatUint(uint64(s.turnstile.key), 16)
+func (sem *Semaphore) channel() string {
+	return "advisory_semaphore_" + strconv.FormatUint(uint64(sem.turnstile.key), 16)
 }
 
 // announce tells waiting Acquire calls of other processes that a slot was freed.
-func (s *Semaphore) announce() {
-	if err := s.m.enter(); err != nil {
+func (sem *Semaphore) announce() {
+	if err := sem.m.enter(); err != nil {
 		return
 	}
-	defer s.m.active.Done()
+	defer sem.m.active.Done()
 	ctx, cancel := context.WithTimeout(context.Background(), notifyTimeout)
 	defer cancel()
-	s.m.pool.Exec(ctx, "SELECT pg_catalog.pg_notify($1, '')", s.channel()) // best effort: see notifyTimeout
+	sem.m.pool.Exec(ctx, "SELECT pg_catalog.pg_notify($1, '')", sem.channel()) // best effort: see notifyTimeout
 }
 
 // A listener is the waiting Acquire's connection that LISTENs on the semaphore's channel.
@@ -44,12 +44,12 @@ type listener struct {
 
 // listen returns a listener on s's channel. It blocks for a pool connection and one round
 // trip; ctx governs both.
-func (s *Semaphore) listen(ctx context.Context) (*listener, error) {
-	pc, err := s.m.pool.Acquire(ctx)
+func (sem *Semaphore) listen(ctx context.Context) (*listener, error) {
+	pc, err := sem.m.pool.Acquire(ctx)
 	if err != nil {
-		return nil, s.m.acquireError(ctx, err)
+		return nil, sem.m.acquireError(ctx, err)
 	}
-	if _, err := pc.Exec(ctx, "LISTEN "+pgx.Identifier{s.channel()}.Sanitize()); err != nil {
+	if _, err := pc.Exec(ctx, "LISTEN "+pgx.Identifier{sem.channel()}.Sanitize()); err != nil {
 		ln := &listener{pc}
 		ln.close(false)
 		return nil, err

@@ -18,57 +18,41 @@ import (
 const SemaphoreRecheck = time.Second
 
 // Acquire takes a slot of the semaphore, blocking until one is held or ctx ends. ctx
-// governs the whole call: getting pool connections, the queue and the waits.
+// governs the whole call: getting pool connections, the queue and the waits. It tries the
+// slots first; if all are held it queues on the turnstile lock (the server's order across
+// processes, this Manager's within it), and the first in the queue waits on the server
+// for one slot while NOTIFY tells it of others, so no waiter is starved. It needs up to
+// five pool connections besides the slots held (else [ErrPoolExhausted] with ctx's error).
 //
-// Acquire first tries the slots, as TryAcquire does. If all are held it joins the queue:
-// waiting callers queue on the turnstile lock (pg_advisory_lock, so in the server's
-// first-come-first-served order across processes, and in this Manager's own order within
-// the process, as [Manager.Lock] calls do). Only the first in the queue looks for a slot:
-// it waits on the server for one slot, where it is first in line, so a caller trying the
-// slots cannot take that one from it; when another slot is freed it tries them all while
-// keeping its place. It sends no statements while it waits, and tries all slots only when
-// a slot is freed or after [SemaphoreRecheck], when it moves on to wait for the next slot.
-// So a waiter is not starved: at the latest it gets the slot it waits for when that slot
-// is released. A caller arriving while slots are free, or just freed, may be served ahead
-// of the queue, as sync.Mutex lets a new caller barge. However many goroutines wait, a
-// process uses at most five connections for the waits (two for the turnstile queue, one
-// for the slot wait, one to LISTEN, one for the tries) besides the slots it holds, and,
-// briefly, one for each goroutine trying the slots on arrival. The pool must have room
-// for them: if this Manager's locks pin every connection until ctx ends, the error also
-// wraps [ErrPoolExhausted].
-//
-// The returned [Lock] is an ordinary lock on the slot's name (see [Semaphore]): Unlock it
-// to free the slot; Done and Err report its loss. A slot found while waiting on the
-// server for another is returned at once, while that wait, cancelled, ends (a
-// CancelRequest's time; a slot granted to it in the race is released as soon as it has).
-// The slot's Unlock waits for that end before freeing the slot, so once Unlock has
-// returned nothing of the call is held or waited for. If ctx ends first, Acquire returns
-// an error for which errors.Is(err, ctx.Err()) holds, and holds neither a slot nor the
-// turnstile, as [Manager.Lock] guarantees for each. On a closed Manager, or one closed
-// while Acquire waits, it returns [ErrClosed].
-func (s *Semaphore) Acquire(ctx context.Context) (*Lock, error) {
+// The returned [Lock] is an ordinary lock on the slot's name: Unlock frees the slot (once
+// it returns, nothing of the call is held or waited for); Done and Err report its loss.
+// If ctx ends first, the error satisfies errors.Is(err, ctx.Err()) and neither a slot nor
+// the turnstile is held; on a closed Manager it returns [ErrClosed]. docs/semaphore.md
+// has the full contract.
+func (sem *Semaphore) Acquire(ctx context.Context) (*Lock, error) {
 	start := time.Now()
-	l, err := s.acquire(ctx)
-	return s.report(ctx, false, start, l, err)
+	l, err := sem.acquire(ctx)
+	return sem.report(ctx, false, start, l, err)
 }
 
-func (s *Semaphore) acquire(ctx context.Context) (*Lock, error) {
-	l, err := s.tryAll(ctx, false)
+// acquire is Acquire without its report: the tries, then the queue.
+func (sem *Semaphore) acquire(ctx context.Context) (*Lock, error) {
+	l, err := sem.tryAll(ctx, false)
 	switch {
 	case l != nil:
 		return l, nil
 	case err != nil && !errors.Is(err, ErrPoolExhausted):
-		return nil, s.waitError(ctx, err)
+		return nil, sem.waitError(ctx, err)
 	}
-	ts, err := s.m.attempt(ctx, s.turnstile, modeLock)
+	ts, err := sem.m.attempt(ctx, sem.turnstile, modeLock)
 	if err != nil {
-		return nil, s.waitError(ctx, err)
+		return nil, sem.waitError(ctx, err)
 	}
-	l, err = s.await(ctx)
+	l, err = sem.await(ctx)
 	// The turnstile is let go in every case. If its release cannot be confirmed, Unlock
 	// has closed its connection, which frees it on the server: the next waiter goes on.
 	unlockDetached(ctx, ts)
-	if err == nil && s.m.isClosed() {
+	if err == nil && sem.m.isClosed() {
 		// Close released the slot the wait was granted as Close began: report the
 		// Close, not a Lock that has already ended.
 		l.s.hidden.Store(true)
@@ -76,31 +60,31 @@ func (s *Semaphore) acquire(ctx context.Context) (*Lock, error) {
 		err = ErrClosed
 	}
 	if err != nil {
-		return nil, s.waitError(ctx, err)
+		return nil, sem.waitError(ctx, err)
 	}
 	return l, nil
 }
 
 // await looks for a slot on behalf of the turnstile's holder: it tries them all, then
 // waits on the server for one, a different one each SemaphoreRecheck.
-func (s *Semaphore) await(ctx context.Context) (*Lock, error) {
-	ln, err := s.listen(ctx)
+func (sem *Semaphore) await(ctx context.Context) (*Lock, error) {
+	ln, err := sem.listen(ctx)
 	if err != nil {
 		return nil, err
 	}
 	defer ln.close(true)
-	next := rand.IntN(s.limit)
+	next := rand.IntN(sem.limit)
 	for {
 		// A slot freed before LISTEN took effect announced itself to nobody: try after it.
-		l, err := s.tryAll(ctx, true)
+		l, err := sem.tryAll(ctx, true)
 		if l != nil || err != nil {
 			return l, err
 		}
-		l, err = s.waitFor(ctx, s.slots[next], ln)
+		l, err = sem.waitFor(ctx, sem.slots[next], ln)
 		if l != nil || err != nil {
 			return l, err
 		}
-		next = (next + 1) % s.limit
+		next = (next + 1) % sem.limit
 	}
 }
 
@@ -109,12 +93,12 @@ func (s *Semaphore) await(ctx context.Context) (*Lock, error) {
 // ended, or ln heard a NOTIFY), it tries all slots on other connections, keeping its
 // place in t's queue. It returns the slot it got; the wait for t, cancelled, may still
 // be ending: the slot's Unlock waits for it, and if t is granted, it is released at once.
-func (s *Semaphore) waitFor(ctx context.Context, t target, ln *listener) (*Lock, error) {
+func (sem *Semaphore) waitFor(ctx context.Context, t target, ln *listener) (*Lock, error) {
 	wctx, cancel := context.WithTimeout(ctx, SemaphoreRecheck)
 	defer cancel()
 	granted := make(chan waitResult, 1)
 	go func() {
-		l, err := s.m.attempt(wctx, t, modeLock)
+		l, err := sem.m.attempt(wctx, t, modeLock)
 		granted <- waitResult{l, err}
 	}()
 	heard, stopped := ln.watch(wctx)
@@ -123,19 +107,19 @@ func (s *Semaphore) waitFor(ctx context.Context, t target, ln *listener) (*Lock,
 		stopped() // the listener's connection is idle again
 	}()
 	for {
-		wake := s.wake.channel() // before the tries, so that no release is missed
+		wake := sem.wake.channel() // before the tries, so that no release is missed
 		select {
 		case r := <-granted:
-			return s.waited(ctx, wctx, r.l, r.err)
+			return sem.waited(ctx, wctx, r.l, r.err)
 		case <-wake:
 		case <-heard:
 		}
-		l, err := s.tryAll(ctx, true)
+		l, err := sem.tryAll(ctx, true)
 		if l == nil && err == nil {
 			continue
 		}
 		cancel()
-		return s.abandonWait(ctx, granted, l, err)
+		return sem.abandonWait(ctx, granted, l, err)
 	}
 }
 
@@ -152,11 +136,11 @@ type waitResult struct {
 // to land (a server fork, ~10 ms), and l's Unlock waits for the wait's end: the wait may
 // have queued behind l itself (the tries ran before its statement reached the server),
 // and freeing l first would hand l's slot to it.
-func (s *Semaphore) abandonWait(ctx context.Context, granted <-chan waitResult, l *Lock, err error) (*Lock, error) {
+func (sem *Semaphore) abandonWait(ctx context.Context, granted <-chan waitResult, l *Lock, err error) (*Lock, error) {
 	end := func() {
 		if r := <-granted; r.l != nil { // granted as the wait was cancelled
 			r.l.s.hidden.Store(true) // never handed out: no Ended hook
-			s.watchEnd(r.l)
+			sem.watchEnd(r.l)
 			unlockDetached(context.WithoutCancel(ctx), r.l)
 		}
 	}
@@ -189,10 +173,10 @@ func (p *pin) awaitSettled(ctx context.Context) {
 }
 
 // waited is waitFor's outcome when the wait on the server returned.
-func (s *Semaphore) waited(ctx, wctx context.Context, l *Lock, err error) (*Lock, error) {
+func (sem *Semaphore) waited(ctx, wctx context.Context, l *Lock, err error) (*Lock, error) {
 	switch {
 	case err == nil:
-		s.watchEnd(l)
+		sem.watchEnd(l)
 		return l, nil
 	case ctx.Err() != nil:
 		return nil, ctx.Err()
@@ -204,9 +188,9 @@ func (s *Semaphore) waited(ctx, wctx context.Context, l *Lock, err error) (*Lock
 
 // waitError wraps err for Acquire. A ctx that ended is named explicitly, since err may
 // carry only the deadline of a re-check round instead.
-func (s *Semaphore) waitError(ctx context.Context, err error) error {
+func (sem *Semaphore) waitError(ctx context.Context, err error) error {
 	if ctx.Err() != nil && !errors.Is(err, ctx.Err()) {
 		err = fmt.Errorf("%w (%w)", ctx.Err(), err)
 	}
-	return s.error("acquire", err)
+	return sem.error("acquire", err)
 }
