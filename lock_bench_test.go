@@ -3,7 +3,6 @@ package advisory_test
 import (
 	"context"
 	"fmt"
-	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -137,17 +136,6 @@ func cycle(b *testing.B, m *advisory.Manager, lock func(*advisory.Manager, conte
 	}
 }
 
-func BenchmarkKeyOf(b *testing.B) {
-	for _, name := range []string{"migrations", "tenant/4f1c2a9e-8d53-4b7e-9a55-0e5b8c6f2d11/billing-run"} {
-		b.Run(name[:min(len(name), 10)], func(b *testing.B) {
-			b.SetBytes(int64(len(name)))
-			for i := 0; i < b.N; i++ {
-				advisory.KeyOf(name)
-			}
-		})
-	}
-}
-
 // BenchmarkContendedOneKey: 100 goroutines of one Manager take turns on one key (b.N
 // Lock+Unlock cycles in all). It reports max-conns, the most connections the pool had out
 // at once (the in-process queue keeps it at 2), and ns/op per handoff.
@@ -179,62 +167,6 @@ func BenchmarkContendedOneKey(b *testing.B) {
 	b.StopTimer()
 	close(stop)
 	b.ReportMetric(float64(<-most), "max-conns")
-}
-
-// BenchmarkSessionLockAll10000: one Session takes 10,000 locks in one call and releases
-// them (Close). ns/op is per 10,000; target: LockAll <= 100 ms. The Session's connection
-// is retired at each Close (it held more than the retire threshold), so every iteration
-// starts on a fresh backend, as a user's would.
-func BenchmarkSessionLockAll10000(b *testing.B) {
-	m := newManager(b, nil)
-	ctx := context.Background()
-	ns := names(b.Name(), 10000)
-	var locking time.Duration
-	b.ResetTimer()
-	for i := 0; i < b.N; i++ {
-		s, err := m.Session(ctx)
-		if err != nil {
-			b.Fatal(err)
-		}
-		start := time.Now()
-		if err := s.LockAll(ctx, ns); err != nil {
-			b.Fatal(err)
-		}
-		locking += time.Since(start)
-		if err := s.Close(ctx); err != nil {
-			b.Fatal(err)
-		}
-	}
-	b.ReportMetric(float64(locking.Milliseconds())/float64(b.N), "ms/LockAll")
-}
-
-// BenchmarkSessionMemoryPerLock reports the client heap a Session spends per held lock.
-func BenchmarkSessionMemoryPerLock(b *testing.B) {
-	m := newManager(b, nil)
-	ctx := context.Background()
-	const n = 10000
-	ns := names(b.Name(), n)
-	var perLock float64
-	for i := 0; i < b.N; i++ {
-		s, err := m.Session(ctx)
-		if err != nil {
-			b.Fatal(err)
-		}
-		var before, after runtime.MemStats
-		runtime.GC()
-		runtime.ReadMemStats(&before)
-		if err := s.LockAll(ctx, ns); err != nil {
-			b.Fatal(err)
-		}
-		runtime.GC()
-		runtime.ReadMemStats(&after)
-		perLock = float64(int64(after.HeapAlloc)-int64(before.HeapAlloc)) / n
-		runtime.KeepAlive(ns)
-		if err := s.Close(ctx); err != nil {
-			b.Fatal(err)
-		}
-	}
-	b.ReportMetric(perLock, "B/lock")
 }
 
 // BenchmarkHandoffRatio alternates a raw handoff (a waiter blocked in pg_advisory_lock
