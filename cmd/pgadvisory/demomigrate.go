@@ -86,7 +86,7 @@ func applyDemoSteps(ctx context.Context, tx pgx.Tx, worker string, stdout io.Wri
 		if os.Getppid() != parent {
 			return errors.New("the lock holder died: stopping")
 		}
-		fmt.Fprintf(stdout, "applied migration %d/%d\n", i, demoSteps)
+		fmt.Fprintf(stdout, "step %d/%d done, not committed yet\n", i, demoSteps)
 	}
 	return nil
 }

@@ -46,6 +46,8 @@ func startDemoServer(ctx context.Context, say func(string)) (*demoServer, error)
 	if strings.TrimSpace(os.Getenv(pglocal.EnvPGBin)) == "" {
 		if _, err := exec.LookPath("docker"); err != nil {
 			reasons = append(reasons, "docker: no docker command in PATH")
+		} else if !dockerEngineAnswers(ctx) {
+			reasons = append(reasons, "docker: no Docker engine answers (docker info failed)")
 		} else {
 			say("starting " + demoImage + " with the docker CLI (the first run pulls the image)...")
 			srv, err := startDockerServer(ctx)
@@ -148,4 +150,12 @@ func waitAccepting(ctx context.Context, dsn string, limit time.Duration) error {
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
+}
+
+// dockerEngineAnswers reports whether a Docker engine answers the docker CLI (within 5 s),
+// so that a machine without one is not shown docker run's error first.
+func dockerEngineAnswers(ctx context.Context) bool {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	return exec.CommandContext(ctx, "docker", "info", "--format", "{{.ServerVersion}}").Run() == nil
 }

@@ -7,6 +7,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/pgadvisory/advisory"
 )
 
@@ -32,9 +33,9 @@ func (d *demo) react(ctx context.Context, ev event) error {
 		d.say("demo", fmt.Sprintf("→ %s holds the lock %s after the SIGKILL", ev.worker.name, fmtDur(s.takeover)))
 	case strings.Contains(t, drainMarker):
 		d.explainDrain(ev)
-	case t == fmt.Sprintf("applied migration %d/%d", demoSlowStep-1, demoSteps) && s.holders == 1:
+	case t == fmt.Sprintf("step %d/%d done, not committed yet", demoSlowStep-1, demoSteps) && s.holders == 1:
 		d.kill(ctx, ev.worker)
-	case t == fmt.Sprintf("applied migration %d/%d", demoSlowStep-1, demoSteps) && s.holders == 2:
+	case t == fmt.Sprintf("step %d/%d done, not committed yet", demoSlowStep-1, demoSteps) && s.holders == 2:
 		return d.terminate(ctx, ev.worker)
 	case strings.Contains(t, "lost while the command ran") && !s.terminatedAt.IsZero():
 		s.told = ev.at.Sub(s.terminatedAt)
@@ -91,7 +92,14 @@ func (d *demo) awaitActive(ctx context.Context, pid uint32) {
 func (d *demo) startWorkers(ctx context.Context) error {
 	hi, lo := demoLockKey()
 	key := int64(uint64(hi)<<32 | uint64(lo))
-	if _, err := d.admin.Exec(ctx, "SELECT pg_catalog.pg_advisory_lock($1)", key); err != nil {
+	// A session of its own holds the lock: the demo's queries on d.admin would otherwise
+	// move the holder's state_change, and the workers' "held for ..." with it.
+	hold, err := pgx.ConnectConfig(ctx, d.admin.Config())
+	if err != nil {
+		return err
+	}
+	defer hold.Close(context.Background())
+	if _, err := hold.Exec(ctx, "SELECT pg_catalog.pg_advisory_lock($1)", key); err != nil {
 		return err
 	}
 	d.say("demo", `holds lock "migrations" while the workers start, so that they queue in order`)
@@ -103,7 +111,7 @@ func (d *demo) startWorkers(ctx context.Context) error {
 			return err
 		}
 	}
-	_, err := d.admin.Exec(ctx, "SELECT pg_catalog.pg_advisory_unlock($1)", key)
+	_, err = hold.Exec(ctx, "SELECT pg_catalog.pg_advisory_unlock($1)", key)
 	d.say("demo", `releases lock "migrations": the workers get it in turn`)
 	return err
 }

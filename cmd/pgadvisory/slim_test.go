@@ -72,11 +72,13 @@ func withoutRace(goflags string) string {
 	return strings.Join(keep, " ")
 }
 
-// fakeDocker is a docker CLI that logs its arguments to log: run prints an id (or fails
-// with FAKE_DOCKER_FAIL), port prints FAKE_DOCKER_ADDR, rm succeeds.
+// fakeDocker is a docker CLI that logs its arguments to log: info answers (or fails, as
+// with no engine, when FAKE_DOCKER_NOENGINE is set), run prints an id (or fails with
+// FAKE_DOCKER_FAIL), port prints FAKE_DOCKER_ADDR, rm succeeds.
 const fakeDocker = `#!/bin/sh
 printf '%s\n' "$*" >> "$FAKE_DOCKER_LOG"
 case "$1" in
+info) if [ -n "$FAKE_DOCKER_NOENGINE" ]; then echo "Cannot connect to the Docker daemon" >&2; exit 1; fi; echo 27.0 ;;
 run) if [ -n "$FAKE_DOCKER_FAIL" ]; then echo "$FAKE_DOCKER_FAIL" >&2; exit 125; fi; echo 4f9c2e1d ;;
 port) echo "$FAKE_DOCKER_ADDR" ;;
 esac
@@ -85,7 +87,8 @@ esac
 // TestDemoDockerCLI drives the demo's Docker path with a fake docker CLI (no Docker engine
 // here) whose published port is a local server: the commands it runs, the DSN built from
 // `docker port`, removal of the container on Ctrl-C, and the fallback to local binaries
-// when docker run fails.
+// when docker run fails or no engine answers (then docker run is not tried, and its error
+// is not shown).
 func TestDemoDockerCLI(t *testing.T) {
 	dsn(t) // skip or fail with the rest when there is no server
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -97,14 +100,15 @@ func TestDemoDockerCLI(t *testing.T) {
 	require.NoError(t, err)
 	dir := t.TempDir()
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "docker"), []byte(fakeDocker), 0o755))
-	for _, tc := range []struct{ name, fail, up string }{
-		{"runs", "", "PostgreSQL is up (docker postgres:16-alpine, container pgadvisory-demo-"},
-		{"fails", "docker: Cannot connect to the Docker daemon", "PostgreSQL is up (local binaries)"},
+	for _, tc := range []struct{ name, fail, noEngine, up string }{
+		{"runs", "", "", "PostgreSQL is up (docker postgres:16-alpine, container pgadvisory-demo-"},
+		{"fails", "docker: Cannot connect to the Docker daemon", "", "PostgreSQL is up (local binaries)"},
+		{"no engine", "", "1", "PostgreSQL is up (local binaries)"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			log := filepath.Join(t.TempDir(), "docker.log")
 			p := startEnv(t, []string{"PATH=" + dir + string(os.PathListSeparator) + os.Getenv("PATH"),
-				"ADVISORY_TEST_DSN=", "ADVISORY_TEST_PGBIN=", "FAKE_DOCKER_LOG=" + log, "FAKE_DOCKER_FAIL=" + tc.fail,
+				"ADVISORY_TEST_DSN=", "ADVISORY_TEST_PGBIN=", "FAKE_DOCKER_LOG=" + log, "FAKE_DOCKER_FAIL=" + tc.fail, "FAKE_DOCKER_NOENGINE=" + tc.noEngine,
 				"FAKE_DOCKER_ADDR=" + cfg.Host + ":" + strconv.Itoa(int(cfg.Port))}, "demo")
 			p.stdout.waitFor(t, tc.up, 60*time.Second)
 			require.NoError(t, p.cmd.Process.Signal(syscall.SIGINT))
@@ -114,6 +118,13 @@ func TestDemoDockerCLI(t *testing.T) {
 			require.NoError(t, err)
 			lines := strings.Split(strings.TrimSpace(string(calls)), "\n")
 			require.NotEmpty(t, lines)
+			require.Equal(t, "info --format {{.ServerVersion}}", lines[0], "the engine is asked first")
+			if tc.noEngine != "" {
+				assert.Equal(t, lines[:1], lines, "no engine: docker run is not tried")
+				assert.NotContains(t, r.stdout, "Cannot connect", "no engine: no docker error is shown")
+				return
+			}
+			lines = lines[1:]
 			run := strings.Fields(lines[0])
 			require.GreaterOrEqual(t, len(run), 5, "%s", calls)
 			name := run[4]
