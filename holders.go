@@ -42,7 +42,7 @@ const holdersSQL = `
 SELECT l.classid::bigint OPERATOR(pg_catalog.<<) 32 OPERATOR(pg_catalog.|) l.objid::bigint,
        l.objsubid OPERATOR(pg_catalog.=) 2, l.granted, l.mode OPERATOR(pg_catalog.=) 'ShareLock', l.pid,
        coalesce(a.application_name, ''),
-       coalesce(pg_catalog.host(a.client_addr) OPERATOR(pg_catalog.||) ':' OPERATOR(pg_catalog.||) a.client_port, ''),
+       coalesce(pg_catalog.host(a.client_addr) OPERATOR(pg_catalog.||) ':' OPERATOR(pg_catalog.||) a.client_port::pg_catalog.text, ''),
        a.backend_start, coalesce(a.state, ''),
        CASE WHEN l.granted THEN coalesce(a.state_change, a.query_start) ELSE a.query_start END,
        coalesce(a.query, '')

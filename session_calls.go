@@ -97,8 +97,11 @@ func (s *Session) takeInterruptibly(ctx context.Context, ts []target, try bool) 
 	}
 	err := s.take(ctx, ts, try)
 	var cf *connFailure
-	if err != nil && !errors.As(err, &cf) && ctx.Err() == nil && s.isClosing() {
-		return errSessionClosed // interrupted by Close; take released whatever it got
+	if err != nil && !errors.As(err, &cf) && !errors.Is(err, ctx.Err()) && s.isClosing() {
+		// Interrupted by Close (take released whatever it got): say so, also when ctx has
+		// ended since take looked at it, which would otherwise leave the server's answer
+		// to the interrupt (57014) as the error.
+		return errSessionClosed
 	}
 	return err
 }

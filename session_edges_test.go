@@ -2,11 +2,13 @@ package advisory_test
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/pgadvisory/advisory"
+	"github.com/pgadvisory/advisory/internal/checkctx"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -187,4 +189,47 @@ func TestHardeningSessionCloseRacesManagerClose(t *testing.T) {
 		go func() { defer wg.Done(); m.Close() }()
 		wg.Wait()
 	}
+}
+
+// TestSessionCloseDuringAWaitWhoseCtxEnds: Close interrupts a Session's Lock wait while
+// the call's ctx ends at its n-th check, for each n in turn: the call returns ctx's error
+// or ErrNotHeld (the Session was closed), never the server's answer to the interrupt
+// ("canceling statement due to user request", 57014), and the Session leaves nothing held
+// (found by TestModelChecked on PostgreSQL 13: the ctx ended between the two checks that
+// tell a Close's interrupt from a cancelled ctx).
+func TestSessionCloseDuringAWaitWhoseCtxEnds(t *testing.T) {
+	t.Parallel()
+	m, other := newManager(t, nil), newManager(t, nil)
+	ctx := ctxT(t)
+	busy := t.Name() + "/busy"
+	key := advisory.KeyOf(busy)
+	blocker, err := other.Lock(ctx, busy)
+	require.NoError(t, err)
+	for n := 1; n <= 12; n++ {
+		s, err := m.Session(ctx)
+		require.NoError(t, err)
+		cctx := checkctx.CancelAt(ctx, n)
+		done := make(chan error, 1)
+		go func() { done <- s.Lock(cctx, busy) }()
+		var got error
+		returned := false
+		require.True(t, within(10*time.Second, time.Millisecond, func() bool {
+			select {
+			case got = <-done:
+				returned = true
+				return true
+			default:
+				return len(lockRows(t, key)) == 2 // the blocker and the Session's wait
+			}
+		}), "n=%d: the call neither waited nor returned", n)
+		require.NoError(t, s.Close(ctx))
+		if !returned {
+			got = <-done
+		}
+		require.Error(t, got, "n=%d", n)
+		assert.True(t, errors.Is(got, context.Canceled) || errors.Is(got, advisory.ErrNotHeld),
+			"n=%d: got %v, want ctx's error or ErrNotHeld", n, got)
+		requireHeldBy(t, key, blocker.PID())
+	}
+	requireNoAcquired(t, m)
 }

@@ -47,7 +47,7 @@ BEGIN
         EXECUTE format('CREATE AGGREGATE shadow.%I(anyelement) (sfunc = shadow.agg, stype = bigint)', r.proname);
       ELSE
         EXECUTE format('CREATE FUNCTION shadow.%I(%s) RETURNS %s LANGUAGE plpgsql AS %L',
-                       r.proname, r.args, r.res, raise);
+                       r.proname, r.args, r.res, replace(raise, 'a shadow in', 'shadow function ' || r.proname || ' in'));
       END IF;
       n := n + 1;
     EXCEPTION WHEN OTHERS THEN NULL;
@@ -58,7 +58,8 @@ BEGIN
            WHERE o.oprnamespace = 'pg_catalog'::regnamespace AND o.oprleft <> 0 AND o.oprname = ANY (operators) LOOP
     BEGIN
       EXECUTE format('CREATE FUNCTION shadow.op_%s(%s, %s) RETURNS %s LANGUAGE plpgsql AS %L',
-                     r.oid, r.l, r.rt, r.res, raise);
+                     r.oid, r.l, r.rt, r.res,
+                     replace(raise, 'a shadow in', format('shadow operator %s(%s, %s) in', r.oprname, r.l, r.rt)));
       EXECUTE format('CREATE OPERATOR shadow.%s (LEFTARG = %s, RIGHTARG = %s, FUNCTION = shadow.op_%s)',
                      r.oprname, r.l, r.rt, r.oid);
       n := n + 1;
