@@ -125,11 +125,11 @@ func slow(dsn string, seconds int, app string) string {
 }
 
 // newManager returns a Manager on dsn, closed when t ends.
-func newManager(t testing.TB, dsn string) *advisory.Manager {
+func newManager(t testing.TB, dsn string, opts ...advisory.Option) *advisory.Manager {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	m, err := advisory.New(ctx, dsn)
+	m, err := advisory.New(ctx, dsn, opts...)
 	require.NoError(t, err)
 	t.Cleanup(m.Close)
 	return m

@@ -1,11 +1,14 @@
 package advgoose_test
 
 import (
+	"bytes"
 	"context"
 	"database/sql"
 	"fmt"
+	"log/slog"
 	"os"
 	"os/exec"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -72,8 +75,10 @@ func TestFiveProvidersOneSIGKILLed(t *testing.T) {
 	}
 	results := make([]result, 4)
 	var wg sync.WaitGroup
+	var logs lockedBuffer
+	logger := slog.New(slog.NewTextHandler(&logs, nil))
 	for i := range results {
-		lk := advgoose.New(newManager(t, dsn), "migrations")
+		lk := advgoose.New(newManager(t, dsn, advisory.WithLogger(logger)), "migrations")
 		p := newProvider(t, dsn, lk, true)
 		wg.Go(func() {
 			rs, err := p.Up(ctx)
@@ -102,7 +107,34 @@ func TestFiveProvidersOneSIGKILLed(t *testing.T) {
 	require.NotContains(t, apps[2], "victim", "the victim's migration 2 rolled back")
 	require.Zero(t, count(t, admin, "SELECT count(*) FROM pg_stat_activity WHERE pid = $1", deadPID))
 	require.Less(t, took, 20*time.Second, "the dead backend's minute of sleep was not waited out")
+	drained := logs.line("drained an earlier holder's session")
+	require.Contains(t, drained, fmt.Sprintf("pid=%d ", deadPID), "the taker drained the dead backend")
+	t.Logf("drain: %s", drained)
 	t.Logf("after the SIGKILL, the survivors were done in %v (the dead backend %d would have slept 60 s)", took, deadPID)
+}
+
+// lockedBuffer is a log destination for several goroutines.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+// line returns the first line that contains s, or "".
+func (b *lockedBuffer) line(s string) string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for l := range strings.Lines(b.buf.String()) {
+		if strings.Contains(l, s) {
+			return strings.TrimSpace(l)
+		}
+	}
+	return ""
 }
 
 // sleepingBackend waits until a backend whose application_name contains app runs
