@@ -104,3 +104,21 @@ func keys(m map[int]string) []int {
 	}
 	return ks
 }
+
+// A Lock whose ctx ends while another holder has the lock returns ctx's error and leaves
+// nothing held or waiting on the server; the Locker can lock again afterwards.
+func TestLockWaitEndsWithCtx(t *testing.T) {
+	dsn, admin := database(t)
+	m := newManager(t, dsn)
+	other, err := m.Lock(context.Background(), "migrations")
+	require.NoError(t, err)
+	lk := advgoose.New(newManager(t, dsn), "migrations")
+	short, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	require.ErrorIs(t, lk.Lock(short, nil), context.DeadlineExceeded)
+	require.Nil(t, lk.Held())
+	require.Zero(t, count(t, admin, "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted"))
+	require.NoError(t, other.Unlock(context.Background()))
+	require.NoError(t, lk.Lock(context.Background(), nil))
+	require.NoError(t, lk.Unlock(context.Background(), nil))
+}
