@@ -14,9 +14,9 @@
 // (docs/work.md in the advisory repository): before migrate runs anything it drains the
 // sessions an earlier holder left running (a replica SIGKILLed in the middle of a
 // migration), and it tags the driver's own session so that the next holder drains it in
-// turn. When the lock is lost, it refuses to start another migration, and
-// [Driver.StopOnLoss] also signals the Migrate's GracefulStop. A migration already running
-// runs on until it ends, or until the next holder's drain ends its session.
+// turn. When the lock is lost, it refuses to start another migration; a migration already
+// running runs on until it ends, or until the next holder's drain ends its session.
+// [WithRecoverDirty] mends, under the lock, a version an interrupted migration left dirty.
 //
 // See the "golang-migrate as a library" section of docs/migrations.md in the advisory
 // repository for the mixed case (wrapped and unwrapped replicas) and the recovery from a

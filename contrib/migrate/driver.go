@@ -19,7 +19,10 @@ const unlockTimeout = 5 * time.Second
 // Driver is a database.Driver whose Lock and Unlock take and release an advisory lock
 // with an [advisory.Manager]; Open, Close, Run, SetVersion, Version and Drop go to the
 // wrapped driver. While a holding is current, its loss makes Run, Drop and a SetVersion
-// that marks a migration as started fail with an error wrapping [advisory.ErrLockLost].
+// that marks a migration as started fail with an error wrapping [advisory.ErrLockLost]:
+// migrate starts no further migration, and its Up (Down, Steps, Migrate) returns that
+// error, with the loss that Unlock returns. The migration running at the loss runs on
+// until it ends, or until the next holder's drain ends its session.
 // A Driver is safe for concurrent use by multiple goroutines, as migrate uses it.
 type Driver struct {
 	inner database.Driver
@@ -30,9 +33,7 @@ type Driver struct {
 	mu      sync.Mutex
 	locking bool           // a Lock is waiting
 	l       *advisory.Lock // the holding; nil when unlocked
-	quit    chan struct{}  // ends the holding's loss watcher
 	ranOK   bool           // the last call was a Run that succeeded
-	stops   []chan<- bool  // GracefulStop channels signalled on loss (StopOnLoss)
 	closed  bool
 }
 
@@ -136,13 +137,10 @@ func (d *Driver) check(op string) error {
 	return nil
 }
 
-// take ends the holding's watcher and returns its Lock, nil if none; d.mu is held.
+// take ends the holding and returns its Lock, nil if none; d.mu is held.
 func (d *Driver) take() *advisory.Lock {
 	l := d.l
-	if l != nil {
-		close(d.quit)
-		d.l, d.quit, d.ranOK = nil, nil, false
-	}
+	d.l, d.ranOK = nil, false
 	return l
 }
 

@@ -47,9 +47,6 @@ func Example() {
 	}
 	defer mg.Close()                 // closes the driver and db, not m
 	mg.LockTimeout = 6 * time.Minute // longer than the wrapper's wait
-	if err := locked.StopOnLoss(mg); err != nil {
-		log.Fatal(err)
-	}
 
 	err = mg.Up()
 	switch {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"strings"
 	"time"
 
@@ -25,13 +26,13 @@ var errClosed = errors.New("advmigrate: the driver is closed")
 // [advisory.Lock.Drain]) and tags the wrapped driver's session as this holding's work
 // (application_name and the settings of [advisory.Lock.WorkOptions], set with a
 // statement run through the driver's Run), so that a later holder drains it if this
-// process dies mid-migration. On any error nothing is held. A second Lock before Unlock
-// returns database.ErrLocked, as the drivers do.
+// process dies mid-migration; with [WithRecoverDirty] it then mends a dirty version. On
+// any error nothing is held. A second Lock before Unlock returns database.ErrLocked, as
+// the drivers do.
 //
 // migrate waits for Lock at most its LockTimeout (15 s by default) and then gives up
-// without calling Unlock: keep LockTimeout longer than the wrapper's wait
-// ([Driver.StopOnLoss] checks it). If it is shorter, a lock taken after migrate gave up
-// stays held until [Driver.Close].
+// without calling Unlock: keep LockTimeout longer than the wrapper's wait. If it is
+// shorter, a lock taken after migrate gave up stays held until [Driver.Close].
 func (d *Driver) Lock() error {
 	d.mu.Lock()
 	if d.closed || d.l != nil || d.locking {
@@ -55,8 +56,7 @@ func (d *Driver) Lock() error {
 		release(l)
 		return errClosed
 	}
-	d.l, d.quit, d.ranOK = l, make(chan struct{}), false
-	go watch(l, d.quit, append([]chan<- bool(nil), d.stops...))
+	d.l, d.ranOK = l, false
 	return nil
 }
 
@@ -78,7 +78,30 @@ func (d *Driver) hold() (*advisory.Lock, error) {
 		release(l)
 		return nil, fmt.Errorf("advmigrate: lock %q: tag the migration's session: %w", d.name, err)
 	}
+	if err := d.recoverDirty(); err != nil {
+		d.inner.Run(strings.NewReader(untagSQL)) // best effort: else the next holder ends the session
+		release(l)
+		return nil, fmt.Errorf("advmigrate: lock %q: recover a dirty version: %w", d.name, err)
+	}
 	return l, nil
+}
+
+// recoverDirty sets a dirty version to the one before it (WithRecoverDirty).
+func (d *Driver) recoverDirty() error {
+	if d.o.recover == nil {
+		return nil
+	}
+	v, dirty, err := d.inner.Version()
+	if err != nil || !dirty {
+		return err
+	}
+	prev := database.NilVersion
+	if p, err := d.o.recover.Prev(uint(v)); err == nil {
+		prev = int(p)
+	} else if !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	return d.inner.SetVersion(prev, false)
 }
 
 // Unlock gives the wrapped driver's session its own application_name back and releases
@@ -104,26 +127,6 @@ func (d *Driver) Unlock() error {
 			"carries the holding's tag (the next holder will end it): %w", d.name, untag)
 	}
 	return nil
-}
-
-// watch signals stops when l is lost, not when Unlock ends it (quit is closed first).
-func watch(l *advisory.Lock, quit <-chan struct{}, stops []chan<- bool) {
-	select {
-	case <-quit:
-		return
-	case <-l.Done():
-	}
-	select {
-	case <-quit:
-		return
-	default:
-	}
-	for _, ch := range stops {
-		select {
-		case ch <- true:
-		default: // a stop is already pending
-		}
-	}
 }
 
 // tagSQL sets application_name to the holding's tag followed by the session's own name,

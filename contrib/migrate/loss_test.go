@@ -2,8 +2,6 @@ package advmigrate_test
 
 import (
 	"context"
-	"fmt"
-	"strings"
 	"testing"
 	"time"
 
@@ -18,34 +16,25 @@ import (
 )
 
 // TestLossStopsFurtherMigrations: the lock's session is terminated while migration 2
-// runs. Migration 2 runs to its end and is recorded; migration 3 is not started, and Up
-// returns the loss. With StopOnLoss, migrate stops at its GracefulStop; without it, the
-// wrapper refuses to mark migration 3 as started.
+// runs. Migration 2 runs to its end and is recorded; the wrapper refuses to mark
+// migration 3 as started, and Up returns the loss.
 func TestLossStopsFurtherMigrations(t *testing.T) {
 	t.Parallel()
-	for _, stopOnLoss := range []bool{true, false} {
-		t.Run(fmt.Sprintf("StopOnLoss=%v", stopOnLoss), func(t *testing.T) {
-			t.Parallel()
-			dsn := freshDB(t, 2*time.Second)
-			conn := connect(t, dsn)
-			mg, d := newMigrate(t, dsn, newManager(t, dsn), t.Name())
-			if stopOnLoss {
-				require.NoError(t, d.StopOnLoss(mg))
-			}
-			errc := make(chan error, 1)
-			go func() { errc <- mg.Up() }()
-			eventually(t, 30*time.Second, func() bool { pid, _ := sleeper(t, conn); return pid != 0 }, "migration 2 runs")
-			terminateHolder(t, conn, t.Name())
+	dsn := freshDB(t, 2*time.Second)
+	conn := connect(t, dsn)
+	mg, _ := newMigrate(t, dsn, newManager(t, dsn), t.Name())
+	errc := make(chan error, 1)
+	go func() { errc <- mg.Up() }()
+	eventually(t, 30*time.Second, func() bool { pid, _ := sleeper(t, conn); return pid != 0 }, "migration 2 runs")
+	terminateHolder(t, conn, t.Name())
 
-			err := <-errc
-			require.ErrorIs(t, err, advisory.ErrLockLost)
-			assert.Equal(t, !stopOnLoss, strings.Contains(err.Error(), "refused"), "who stopped migration 3: %v", err)
-			applied, version, dirty := state(t, conn)
-			assert.Equal(t, []int{1, 2}, applied, "migration 2 ran to its end, migration 3 never started")
-			assert.Equal(t, 2, version)
-			assert.False(t, dirty)
-		})
-	}
+	err := <-errc
+	require.ErrorIs(t, err, advisory.ErrLockLost)
+	assert.Contains(t, err.Error(), "set the version refused", "the wrapper stopped migration 3")
+	applied, version, dirty := state(t, conn)
+	assert.Equal(t, []int{1, 2}, applied, "migration 2 ran to its end, migration 3 never started")
+	assert.Equal(t, 2, version)
+	assert.False(t, dirty)
 }
 
 // terminateHolder terminates the session holding the advisory lock name.
@@ -94,8 +83,7 @@ func TestWrappedInstancesExcludeEachOtherNotTheDriversLock(t *testing.T) {
 	require.NoError(t, d2.Unlock())
 }
 
-// TestInvalidOptions: a wait that is not positive, and a Migrate that would give up
-// waiting before the wrapper does.
+// TestInvalidOptions: a wait that is not positive, a nil source to recover from.
 func TestInvalidOptions(t *testing.T) {
 	t.Parallel()
 	dsn := freshDB(t, 0)
@@ -104,8 +92,6 @@ func TestInvalidOptions(t *testing.T) {
 		_, _, err := openMigrate(dsn, m, t.Name(), advmigrate.WithWait(w))
 		assert.ErrorIs(t, err, advisory.ErrInvalidOption, "WithWait(%v)", w)
 	}
-	mg, d := newMigrate(t, dsn, m, t.Name(), advmigrate.WithWait(time.Minute))
-	assert.ErrorIs(t, d.StopOnLoss(mg), advisory.ErrInvalidOption, "LockTimeout 15 s, wait 1 min")
-	mg.LockTimeout = 2 * time.Minute
-	assert.NoError(t, d.StopOnLoss(mg))
+	_, _, err := openMigrate(dsn, m, t.Name(), advmigrate.WithRecoverDirty(nil))
+	assert.ErrorIs(t, err, advisory.ErrInvalidOption, "WithRecoverDirty(nil)")
 }

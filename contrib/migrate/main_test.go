@@ -189,11 +189,12 @@ func eventually(t testing.TB, limit time.Duration, cond func() bool, what string
 }
 
 // sleeper returns the pid and application_name of the backend sleeping in migration 2 on
-// database db, 0 if none.
+// conn's database, 0 if none. It waits in pg_sleep (pg_stat_activity's query shows the
+// whole file from its start, before the sleep: a holder killed then could still commit).
 func sleeper(t testing.TB, conn *pgx.Conn) (pid uint32, app string) {
 	t.Helper()
 	err := conn.QueryRow(ctxT(t), `SELECT pid, application_name FROM pg_stat_activity
-		WHERE datname = current_database() AND query LIKE '%pg_sleep(seconds)%' AND pid <> pg_backend_pid()`).Scan(&pid, &app)
+		WHERE datname = current_database() AND wait_event = 'PgSleep' AND pid <> pg_backend_pid()`).Scan(&pid, &app)
 	if err == pgx.ErrNoRows {
 		return 0, ""
 	}

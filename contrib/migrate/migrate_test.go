@@ -9,6 +9,8 @@ import (
 	"github.com/golang-migrate/migrate/v4"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	advmigrate "github.com/pgadvisory/advisory/contrib/migrate"
 )
 
 // TestFiveInstancesMigrateOnce: five golang-migrate instances, each with a Manager and a
@@ -16,10 +18,20 @@ import (
 func TestFiveInstancesMigrateOnce(t *testing.T) {
 	t.Parallel()
 	dsn := freshDB(t, 300*time.Millisecond)
-	const n = 5
+	upConcurrently(t, dsn, 5)
+	applied, version, dirty := state(t, connect(t, dsn))
+	assert.Equal(t, []int{1, 2, 3}, applied, "each migration once, in order")
+	assert.Equal(t, 3, version)
+	assert.False(t, dirty)
+}
+
+// upConcurrently runs Up in n instances at once, each with a Manager and a pgx/v5 driver
+// of its own; one applies the migrations, the others find nothing to do.
+func upConcurrently(t *testing.T, dsn string, n int, opts ...advmigrate.Option) {
+	t.Helper()
 	migs := make([]*migrate.Migrate, n)
 	for i := range migs {
-		migs[i], _ = newMigrate(t, dsn, newManager(t, dsn), t.Name())
+		migs[i], _ = newMigrate(t, dsn, newManager(t, dsn), t.Name(), opts...)
 	}
 	errs := make([]error, n)
 	var wg sync.WaitGroup
@@ -41,10 +53,6 @@ func TestFiveInstancesMigrateOnce(t *testing.T) {
 		assert.ErrorIs(t, err, migrate.ErrNoChange, "instance %d", i)
 	}
 	assert.Equal(t, 1, ran, "instances that applied migrations")
-	applied, version, dirty := state(t, connect(t, dsn))
-	assert.Equal(t, []int{1, 2, 3}, applied, "each migration once, in order")
-	assert.Equal(t, 3, version)
-	assert.False(t, dirty)
 }
 
 // upRecovering is the recovery recipe of docs/migrations.md: Up; if an earlier holder
