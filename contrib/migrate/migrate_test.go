@@ -19,10 +19,16 @@ func TestFiveInstancesMigrateOnce(t *testing.T) {
 	t.Parallel()
 	dsn := freshDB(t, 300*time.Millisecond)
 	upConcurrently(t, dsn, 5)
-	applied, version, dirty := state(t, connect(t, dsn))
+	conn := connect(t, dsn)
+	applied, version, dirty := state(t, conn)
 	assert.Equal(t, []int{1, 2, 3}, applied, "each migration once, in order")
 	assert.Equal(t, 3, version)
 	assert.False(t, dirty)
+	var open, tagged int
+	require.NoError(t, conn.QueryRow(ctxT(t), `SELECT count(*), count(*) FILTER (WHERE application_name LIKE 'pgadv/%')
+		FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()`).Scan(&open, &tagged))
+	assert.GreaterOrEqual(t, open, 5, "the drivers' sessions are still open")
+	assert.Zero(t, tagged, "Unlock gave every driver's session its own application_name back")
 }
 
 // upConcurrently runs Up in n instances at once, each with a Manager and a pgx/v5 driver
