@@ -1,10 +1,11 @@
 // Package advmigrate makes golang-migrate (github.com/golang-migrate/migrate/v4) take its
-// lock through a PostgreSQL advisory lock of github.com/pgadvisory/advisory, so that of
-// many replicas that start at once exactly one migrates and the others wait, with a wait
-// that is bounded, cancelled on the server when it ends, and told when the lock is lost.
+// lock through a PostgreSQL advisory lock of github.com/pgadvisory/advisory: of many
+// replicas that start at once, one migrates and the others wait; the wait is bounded and
+// cancelled on the server when it ends, and the holder hears of a loss.
 // It is its own module, so that golang-migrate never enters the library's dependencies.
 //
-// [Wrap] wraps a database.Driver (the pgx/v5 driver, "pgx5", or lib/pq's "postgres"):
+// [Wrap] wraps a PostgreSQL database.Driver (the pgx/v5 driver "pgx5", which the tests
+// use; "postgres" and "pgx" run every statement on one session the same way):
 // migrate calls the wrapper's Lock and Unlock around every Up, Down, Steps, Migrate,
 // Force and Drop, and the wrapper takes the lock with an [advisory.Manager] instead of the
 // driver's own pg_advisory_lock, which waits on context.Background() with no bound and

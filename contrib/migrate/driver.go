@@ -43,8 +43,9 @@ var _ database.Driver = (*Driver)(nil)
 // [Driver.Lock]). d's own lock (pg_advisory_lock on a key of its own) is never taken
 // through the wrapper; d's constructor (WithInstance, Open) takes it once, briefly, to
 // create its version table. An invalid option returns an error wrapping
-// [advisory.ErrInvalidOption]. It does not block. It panics if d or m is nil. m must stay
-// open while the Driver is used; closing it ends any holding.
+// [advisory.ErrInvalidOption]. It does not block. It panics if d or m is nil. The Driver
+// takes d over (its Close closes d, as migrate's Close expects); m must stay open while
+// the Driver is used, and closing m ends any holding.
 func Wrap(d database.Driver, m *advisory.Manager, name string, opts ...Option) (*Driver, error) {
 	if d == nil || m == nil {
 		panic("advmigrate: Wrap with a nil Driver or Manager")

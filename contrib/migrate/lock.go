@@ -47,17 +47,17 @@ func (d *Driver) Lock() error {
 	d.mu.Unlock()
 	l, err := d.hold()
 	d.mu.Lock()
-	defer d.mu.Unlock()
 	d.locking = false
-	if err != nil {
-		return err
+	closed := d.closed
+	if err == nil && !closed {
+		d.l, d.ranOK = l, false
 	}
-	if d.closed {
+	d.mu.Unlock()
+	if err == nil && closed { // Close ran while Lock waited
 		release(l)
-		return errClosed
+		err = errClosed
 	}
-	d.l, d.ranOK = l, false
-	return nil
+	return err
 }
 
 // hold takes the lock, drains and tags; on error nothing is held.
