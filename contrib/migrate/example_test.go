@@ -1,0 +1,60 @@
+package advmigrate_test
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"log"
+	"os"
+	"time"
+
+	"github.com/golang-migrate/migrate/v4"
+	"github.com/golang-migrate/migrate/v4/database/pgx/v5"
+	_ "github.com/golang-migrate/migrate/v4/source/file"
+	_ "github.com/jackc/pgx/v5/stdlib"
+
+	"github.com/pgadvisory/advisory"
+	advmigrate "github.com/pgadvisory/advisory/contrib/migrate"
+)
+
+// Every replica runs this at start-up: one migrates, the others wait for the lock (up to
+// five minutes), then find nothing left to do.
+func Example() {
+	ctx := context.Background()
+	dsn := os.Getenv("DATABASE_URL")
+	m, err := advisory.New(ctx, dsn)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer m.Close()
+
+	db, err := sql.Open("pgx/v5", dsn)
+	if err != nil {
+		log.Fatal(err)
+	}
+	driver, err := pgx.WithInstance(db, &pgx.Config{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	locked, err := advmigrate.Wrap(driver, m, "myapp/migrations", advmigrate.WithWait(5*time.Minute))
+	if err != nil {
+		log.Fatal(err)
+	}
+	mg, err := migrate.NewWithDatabaseInstance("file://testdata/example", "pgx5", locked)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer mg.Close()                 // closes the driver and db, not m
+	mg.LockTimeout = 6 * time.Minute // longer than the wrapper's wait
+
+	err = mg.Up()
+	switch {
+	case errors.Is(err, advisory.ErrLockLost):
+		log.Fatal("the lock was lost: no further migration was started; exit, and let the next replica go on")
+	case err != nil && !errors.Is(err, migrate.ErrNoChange):
+		log.Fatal(err)
+	}
+	fmt.Println("migrated")
+	// Output: migrated
+}

@@ -1,0 +1,2 @@
+CREATE TABLE items (id int PRIMARY KEY, name text NOT NULL);
+INSERT INTO applied (version) VALUES (1);

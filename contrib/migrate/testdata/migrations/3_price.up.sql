@@ -1,0 +1,2 @@
+ALTER TABLE items ADD COLUMN price numeric;
+INSERT INTO applied (version) VALUES (3);
