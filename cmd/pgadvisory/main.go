@@ -1,7 +1,7 @@
 // Command pgadvisory takes PostgreSQL advisory locks from the shell: flock(1) across
 // machines, for running migrations from one pod of many.
 //
-//	pgadvisory run (--name NAME | --key KEY) [--wait DURATION | --no-wait] [--shared] [--token] -- CMD ARGS...
+//	pgadvisory run (--name NAME | --key KEY) [--wait DURATION | --no-wait] [--shared] [--token] [--connect-timeout DURATION] -- CMD ARGS...
 //	pgadvisory status [--name NAME | --key KEY] [--json] [--watch[=INTERVAL]]
 //	pgadvisory break (--name NAME | --key KEY) [--yes] [--wait DURATION]
 //	pgadvisory hash K
@@ -10,7 +10,10 @@
 //
 // The connection comes from --dsn (before or after the command), else DATABASE_URL, else
 // the libpq PG* environment variables (PGHOST, PGPORT, PGUSER, PGPASSWORD, PGDATABASE,
-// PGSSLMODE, ...). Passwords are never printed, and every string that comes from the
+// PGSSLMODE, ...). A server that is not up yet (connection refused, "the database system
+// is starting up") is retried for --connect-timeout (30s for run, so that an init
+// container waits for its database; no retries for the other commands unless asked).
+// Passwords are never printed, and every string that comes from the
 // server or the command line is escaped in human-readable output.
 //
 // run's command inherits the lock's connection as descriptor 3 (PGADVISORY_LOCK_FD=3), as
@@ -59,7 +62,7 @@ func main() {
 }
 
 func realMain(args []string, stdin *os.File, stdout, stderr io.Writer) int {
-	var global connFlags
+	global := connFlags{stderr: stderr}
 	args, err := global.parseGlobal(args, stdout)
 	if err != nil {
 		return exitCode(err, stderr)

@@ -49,6 +49,7 @@ func TestPasswordsAreNeverPrinted(t *testing.T) {
 		{[]string{"DATABASE_URL=postgres://u:" + secret + "@h:xx/db"}, []string{"status"}, 64, "(from $DATABASE_URL)"},
 		{[]string{"DATABASE_URL=postgres://u:" + secret + "@127.0.0.1:1/db?connect_timeout=2"}, []string{"status"}, 69, "cannot connect"},
 		{nil, []string{"run", "--dsn", "host=127.0.0.1 port=1 password = " + secret + " connect_timeout=2", "--name", "k", "--", "true"}, 69, "cannot connect"},
+		{nil, []string{"run", "--connect-timeout", "1s", "--dsn", "host=127.0.0.1 port=1 password = " + secret, "--name", "k", "--", "true"}, 69, "retrying for up to 1s"},
 	} {
 		env := append([]string{"DATABASE_URL="}, tc.env...)
 		r := wait(t, startEnv(t, env, tc.args...))

@@ -59,7 +59,7 @@ func parseRun(args []string, global connFlags, stdout, stderr io.Writer) (*runne
 		"how long to wait for an earlier holder's sessions to end before terminating them")
 	fs.StringVar(&r.holder, "holder-name", "", "application_name other sessions see")
 	r.fence.register(fs, true)
-	r.conn.register(fs)
+	r.conn.register(fs, runConnectTimeout)
 	if err := parseFlags(fs, args, runHelp, stdout); err != nil {
 		return nil, err
 	}
@@ -99,8 +99,15 @@ func (r *runner) check(fs *flag.FlagSet) error {
 	case tableGiven && !r.fence.token:
 		return usageError(fs.Name(), "--fence-table is used only with --token")
 	}
+	if err := r.conn.check(fs.Name()); err != nil {
+		return err
+	}
 	return r.fence.check(fs.Name())
 }
+
+// runConnectTimeout is run's default --connect-timeout: in a Kubernetes init container
+// the database may come up after the pod, and a run that gave up at once would crash-loop.
+const runConnectTimeout = 30 * time.Second
 
 // run connects, takes the lock (and the token), drains the sessions of earlier holders'
 // work and runs CMD under the lock. Until CMD starts, the first signal ends everything at

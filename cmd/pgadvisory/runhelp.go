@@ -5,7 +5,8 @@ const exitCodesHelp = `Exit codes:
   0        success (run: CMD exited 0)
   N        run: CMD's own exit code N
   64       usage error (bad flag, argument or lock name)
-  69       server unavailable: cannot connect, a server error, a transaction-pooling proxy
+  69       server unavailable: cannot connect (a server that is not up yet is retried
+           for --connect-timeout), a server error, a transaction-pooling proxy
   70       internal error
   75       lock not acquired: --no-wait found it held, or --wait elapsed; or an
            earlier holder's session was still running 10s after run terminated it
@@ -104,6 +105,6 @@ Flags (exactly one of --name and --key):
                       the fencing table of --token (default advisory_fence, found
                       through the search_path)
   --dsn DSN           connection string (default $DATABASE_URL, else the PG* variables)
-
+` + connectTimeoutHead + "30s" + connectTimeoutTail + `
 ` + connectionHelp + `
 ` + exitCodesHelp
