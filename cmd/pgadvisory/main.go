@@ -4,9 +4,12 @@
 //	pgadvisory run (--name NAME | --key KEY) [--wait DURATION | --no-wait] [--shared] [--token] [--connect-timeout DURATION] -- CMD ARGS...
 //	pgadvisory status [--name NAME | --key KEY] [--json] [--watch[=INTERVAL]]
 //	pgadvisory break (--name NAME | --key KEY) [--yes] [--wait DURATION]
-//	pgadvisory hash K
+//	pgadvisory hash [--namespace NS] NAME
 //	pgadvisory init-fencing [--fence-table [SCHEMA.]TABLE]
 //	pgadvisory demo
+//
+// --namespace NS with --name NAME selects the lock "NS:NAME", as the library's
+// WithNamespace(NS) names it.
 //
 // The connection comes from --dsn (before or after the command), else DATABASE_URL, else
 // the libpq PG* environment variables (PGHOST, PGPORT, PGUSER, PGPASSWORD, PGDATABASE,

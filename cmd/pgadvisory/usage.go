@@ -112,6 +112,7 @@ or a transaction-pooling proxy; with --watch, 130 or 143 when SIGINT or SIGTERM 
 
 const hashHelp = `Usage: pgadvisory hash NAME
        pgadvisory hash --slots N NAME
+       pgadvisory hash --namespace NS [--slots N] NAME
 
 Prints the 64-bit key of lock name NAME (PostgreSQL's hashtextextended(NAME, 0)) and the
 psql lines that take, try and release the same lock, for operators. The SQL literal is
@@ -122,6 +123,9 @@ written in the E'...' form with escapes. Needs no database. For a name that star
   --slots N    also print the keys of the semaphore NAME with limit N (Go:
                Manager.Semaphore(NAME, N)): its slots "NAME#slot/0" ... "NAME#slot/N-1"
                and its turnstile "NAME#turnstile"
+  --namespace NS
+               the lock is "NS:NAME", as the library's WithNamespace(NS) names it
+               (run, status and break take --namespace NS --name NAME for it)
 
 Exit codes: 0 success, 64 usage error (no name, several names, or an invalid name).
 `
