@@ -25,6 +25,10 @@ const (
 	maxBackoff   = 2 * time.Second
 )
 
+// runConnectTimeout is run's default --connect-timeout: in a Kubernetes init container
+// the database may come up after the pod, and a run that gave up at once would crash-loop.
+const runConnectTimeout = 30 * time.Second
+
 // retry calls try until it succeeds, fails for a reason that does not go away with time,
 // the --connect-timeout window ends or ctx ends (a signal). It says on stderr, once for
 // each reason, that the server is not up yet, and once that it connected after all.
