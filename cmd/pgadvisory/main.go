@@ -31,7 +31,8 @@
 // Exit codes (the table is in `pgadvisory run --help`): run passes on CMD's exit code
 // (128+N if CMD died of signal N); other codes are 64 (usage), 69 (server unavailable),
 // 70 (internal error), 75 (lock not acquired: --no-wait found it held, or --wait
-// elapsed; or an earlier holder's session outlived its termination), 76 (lock lost while
+// elapsed, unless --conflict-exit-code names another code; or an earlier holder's session
+// outlived its termination), 76 (lock lost while
 // CMD ran; CMD was stopped), 77 (not allowed to terminate an earlier holder's session),
 // 126 (CMD not executable), 127 (CMD not found), and 128+N when pgadvisory itself got
 // signal N while connecting, waiting or draining (130 for SIGINT, 143 for SIGTERM).
