@@ -52,7 +52,7 @@ Flags (exactly one of --name and --key):
   --wait DURATION     how long to wait for the lock to be released after the termination
                       (default 10s)
   --dsn DSN           connection string (default $DATABASE_URL, else the PG* variables)
-
+` + connectTimeoutHead + "0" + connectTimeoutTail + `
 ` + connectionHelp + `
 Exit codes:
   0        the holders were terminated; the lock is free, or a waiter took it
@@ -80,12 +80,15 @@ func breakCommand(args []string, global connFlags, stdin *os.File, stdout, stder
 	f.lock.register(fs)
 	fs.BoolVar(&f.yes, "yes", false, "do not ask for confirmation")
 	fs.DurationVar(&f.wait, "wait", 10*time.Second, "how long to wait for the lock to be released")
-	conn.register(fs)
+	conn.register(fs, 0)
 	if err := parseFlags(fs, args, breakHelp, stdout); err != nil {
 		return err
 	}
 	target, err := f.target(fs)
 	if err != nil {
+		return err
+	}
+	if err := conn.check(fs.Name()); err != nil {
 		return err
 	}
 	sigs, stop := notifySignals()

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"net/url"
 	"os"
 	"regexp"
@@ -20,14 +21,26 @@ import (
 )
 
 // connFlags are the connection flags of every command that connects. The zero value
-// means "no --dsn".
+// means "no --dsn", one connection attempt, and no messages about retries.
 type connFlags struct {
-	dsn string
+	dsn     string
+	timeout time.Duration // --connect-timeout: how long to retry a server that is not up yet
+	stderr  io.Writer     // where retries are reported
 }
 
-// register defines --dsn on fs, defaulting to a --dsn given before the command.
-func (c *connFlags) register(fs *flag.FlagSet) {
+// register defines --dsn on fs, defaulting to a --dsn given before the command, and
+// --connect-timeout, defaulting to timeout.
+func (c *connFlags) register(fs *flag.FlagSet, timeout time.Duration) {
 	fs.StringVar(&c.dsn, "dsn", c.dsn, "PostgreSQL connection string")
+	fs.DurationVar(&c.timeout, "connect-timeout", timeout, "retry a server that is not up yet for this long")
+}
+
+// check refuses a negative --connect-timeout.
+func (c *connFlags) check(cmd string) error {
+	if c.timeout < 0 {
+		return usageError(cmd, "--connect-timeout %v: want 0 (one attempt) or more", c.timeout)
+	}
+	return nil
 }
 
 // connString returns --dsn, else $DATABASE_URL, else "": pgx then reads PGHOST, PGPORT,
@@ -43,8 +56,9 @@ func (c *connFlags) connString() (dsn, source string) {
 }
 
 // connect returns a Manager for command cmd ("run", "status", ...) with a small pool whose
-// sessions show appName in pg_stat_activity. ctx governs the connect, which also gives up
-// after 30 s. Errors never contain the password: they are ours, not pgx's (see
+// sessions show appName in pg_stat_activity. ctx governs the connect; each attempt gives
+// up after 30 s, and a server that is not up yet is retried for --connect-timeout (see
+// retry). Errors never contain the password: they are ours, not pgx's (see
 // parseProblem), and are redacted again when printed.
 func (c *connFlags) connect(ctx context.Context, cmd, appName string, opts ...advisory.Option) (*advisory.Manager, error) {
 	cfg, err := c.config(appName)
@@ -52,34 +66,48 @@ func (c *connFlags) connect(ctx context.Context, cmd, appName string, opts ...ad
 		return nil, err
 	}
 	cfg.MaxConns = 4 // one lock, one wait, and the status queries
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	m, err := advisory.NewWithConfig(ctx, cfg, opts...)
+	var m *advisory.Manager
+	gaveUp, err := c.retry(ctx, target(cfg), cfg.ConnConfig.Password, func(ctx context.Context) (err error) {
+		m, err = advisory.NewWithConfig(ctx, cfg, opts...)
+		return err
+	})
 	switch {
 	case errors.Is(err, advisory.ErrInvalidOption):
 		return nil, fail(exitUsage, "%v", err)
 	case errors.Is(err, advisory.ErrPooler):
 		return nil, poolerError(cmd, target(cfg), err)
 	case err != nil:
-		return nil, fail(exitUnavailable, "cannot connect to %s: %v", target(cfg), err)
+		return nil, c.connectFailure(cfg, err, gaveUp)
 	}
 	return m, nil
 }
 
 // connectPlain returns a plain connection for statements the library does not run
-// (break's pg_terminate_backend), set up and reported as connect's.
+// (break's pg_terminate_backend), set up, retried and reported as connect's.
 func (c *connFlags) connectPlain(ctx context.Context, appName string) (*pgx.Conn, error) {
 	cfg, err := c.config(appName)
 	if err != nil {
 		return nil, err
 	}
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	conn, err := pgx.ConnectConfig(ctx, cfg.ConnConfig)
+	var conn *pgx.Conn
+	gaveUp, err := c.retry(ctx, target(cfg), cfg.ConnConfig.Password, func(ctx context.Context) (err error) {
+		conn, err = pgx.ConnectConfig(ctx, cfg.ConnConfig)
+		return err
+	})
 	if err != nil {
-		return nil, fail(exitUnavailable, "cannot connect to %s: %v", target(cfg), err)
+		return nil, c.connectFailure(cfg, err, gaveUp)
 	}
 	return conn, nil
+}
+
+// connectFailure is the exit-69 error of a connect that failed; gaveUp says that the
+// server was still not up when --connect-timeout ended.
+func (c *connFlags) connectFailure(cfg *pgxpool.Config, err error, gaveUp bool) error {
+	if gaveUp {
+		return fail(exitUnavailable, "cannot connect to %s: %v (still failing after %v of retries, --connect-timeout)",
+			target(cfg), err, c.timeout)
+	}
+	return fail(exitUnavailable, "cannot connect to %s: %v", target(cfg), err)
 }
 
 // config parses the connection settings and sets application_name to appName.

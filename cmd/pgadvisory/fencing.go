@@ -129,7 +129,7 @@ func initFencingCommand(args []string, global connFlags, stdout io.Writer) error
 	conn := global
 	var fence fenceFlags
 	fence.register(fs, false)
-	conn.register(fs)
+	conn.register(fs, 0)
 	if err := parseFlags(fs, args, initFencingHelp, stdout); err != nil {
 		return err
 	}
@@ -139,13 +139,16 @@ func initFencingCommand(args []string, global connFlags, stdout io.Writer) error
 	if err := fence.check(fs.Name()); err != nil {
 		return err
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	m, err := conn.connect(ctx, "init-fencing", "pgadvisory init-fencing", fence.options()...)
+	if err := conn.check(fs.Name()); err != nil {
+		return err
+	}
+	m, err := conn.connect(context.Background(), "init-fencing", "pgadvisory init-fencing", fence.options()...)
 	if err != nil {
 		return err
 	}
 	defer m.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
 	if err := m.CreateFenceTable(ctx); err != nil {
 		return fail(exitUnavailable, "%v", err)
 	}

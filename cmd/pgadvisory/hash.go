@@ -15,6 +15,7 @@ import (
 func hashCommand(args []string, stdout io.Writer) error {
 	fs := flag.NewFlagSet("pgadvisory hash", flag.ContinueOnError)
 	slots := fs.Int("slots", 0, "also print the slot and turnstile keys of a semaphore with this limit")
+	ns := fs.String("namespace", "", "the namespace of NAME, as the library's WithNamespace")
 	if err := parseFlags(fs, args, hashHelp, stdout); err != nil {
 		return err
 	}
@@ -24,6 +25,15 @@ func hashCommand(args []string, stdout io.Writer) error {
 	}
 	name := fs.Arg(0)
 	if err := advisory.ValidateName(name); err != nil {
+		return usageError(fs.Name(), "%v", err)
+	}
+	nsGiven := false
+	fs.Visit(func(f *flag.Flag) { nsGiven = nsGiven || f.Name == "namespace" })
+	if nsGiven && *ns == "" {
+		return usageError(fs.Name(), "--namespace is empty (an unset shell variable?)")
+	}
+	name, err := namespaced(*ns, name)
+	if err != nil {
 		return usageError(fs.Name(), "%v", err)
 	}
 	if *slots != 0 && (*slots < 1 || *slots > advisory.MaxSemaphoreLimit) {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/pgadvisory/advisory"
 )
@@ -16,7 +17,7 @@ import (
 // never hashed as a name: `status --key 3440577316671208937` once answered "none" for a
 // held lock because the number was hashed.
 type lockFlags struct {
-	name, key string
+	name, key, namespace string
 }
 
 // lockFlagsHelp is the flag lines of --name and --key, the same in every command's help.
@@ -27,11 +28,14 @@ const lockFlagsHelp = `  --name NAME         the lock's name (any UTF-8 text wit
                       prints it in KEY and hash prints it (pg_advisory_lock(bigint)
                       locks; locks taken as pg_advisory_lock(int4, int4), shown as
                       (HI,LO), cannot be selected)
+  --namespace NS      with --name: the lock is "NS:NAME", as the library's
+                      WithNamespace(NS) names it (NS: no ':' or NUL)
 `
 
 func (f *lockFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.name, "name", "", "the lock's name")
 	fs.StringVar(&f.key, "key", "", "the lock's 64-bit key, in decimal")
+	fs.StringVar(&f.namespace, "namespace", "", "the namespace of --name, as the library's WithNamespace")
 }
 
 // lockTarget is the lock a command works on: always a bigint key (pg_advisory_lock(bigint)),
@@ -71,12 +75,18 @@ func (t lockTarget) none() string {
 // neither was given, which is a usage error if required. Both at once, an empty value
 // (an unset shell variable) and a --key that is not a 64-bit number are usage errors.
 func (f *lockFlags) target(fs *flag.FlagSet, required bool) (t lockTarget, ok bool, err error) {
-	nameGiven, keyGiven := false, false
+	nameGiven, keyGiven, nsGiven := false, false, false
 	fs.Visit(func(fl *flag.Flag) {
 		nameGiven = nameGiven || fl.Name == "name"
 		keyGiven = keyGiven || fl.Name == "key"
+		nsGiven = nsGiven || fl.Name == "namespace"
 	})
 	switch {
+	case nsGiven && !nameGiven:
+		return t, false, usageError(fs.Name(), "--namespace goes with --name (a --key is the key itself, "+
+			"as the library's WithNamespace leaves raw keys alone)")
+	case nsGiven && f.namespace == "":
+		return t, false, usageError(fs.Name(), "--namespace is empty (an unset shell variable?)")
 	case nameGiven && keyGiven:
 		return t, false, usageError(fs.Name(), "give one of --name NAME and --key KEY, not both")
 	case !nameGiven && !keyGiven && required:
@@ -97,7 +107,30 @@ func (f *lockFlags) named(cmd string) (lockTarget, bool, error) {
 	if err := advisory.ValidateName(f.name); err != nil {
 		return lockTarget{}, false, usageError(cmd, "--name: %v", err)
 	}
-	return lockTarget{key: advisory.KeyOf(f.name), name: f.name}, true, nil
+	name, err := namespaced(f.namespace, f.name)
+	if err != nil {
+		return lockTarget{}, false, usageError(cmd, "%v", err)
+	}
+	return lockTarget{key: advisory.KeyOf(name), name: name}, true, nil
+}
+
+// namespaced is name in namespace ns ("" for none) as the library's WithNamespace makes
+// it, "NS:NAME", with the same checks: ns non-empty valid UTF-8 of at most MaxNameLen/2
+// bytes without ':' or NUL (so that distinct namespaces never make the same name), and
+// the result a valid name.
+func namespaced(ns, name string) (string, error) {
+	if ns == "" {
+		return name, nil
+	}
+	if strings.ContainsAny(ns, ":\x00") || !utf8.ValidString(ns) || len(ns) > advisory.MaxNameLen/2 {
+		return "", fmt.Errorf("--namespace \"%s\": want valid UTF-8 of at most %d bytes without ':' or NUL",
+			ns, advisory.MaxNameLen/2)
+	}
+	full := ns + ":" + name
+	if err := advisory.ValidateName(full); err != nil {
+		return "", fmt.Errorf("--namespace and --name: %w", err)
+	}
+	return full, nil
 }
 
 func (f *lockFlags) keyed(cmd string) (lockTarget, bool, error) {

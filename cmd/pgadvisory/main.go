@@ -1,16 +1,22 @@
 // Command pgadvisory takes PostgreSQL advisory locks from the shell: flock(1) across
 // machines, for running migrations from one pod of many.
 //
-//	pgadvisory run (--name NAME | --key KEY) [--wait DURATION | --no-wait] [--shared] [--token] -- CMD ARGS...
+//	pgadvisory run (--name NAME | --key KEY) [--wait DURATION | --no-wait] [--shared] [--token] [--connect-timeout DURATION] -- CMD ARGS...
 //	pgadvisory status [--name NAME | --key KEY] [--json] [--watch[=INTERVAL]]
 //	pgadvisory break (--name NAME | --key KEY) [--yes] [--wait DURATION]
-//	pgadvisory hash K
+//	pgadvisory hash [--namespace NS] NAME
 //	pgadvisory init-fencing [--fence-table [SCHEMA.]TABLE]
 //	pgadvisory demo
 //
+// --namespace NS with --name NAME selects the lock "NS:NAME", as the library's
+// WithNamespace(NS) names it.
+//
 // The connection comes from --dsn (before or after the command), else DATABASE_URL, else
 // the libpq PG* environment variables (PGHOST, PGPORT, PGUSER, PGPASSWORD, PGDATABASE,
-// PGSSLMODE, ...). Passwords are never printed, and every string that comes from the
+// PGSSLMODE, ...). A server that is not up yet (connection refused, "the database system
+// is starting up") is retried for --connect-timeout (30s for run, so that an init
+// container waits for its database; no retries for the other commands unless asked).
+// Passwords are never printed, and every string that comes from the
 // server or the command line is escaped in human-readable output.
 //
 // run's command inherits the lock's connection as descriptor 3 (PGADVISORY_LOCK_FD=3), as
@@ -25,7 +31,8 @@
 // Exit codes (the table is in `pgadvisory run --help`): run passes on CMD's exit code
 // (128+N if CMD died of signal N); other codes are 64 (usage), 69 (server unavailable),
 // 70 (internal error), 75 (lock not acquired: --no-wait found it held, or --wait
-// elapsed; or an earlier holder's session outlived its termination), 76 (lock lost while
+// elapsed, unless --conflict-exit-code names another code; or an earlier holder's session
+// outlived its termination), 76 (lock lost while
 // CMD ran; CMD was stopped), 77 (not allowed to terminate an earlier holder's session),
 // 126 (CMD not executable), 127 (CMD not found), and 128+N when pgadvisory itself got
 // signal N while connecting, waiting or draining (130 for SIGINT, 143 for SIGTERM).
@@ -59,7 +66,7 @@ func main() {
 }
 
 func realMain(args []string, stdin *os.File, stdout, stderr io.Writer) int {
-	var global connFlags
+	global := connFlags{stderr: stderr}
 	args, err := global.parseGlobal(args, stdout)
 	if err != nil {
 		return exitCode(err, stderr)

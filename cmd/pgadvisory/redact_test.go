@@ -48,7 +48,8 @@ func TestPasswordsAreNeverPrinted(t *testing.T) {
 		{nil, []string{"status", "--dsn", `host=h password = 'S3cr\'3tPw' port=x`}, 64, "invalid connection settings"},
 		{[]string{"DATABASE_URL=postgres://u:" + secret + "@h:xx/db"}, []string{"status"}, 64, "(from $DATABASE_URL)"},
 		{[]string{"DATABASE_URL=postgres://u:" + secret + "@127.0.0.1:1/db?connect_timeout=2"}, []string{"status"}, 69, "cannot connect"},
-		{nil, []string{"run", "--dsn", "host=127.0.0.1 port=1 password = " + secret + " connect_timeout=2", "--name", "k", "--", "true"}, 69, "cannot connect"},
+		{nil, []string{"run", "--connect-timeout", "0", "--dsn", "host=127.0.0.1 port=1 password = " + secret + " connect_timeout=2", "--name", "k", "--", "true"}, 69, "cannot connect"},
+		{nil, []string{"run", "--connect-timeout", "1s", "--dsn", "host=127.0.0.1 port=1 password = " + secret, "--name", "k", "--", "true"}, 69, "retrying for up to 1s"},
 	} {
 		env := append([]string{"DATABASE_URL="}, tc.env...)
 		r := wait(t, startEnv(t, env, tc.args...))

@@ -16,22 +16,23 @@ import (
 
 // runner is one `pgadvisory run`.
 type runner struct {
-	conn   connFlags
-	flags  lockFlags
-	lock   lockTarget // from flags
-	wait   time.Duration
-	noWait bool
-	shared bool
-	quiet  bool
-	grace  time.Duration
-	drainW time.Duration // --drain-wait
-	holder string
-	fence  fenceFlags
-	tok    int64 // the fencing token, with --token
-	argv   []string
-	stderr io.Writer
-	sigs   chan os.Signal
-	phase  string // what run is doing, for the message if a signal interrupts it
+	conn     connFlags
+	flags    lockFlags
+	lock     lockTarget // from flags
+	wait     time.Duration
+	noWait   bool
+	conflict int // --conflict-exit-code: the exit code when the lock is held (--no-wait, --wait)
+	shared   bool
+	quiet    bool
+	grace    time.Duration
+	drainW   time.Duration // --drain-wait
+	holder   string
+	fence    fenceFlags
+	tok      int64 // the fencing token, with --token
+	argv     []string
+	stderr   io.Writer
+	sigs     chan os.Signal
+	phase    string // what run is doing, for the message if a signal interrupts it
 }
 
 func runCommand(args []string, global connFlags, stdout, stderr io.Writer) int {
@@ -51,6 +52,7 @@ func parseRun(args []string, global connFlags, stdout, stderr io.Writer) (*runne
 	r.flags.register(fs)
 	fs.DurationVar(&r.wait, "wait", 0, "give up (exit 75) after waiting this long; 0 waits as long as it takes")
 	fs.BoolVar(&r.noWait, "no-wait", false, "exit 75 at once if the lock is held")
+	fs.IntVar(&r.conflict, "conflict-exit-code", exitNotAcquired, "the exit code when --no-wait or --wait gives up")
 	fs.BoolVar(&r.shared, "shared", false, "shared mode")
 	fs.BoolVar(&r.quiet, "quiet", false, "do not report who holds the lock while waiting, "+
 		"nor earlier holders' sessions that ended on their own")
@@ -59,7 +61,7 @@ func parseRun(args []string, global connFlags, stdout, stderr io.Writer) (*runne
 		"how long to wait for an earlier holder's sessions to end before terminating them")
 	fs.StringVar(&r.holder, "holder-name", "", "application_name other sessions see")
 	r.fence.register(fs, true)
-	r.conn.register(fs)
+	r.conn.register(fs, runConnectTimeout)
 	if err := parseFlags(fs, args, runHelp, stdout); err != nil {
 		return nil, err
 	}
@@ -91,6 +93,9 @@ func (r *runner) check(fs *flag.FlagSet) error {
 		return usageError(fs.Name(), "--wait and --grace cannot be negative")
 	case r.drainW < 0 || r.drainW > maxDrainWait:
 		return usageError(fs.Name(), "--drain-wait %v: want 0 (terminate at once) to %v", r.drainW, maxDrainWait)
+	case !validConflictCode(r.conflict):
+		return usageError(fs.Name(), "--conflict-exit-code %d: want 1 to 125, except pgadvisory's own "+
+			"64, 69, 70, 76 and 77", r.conflict)
 	case r.noWait && r.wait > 0:
 		return usageError(fs.Name(), "--wait and --no-wait exclude each other")
 	case r.fence.token && r.shared:
@@ -99,7 +104,21 @@ func (r *runner) check(fs *flag.FlagSet) error {
 	case tableGiven && !r.fence.token:
 		return usageError(fs.Name(), "--fence-table is used only with --token")
 	}
+	if err := r.conn.check(fs.Name()); err != nil {
+		return err
+	}
 	return r.fence.check(fs.Name())
+}
+
+// validConflictCode says whether --conflict-exit-code may be code: 1 to 125 (126 and up
+// are the shell's codes for a command that cannot run or died of a signal, 0 would say the
+// command succeeded), except the codes that mean something else for run. 75 is the default.
+func validConflictCode(code int) bool {
+	switch code {
+	case exitUsage, exitUnavailable, exitSoftware, exitLost, exitNoPerm:
+		return false
+	}
+	return code >= 1 && code <= 125
 }
 
 // run connects, takes the lock (and the token), drains the sessions of earlier holders'
@@ -158,7 +177,7 @@ func (r *runner) acquire(ctx context.Context, m *advisory.Manager) (*advisory.Lo
 		l, err := r.try(ctx, m)
 		if errors.Is(err, advisory.ErrLocked) {
 			desc, _ := r.holders(ctx, m)
-			return nil, fail(exitNotAcquired, "%s is %s; not waiting (--no-wait)", r.lock.label(), desc)
+			return nil, fail(r.conflict, "%s is %s; not waiting (--no-wait)", r.lock.label(), desc)
 		}
 		return l, r.lockFailure(err)
 	}
@@ -173,7 +192,7 @@ func (r *runner) acquire(ctx context.Context, m *advisory.Manager) (*advisory.Lo
 	if !errors.Is(err, advisory.ErrLocked) {
 		if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
 			desc, _ := r.holders(ctx, m)
-			return nil, fail(exitNotAcquired, "gave up on %s after %v (--wait): it is %s", r.lock.label(), r.wait, desc)
+			return nil, fail(r.conflict, "gave up on %s after %v (--wait): it is %s", r.lock.label(), r.wait, desc)
 		}
 		return l, r.lockFailure(err)
 	}
@@ -237,7 +256,7 @@ func (r *runner) awaitLock(ctx context.Context, m *advisory.Manager, done <-chan
 		case res := <-done:
 			if errors.Is(res.err, context.DeadlineExceeded) {
 				desc, _ := r.holders(ctx, m)
-				return nil, fail(exitNotAcquired, "gave up on %s after %v (--wait): it is %s", r.lock.label(), r.wait, desc)
+				return nil, fail(r.conflict, "gave up on %s after %v (--wait): it is %s", r.lock.label(), r.wait, desc)
 			}
 			if res.err == nil && !r.quiet && !lastAt.IsZero() {
 				r.say("acquired %s after waiting %s", r.lock.label(), age(time.Since(start)))

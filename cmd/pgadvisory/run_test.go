@@ -189,9 +189,11 @@ func TestRunUsageErrors(t *testing.T) {
 
 func TestRunUnreachableServer(t *testing.T) {
 	t.Parallel()
-	r := cli(t, "run", "--dsn", "postgres://someone:s3cret@127.0.0.1:1/db?connect_timeout=2", "--name", "k", "--", "true")
+	r := cli(t, "run", "--dsn", "postgres://someone:s3cret@127.0.0.1:1/db?connect_timeout=2", "--name", "k",
+		"--connect-timeout", "1s", "--", "true")
 	assert.Equal(t, 69, r.code, r.stderr)
-	assert.Contains(t, r.stderr, "cannot connect")
+	assert.Contains(t, r.stderr, "cannot connect to 127.0.0.1:1 (user someone, database db) yet: connection refused; retrying")
+	assert.Contains(t, r.stderr, "(still failing after 1s of retries, --connect-timeout)")
 	assert.NotContains(t, r.stderr+r.stdout, "s3cret", "the password is never printed")
 }
 

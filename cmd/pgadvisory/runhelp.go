@@ -5,11 +5,13 @@ const exitCodesHelp = `Exit codes:
   0        success (run: CMD exited 0)
   N        run: CMD's own exit code N
   64       usage error (bad flag, argument or lock name)
-  69       server unavailable: cannot connect, a server error, a transaction-pooling proxy
+  69       server unavailable: cannot connect (a server that is not up yet is retried
+           for --connect-timeout), a server error, a transaction-pooling proxy
   70       internal error
-  75       lock not acquired: --no-wait found it held, or --wait elapsed; or an
-           earlier holder's session was still running 10s after run terminated it
-           (CMD was not started)
+  75       lock not acquired: --no-wait found it held, or --wait elapsed (the code
+           --conflict-exit-code sets; 75 by default); or an earlier holder's session
+           was still running 10s after run terminated it (always 75); CMD was not
+           started
   76       lock lost while CMD ran; CMD was stopped (SIGTERM, SIGKILL after --grace)
   77       run may not terminate an earlier holder's session (the message says which
            privilege to grant); CMD was not started, the lock was released
@@ -85,6 +87,10 @@ Flags (exactly one of --name and --key):
 ` + lockFlagsHelp + `  --wait DURATION     give up (exit 75) after waiting this long, e.g. 30s, 10m;
                       0 (the default) waits as long as it takes
   --no-wait           exit 75 at once if the lock is held
+  --conflict-exit-code N
+                      exit N instead of 75 when --no-wait finds the lock held or --wait
+                      elapses (flock's -E): 1 to 125, except 64, 69, 70, 76 and 77;
+                      pick one CMD never exits with, to tell the two apart
   --shared            shared mode: shared holders run together; an exclusive one runs alone
   --quiet             do not report who holds the lock while waiting, nor an earlier
                       holder's sessions that ended on their own (terminated ones are
@@ -104,6 +110,6 @@ Flags (exactly one of --name and --key):
                       the fencing table of --token (default advisory_fence, found
                       through the search_path)
   --dsn DSN           connection string (default $DATABASE_URL, else the PG* variables)
-
+` + connectTimeoutHead + "30s" + connectTimeoutTail + `
 ` + connectionHelp + `
 ` + exitCodesHelp

@@ -41,7 +41,7 @@ func statusCommand(args []string, global connFlags, stdout io.Writer) error {
 	asJSON := fs.Bool("json", false, "print a JSON array (stable field names) instead of a table")
 	var interval time.Duration
 	fs.Var(watchValue{&interval}, "watch", "refresh every INTERVAL (default 2s) until interrupted")
-	conn.register(fs)
+	conn.register(fs, 0)
 	if err := parseFlags(fs, args, statusHelp, stdout); err != nil {
 		return err
 	}
@@ -53,6 +53,9 @@ func statusCommand(args []string, global connFlags, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
+	if err := conn.check(fs.Name()); err != nil {
+		return err
+	}
 	q := statusQuery{asJSON: *asJSON}
 	if filtered {
 		q.lock = &target
@@ -60,13 +63,13 @@ func statusCommand(args []string, global connFlags, stdout io.Writer) error {
 	if interval > 0 {
 		return watchStatus(conn, q, interval, stdout)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	m, err := conn.connect(ctx, "status", "pgadvisory status")
+	m, err := conn.connect(context.Background(), "status", "pgadvisory status")
 	if err != nil {
 		return err
 	}
 	defer m.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
 	q.m = m
 	return q.render(ctx, stdout)
 }

@@ -14,6 +14,19 @@ PGUSER, PGPASSWORD, PGDATABASE, PGSSLMODE, ...). --dsn may also come before the 
 Passwords are never printed.
 `
 
+// connectTimeoutHead, the default and connectTimeoutTail are the flag lines of
+// --connect-timeout.
+const (
+	connectTimeoutHead = `  --connect-timeout DURATION
+                      retry, with backoff, a server that is not up yet (connection
+                      refused, host not found, "the database system is starting up",
+                      too many connections) for up to DURATION (default `
+	connectTimeoutTail = `;
+                      0 tries once); a wrong password, an unknown role or database,
+                      a transaction pooler or a standby fail at once (69)
+`
+)
+
 const mainHelp = `pgadvisory: PostgreSQL advisory locks from the shell
 
 Usage:
@@ -51,7 +64,7 @@ Flags:
                                  schema of the search_path)
   --dsn DSN                      connection string (default $DATABASE_URL, else the PG*
                                  variables)
-
+` + connectTimeoutHead + "0" + connectTimeoutTail + `
 ` + connectionHelp + `
 Exit codes: 0 success (the table exists, in the current layout), 64 usage error, 69
 server unavailable or the table cannot be created or upgraded (e.g. no CREATE privilege,
@@ -90,7 +103,7 @@ Flags:
   --watch[=INTERVAL]  refresh every INTERVAL (default 2s) until interrupted; write
                       --watch=5s (with "=")
   --dsn DSN           connection string (default $DATABASE_URL, else the PG* variables)
-
+` + connectTimeoutHead + "0" + connectTimeoutTail + `
 ` + connectionHelp + `
 Exit codes: 0 success (also when no lock matches), 64 usage error, 69 server unavailable
 or a transaction-pooling proxy; with --watch, 130 or 143 when SIGINT or SIGTERM ends it
@@ -99,6 +112,7 @@ or a transaction-pooling proxy; with --watch, 130 or 143 when SIGINT or SIGTERM 
 
 const hashHelp = `Usage: pgadvisory hash NAME
        pgadvisory hash --slots N NAME
+       pgadvisory hash --namespace NS [--slots N] NAME
 
 Prints the 64-bit key of lock name NAME (PostgreSQL's hashtextextended(NAME, 0)) and the
 psql lines that take, try and release the same lock, for operators. The SQL literal is
@@ -109,6 +123,9 @@ written in the E'...' form with escapes. Needs no database. For a name that star
   --slots N    also print the keys of the semaphore NAME with limit N (Go:
                Manager.Semaphore(NAME, N)): its slots "NAME#slot/0" ... "NAME#slot/N-1"
                and its turnstile "NAME#turnstile"
+  --namespace NS
+               the lock is "NS:NAME", as the library's WithNamespace(NS) names it
+               (run, status and break take --namespace NS --name NAME for it)
 
 Exit codes: 0 success, 64 usage error (no name, several names, or an invalid name).
 `
