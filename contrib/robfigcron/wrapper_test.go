@@ -1,0 +1,122 @@
+package advcron_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/robfig/cron/v3"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/pgadvisory/advisory"
+	advcron "github.com/pgadvisory/advisory/contrib/robfigcron"
+)
+
+// TestLateReplicaSkips calls two replicas' wrapped jobs by hand, the second after the
+// first's job returned: with a hold the second skips, without one it runs the tick again.
+func TestLateReplicaSkips(t *testing.T) {
+	t.Parallel()
+	name := lockName(t)
+	a, b := newManager(t), newManager(t)
+	for _, atLeast := range []time.Duration{time.Minute, 0} {
+		ctx, cancel := context.WithCancel(context.Background())
+		la, lb := &recLogger{}, &recLogger{}
+		ranA, ranB := make(chan struct{}, 1), make(chan struct{}, 1)
+		jobA := advcron.OnOneReplica(a, name, atLeast, advcron.WithLogger(la), advcron.WithContext(ctx))(
+			cron.FuncJob(func() { ranA <- struct{}{} }))
+		jobB := advcron.OnOneReplica(b, name, atLeast, advcron.WithLogger(lb))(
+			cron.FuncJob(func() { ranB <- struct{}{} }))
+		doneA := make(chan struct{})
+		go func() { defer close(doneA); jobA.Run() }()
+		<-ranA
+		if atLeast > 0 { // A holds the lock for its hold: B, late, skips
+			jobB.Run()
+			assert.Empty(t, ranB, "late replica ran the tick despite the hold")
+			assert.Equal(t, 1, lb.skips())
+			cancel() // ends A's hold: the lock is released at once
+			<-doneA
+		} else { // no hold: once A is done, B runs the tick again
+			<-doneA
+			jobB.Run()
+			assert.Len(t, ranB, 1, "without a hold the late replica runs")
+		}
+		cancel()
+		assert.Empty(t, la.errs())
+		assert.Empty(t, lb.errs())
+		assert.Empty(t, holders(t, name))
+	}
+}
+
+// TestLossCancelsFuncJob terminates the holder's session while a FuncJob runs: the job's
+// ctx ends with a cause wrapping ErrLockLost, and the loss is logged as an error.
+func TestLossCancelsFuncJob(t *testing.T) {
+	t.Parallel()
+	name := lockName(t)
+	m := newManager(t)
+	log := &recLogger{}
+	started := make(chan struct{})
+	cause := make(chan error, 1)
+	job := advcron.OnOneReplica(m, name, 0, advcron.WithLogger(log))(advcron.FuncJob(func(ctx context.Context) error {
+		close(started)
+		select {
+		case <-ctx.Done():
+			cause <- context.Cause(ctx)
+			return ctx.Err()
+		case <-time.After(time.Minute):
+			cause <- nil
+			return nil
+		}
+	}))
+	done := make(chan struct{})
+	go func() { defer close(done); job.Run() }()
+	<-started
+	var pids []uint32
+	eventually(t, 10*time.Second, func() bool { pids = holders(t, name); return len(pids) == 1 }, "the job's lock is held")
+	terminate(t, pids[0])
+	require.ErrorIs(t, <-cause, advisory.ErrLockLost)
+	<-done
+	errs := log.errs()
+	require.Len(t, errs, 1)
+	assert.ErrorIs(t, errs[0], advisory.ErrLockLost)
+}
+
+// TestFuncJobError: a FuncJob's error is logged; a failed try too, as an error.
+func TestFuncJobError(t *testing.T) {
+	t.Parallel()
+	name := lockName(t)
+	m := newManager(t)
+	log := &recLogger{}
+	boom := errors.New("boom")
+	advcron.OnOneReplica(m, name, 0, advcron.WithLogger(log))(advcron.FuncJob(func(context.Context) error { return boom })).Run()
+	m.Close()
+	advcron.OnOneReplica(m, name, 0, advcron.WithLogger(log))(advcron.FuncJob(func(context.Context) error { return nil })).Run()
+	errs := log.errs()
+	require.Len(t, errs, 2)
+	assert.ErrorIs(t, errs[0], boom)
+	assert.ErrorIs(t, errs[1], advisory.ErrClosed)
+}
+
+// TestPanicWithRecover: the wrapper does not recover; cron.Recover before it does, and the
+// lock is released at once, without the hold.
+func TestPanicWithRecover(t *testing.T) {
+	t.Parallel()
+	name := lockName(t)
+	m := newManager(t)
+	log := &recLogger{}
+	job := cron.NewChain(cron.Recover(log), advcron.OnOneReplica(m, name, time.Hour, advcron.WithLogger(log))).
+		Then(cron.FuncJob(func() { panic("job panicked") }))
+	start := time.Now()
+	require.NotPanics(t, job.Run)
+	assert.Less(t, time.Since(start), time.Minute, "the hold was kept after a panic")
+	assert.Empty(t, holders(t, name))
+	require.Len(t, log.errs(), 1) // cron.Recover's report
+	assert.Panics(t, advcron.OnOneReplica(m, name, time.Hour, advcron.WithLogger(log))(cron.FuncJob(func() { panic("bare") })).Run)
+}
+
+func TestNilArguments(t *testing.T) {
+	assert.Panics(t, func() { advcron.OnOneReplica(nil, "x", 0) })
+	assert.Panics(t, func() { advcron.WithLogger(nil) })
+	assert.Panics(t, func() { advcron.WithContext(nil) }) //nolint:staticcheck // the point of the test
+}
