@@ -51,3 +51,19 @@ func Example() {
 	fmt.Println("report written")
 	// Output: report written
 }
+
+// One lock per job: wrap each job with its own chain instead of the Cron's. Here the
+// wrapped job is run by hand, as the Cron would at a tick; no other replica holds the
+// lock, so it runs.
+func ExampleOnOneReplica() {
+	m, err := advisory.New(context.Background(), os.Getenv("DATABASE_URL"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer m.Close()
+
+	export := cron.NewChain(advcron.OnOneReplica(m, "nightly-export", 0)).
+		Then(cron.FuncJob(func() { fmt.Println("exported") }))
+	export.Run() // c.AddJob("0 3 * * *", export) in a real program
+	// Output: exported
+}

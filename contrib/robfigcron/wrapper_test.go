@@ -49,37 +49,43 @@ func TestLateReplicaSkips(t *testing.T) {
 	}
 }
 
-// TestLossCancelsFuncJob terminates the holder's session while a FuncJob runs: the job's
-// ctx ends with a cause wrapping ErrLockLost, and the loss is logged as an error.
+// TestLossCancelsFuncJob runs a FuncJob under a real cron.Cron and terminates the
+// holder's session while it runs: the job's ctx ends with a cause wrapping ErrLockLost,
+// and the loss is logged as an error.
 func TestLossCancelsFuncJob(t *testing.T) {
 	t.Parallel()
 	name := lockName(t)
 	m := newManager(t)
 	log := &recLogger{}
-	started := make(chan struct{})
-	cause := make(chan error, 1)
-	job := advcron.OnOneReplica(m, name, 0, advcron.WithLogger(log))(advcron.FuncJob(func(ctx context.Context) error {
-		close(started)
-		select {
-		case <-ctx.Done():
-			cause <- context.Cause(ctx)
-			return ctx.Err()
-		case <-time.After(time.Minute):
-			cause <- nil
+	ctx, shutdown := context.WithCancel(context.Background())
+	c := cron.New(cron.WithSeconds(), cron.WithLogger(log), cron.WithChain(
+		cron.Recover(log), advcron.OnOneReplica(m, name, 0, advcron.WithLogger(log), advcron.WithContext(ctx))))
+	started, cause := make(chan struct{}, 1), make(chan error, 1)
+	_, err := c.AddJob("* * * * * *", advcron.FuncJob(func(ctx context.Context) error {
+		select { // later ticks skip while this one runs; one after the loss may run
+		case started <- struct{}{}:
+		default:
 			return nil
 		}
+		<-ctx.Done()
+		cause <- context.Cause(ctx)
+		return ctx.Err()
 	}))
-	done := make(chan struct{})
-	go func() { defer close(done); job.Run() }()
+	require.NoError(t, err)
+	c.Start()
+	t.Cleanup(func() { shutdown(); <-c.Stop().Done() })
 	<-started
 	var pids []uint32
 	eventually(t, 10*time.Second, func() bool { pids = holders(t, name); return len(pids) == 1 }, "the job's lock is held")
 	terminate(t, pids[0])
-	require.ErrorIs(t, <-cause, advisory.ErrLockLost)
-	<-done
-	errs := log.errs()
-	require.Len(t, errs, 1)
-	assert.ErrorIs(t, errs[0], advisory.ErrLockLost)
+	select {
+	case err := <-cause:
+		require.ErrorIs(t, err, advisory.ErrLockLost)
+	case <-time.After(30 * time.Second):
+		t.Fatal("the job's ctx did not end within 30 s of the loss")
+	}
+	eventually(t, 10*time.Second, func() bool { return len(log.errs()) > 0 }, "the loss is logged")
+	assert.ErrorIs(t, log.errs()[0], advisory.ErrLockLost)
 }
 
 // TestFuncJobError: a FuncJob's error is logged; a failed try too, as an error.
