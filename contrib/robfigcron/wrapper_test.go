@@ -88,7 +88,8 @@ func TestLossCancelsFuncJob(t *testing.T) {
 	assert.ErrorIs(t, log.errs()[0], advisory.ErrLockLost)
 }
 
-// TestFuncJobError: a FuncJob's error is logged; a failed try too, as an error.
+// TestFuncJobError: a FuncJob's error is logged; so are a negative atLeast and a failed
+// try (a closed Manager), as errors, without running the job.
 func TestFuncJobError(t *testing.T) {
 	t.Parallel()
 	name := lockName(t)
@@ -96,12 +97,16 @@ func TestFuncJobError(t *testing.T) {
 	log := &recLogger{}
 	boom := errors.New("boom")
 	advcron.OnOneReplica(m, name, 0, advcron.WithLogger(log))(advcron.FuncJob(func(context.Context) error { return boom })).Run()
+	ran := false
+	advcron.OnOneReplica(m, name, -time.Second, advcron.WithLogger(log))(cron.FuncJob(func() { ran = true })).Run()
 	m.Close()
-	advcron.OnOneReplica(m, name, 0, advcron.WithLogger(log))(advcron.FuncJob(func(context.Context) error { return nil })).Run()
+	advcron.OnOneReplica(m, name, 0, advcron.WithLogger(log))(cron.FuncJob(func() { ran = true })).Run()
+	assert.False(t, ran, "a job ran with a negative atLeast or a closed Manager")
 	errs := log.errs()
-	require.Len(t, errs, 2)
+	require.Len(t, errs, 3)
 	assert.ErrorIs(t, errs[0], boom)
-	assert.ErrorIs(t, errs[1], advisory.ErrClosed)
+	assert.ErrorIs(t, errs[1], advisory.ErrInvalidOption)
+	assert.ErrorIs(t, errs[2], advisory.ErrClosed)
 }
 
 // TestPanicWithRecover: the wrapper does not recover; cron.Recover before it does, and the
