@@ -1,0 +1,69 @@
+package advcron_test
+
+import (
+	"context"
+	"fmt"
+	"log"
+	"os"
+	"time"
+
+	"github.com/robfig/cron/v3"
+
+	"github.com/pgadvisory/advisory"
+	advcron "github.com/pgadvisory/advisory/contrib/robfigcron"
+)
+
+// Every replica runs the same Cron: at each tick one replica runs the report, the others
+// skip. The lock is kept for at least 30 s so that a replica whose timer fires late still
+// skips; cron.Recover, first in the chain, keeps a panicking job from ending the process.
+func Example() {
+	m, err := advisory.New(context.Background(), os.Getenv("DATABASE_URL"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer m.Close()
+
+	// Cancelled at shutdown: it ends a running job's ctx and the lock's hold.
+	ctx, shutdown := context.WithCancel(context.Background())
+	defer shutdown()
+	logger := cron.PrintfLogger(log.New(os.Stderr, "cron: ", log.LstdFlags))
+	c := cron.New(cron.WithSeconds(), cron.WithLogger(logger), cron.WithChain(
+		cron.Recover(logger),
+		advcron.OnOneReplica(m, "hourly-report", 30*time.Second,
+			advcron.WithLogger(logger), advcron.WithContext(ctx)),
+	))
+	ran := make(chan struct{}, 1)
+	// A FuncJob's ctx is cancelled if the lock is lost; its error is logged.
+	_, err = c.AddJob("* * * * * *", advcron.FuncJob(func(ctx context.Context) error {
+		select { // writeReport(ctx) in a real program
+		case ran <- struct{}{}:
+		default:
+		}
+		return nil
+	}))
+	if err != nil {
+		log.Fatal(err)
+	}
+	c.Start()
+	<-ran
+	shutdown()        // ends the hold: the lock is released now, not in 30 s
+	<-c.Stop().Done() // waits for the running job to return
+	fmt.Println("report written")
+	// Output: report written
+}
+
+// One lock per job: wrap each job with its own chain instead of the Cron's. Here the
+// wrapped job is run by hand, as the Cron would at a tick; no other replica holds the
+// lock, so it runs.
+func ExampleOnOneReplica() {
+	m, err := advisory.New(context.Background(), os.Getenv("DATABASE_URL"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer m.Close()
+
+	export := cron.NewChain(advcron.OnOneReplica(m, "nightly-export", 0)).
+		Then(cron.FuncJob(func() { fmt.Println("exported") }))
+	export.Run() // c.AddJob("0 3 * * *", export) in a real program
+	// Output: exported
+}

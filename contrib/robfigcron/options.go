@@ -1,0 +1,45 @@
+package advcron
+
+import (
+	"context"
+
+	"github.com/robfig/cron/v3"
+)
+
+// Option configures [OnOneReplica].
+type Option func(*options)
+
+type options struct {
+	logger cron.Logger
+	ctx    context.Context
+}
+
+func newOptions(opts []Option) options {
+	o := options{logger: cron.DefaultLogger, ctx: context.Background()}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	return o
+}
+
+// WithLogger sets the cron.Logger that skips (Info) and failures (Error) are reported to;
+// pass the one given to cron.WithLogger. The default is cron.DefaultLogger, which prints
+// errors only (cron.VerbosePrintfLogger prints the skips too). A nil logger panics.
+func WithLogger(l cron.Logger) Option {
+	if l == nil {
+		panic("advcron: WithLogger with a nil logger")
+	}
+	return func(o *options) { o.logger = l }
+}
+
+// WithContext sets the base context of every run: it governs the try, the context a
+// [FuncJob] runs with, and the hold. When it ends (a shutdown), a running FuncJob's
+// context is cancelled, a hold ends and the lock is released at once, and later ticks
+// fail at the try (logged as errors). The default is context.Background(). A nil ctx
+// panics.
+func WithContext(ctx context.Context) Option {
+	if ctx == nil {
+		panic("advcron: WithContext with a nil context")
+	}
+	return func(o *options) { o.ctx = ctx }
+}
