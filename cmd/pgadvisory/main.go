@@ -221,3 +221,14 @@ func exitCode(err error, stderr io.Writer) int {
 	}
 	return code
 }
+
+// validConflictCode says whether --conflict-exit-code may be code: 1 to 125 (126 and up
+// are the shell's codes for a command that cannot run or died of a signal, 0 would say the
+// command succeeded), except the codes that mean something else for run. 75 is the default.
+func validConflictCode(code int) bool {
+	switch code {
+	case exitUsage, exitUnavailable, exitSoftware, exitLost, exitNoPerm:
+		return false
+	}
+	return code >= 1 && code <= 125
+}

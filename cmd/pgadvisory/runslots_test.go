@@ -1,0 +1,179 @@
+package main_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/pgadvisory/advisory"
+	"github.com/pgadvisory/advisory/internal/pgtest"
+)
+
+// holdScript records "start NS" in $1, creates $2 (running), waits (up to 120 s) for $3
+// (go) to exist and records "end NS": the test decides when each command ends.
+const holdScript = `echo "start $(date +%s%N)" >> "$1"; touch "$2"; i=0; ` +
+	`while [ ! -e "$3" ] && [ $i -lt 1200 ]; do sleep 0.1; i=$((i+1)); done; echo "end $(date +%s%N)" >> "$1"`
+
+func exists(path string) bool { _, err := os.Stat(path); return err == nil }
+
+// TestRunSlotsAtMostNAtOnce: three run --slots 2 commands that each hold until told. Two
+// start, the third waits (it reports the semaphore full) and starts only after one of
+// the first two was told to end and did; no timing is assumed.
+func TestRunSlotsAtMostNAtOnce(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	var procs []*proc
+	var logs, running, gos []string
+	for i := 0; i < 3; i++ {
+		f := func(s string) string { return filepath.Join(dir, s+strconv.Itoa(i)) }
+		logs, running, gos = append(logs, f("log")), append(running, f("running")), append(gos, f("go"))
+		procs = append(procs, start(t, "run", "--slots", "2", "--name", t.Name(), "--holder-name", "slots-"+strconv.Itoa(i),
+			"--", "sh", "-c", holdScript, "sh", logs[i], running[i], gos[i]))
+	}
+	started := func() []int {
+		var s []int
+		for i := range running {
+			if exists(running[i]) {
+				s = append(s, i)
+			}
+		}
+		return s
+	}
+	require.Eventually(t, func() bool { return len(started()) == 2 }, 30*time.Second, 10*time.Millisecond)
+	first := started()
+	waiter := 3 - first[0] - first[1]
+	procs[waiter].stderr.waitFor(t, "full (all 2 slots taken)", 20*time.Second)
+	assert.Len(t, started(), 2, "a third command started while two held the slots")
+
+	// End one holder: the waiter gets its slot.
+	require.NoError(t, os.WriteFile(gos[first[0]], nil, 0o600))
+	r := wait(t, procs[first[0]])
+	require.Equal(t, 0, r.code, r.stderr)
+	require.Eventually(t, func() bool { return exists(running[waiter]) }, 30*time.Second, 10*time.Millisecond)
+	assert.Contains(t, procs[waiter].stderr.String(), `acquired semaphore "`+t.Name()+`" (2 slots) after waiting`)
+	for _, i := range []int{first[1], waiter} {
+		require.NoError(t, os.WriteFile(gos[i], nil, 0o600))
+		r := wait(t, procs[i])
+		require.Equal(t, 0, r.code, r.stderr)
+	}
+	// The recorded intervals: never more than 2 at once.
+	iv := readIntervals(t, logs)
+	for _, at := range iv {
+		n := 0
+		for _, o := range iv {
+			if o.start <= at.start && at.start < o.end {
+				n++
+			}
+		}
+		assert.LessOrEqual(t, n, 2, "more than 2 commands ran at once: %v", iv)
+	}
+}
+
+// holdSlots takes every slot of the semaphore name with limit slots through the library,
+// for the test's duration.
+func holdSlots(t *testing.T, name string, limit int) (*advisory.Semaphore, []*advisory.Lock) {
+	t.Helper()
+	ctx := context.Background()
+	m, err := advisory.New(ctx, pgtest.WithPairs(dsn(t), "application_name=slot-holder"))
+	require.NoError(t, err)
+	t.Cleanup(m.Close)
+	sem, err := m.Semaphore(name, limit)
+	require.NoError(t, err)
+	var ls []*advisory.Lock
+	for range limit {
+		l, err := sem.TryAcquire(ctx)
+		require.NoError(t, err)
+		ls = append(ls, l)
+	}
+	return sem, ls
+}
+
+// TestRunSlotsNoWait: with every slot held, --no-wait exits 75 (or the
+// --conflict-exit-code) at once and says the semaphore is full and who holds it; --wait
+// gives up the same way; with one slot free, the command runs on it and gets its key.
+func TestRunSlotsNoWait(t *testing.T) {
+	t.Parallel()
+	_, ls := holdSlots(t, t.Name(), 2)
+	r := cli(t, "run", "--slots", "2", "--no-wait", "--name", t.Name(), "--", "true")
+	require.Equal(t, 75, r.code, r.stderr)
+	assert.Contains(t, r.stderr, `semaphore "`+t.Name()+`" (2 slots) is full (all 2 slots taken), held by`)
+	assert.Contains(t, r.stderr, "not waiting (--no-wait)")
+	assert.Contains(t, r.stderr, `"slot-holder"`)
+
+	r = cli(t, "run", "--slots", "2", "--no-wait", "--conflict-exit-code", "9", "--name", t.Name(), "--", "true")
+	assert.Equal(t, 9, r.code, r.stderr)
+	r = cli(t, "run", "--slots", "2", "--wait", "1s", "--name", t.Name(), "--", "true")
+	assert.Equal(t, 75, r.code, r.stderr)
+	assert.Contains(t, r.stderr, `gave up on semaphore "`+t.Name()+`" (2 slots) after 1s (--wait)`)
+
+	require.NoError(t, ls[1].Unlock(context.Background()))
+	r = cli(t, "run", "--slots", "2", "--no-wait", "--name", t.Name(), "--", "sh", "-c", `echo "$PGADVISORY_KEY"`)
+	require.Equal(t, 0, r.code, r.stderr)
+	assert.Equal(t, ls[1].Key().String(), strings.TrimSpace(r.stdout), "the command runs on the free slot")
+}
+
+// TestRunSlotsKilledHolderFreesItsSlot: run --slots 1 with a command that keeps fd 3;
+// its pgadvisory is SIGKILLed. The slot stays held while the command lives (the kernel
+// kills it: parent-death signal) and is free once it is gone: the waiting run starts.
+func TestRunSlotsKilledHolderFreesItsSlot(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	pidFile, ready, second := filepath.Join(dir, "pid"), filepath.Join(dir, "ready"), filepath.Join(dir, "second")
+	p1 := start(t, "run", "--slots", "1", "--name", t.Name(), "--", "sh", "-c",
+		`echo $$ > "$1"; touch "$2"; exec sleep 120`, "sh", pidFile, ready)
+	require.Eventually(t, func() bool { return exists(ready) }, 30*time.Second, 10*time.Millisecond)
+	b, err := os.ReadFile(pidFile)
+	require.NoError(t, err)
+	cmdPID, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	require.NoError(t, err)
+
+	p2 := start(t, "run", "--slots", "1", "--name", t.Name(), "--", "sh", "-c", `touch "$1"`, "sh", second)
+	p2.stderr.waitFor(t, "full (its slot taken)", 20*time.Second)
+
+	require.NoError(t, p1.cmd.Process.Signal(syscall.SIGKILL))
+	r1 := wait(t, p1)
+	assert.Equal(t, 128+9, r1.code)
+	r2 := wait(t, p2)
+	require.Equal(t, 0, r2.code, r2.stderr)
+	assert.True(t, exists(second), "the waiter's command ran")
+	assert.Eventually(t, func() bool { return syscall.Kill(cmdPID, 0) != nil }, 10*time.Second, 10*time.Millisecond,
+		"the first command (which held fd 3) is gone: the kernel killed it with its pgadvisory")
+}
+
+// TestRunSlotsNamespace: --namespace names the semaphore as the library's WithNamespace:
+// a slot held through the library with the namespace is the one run --slots finds taken.
+func TestRunSlotsNamespace(t *testing.T) {
+	t.Parallel()
+	holdSlots(t, "ns1:"+t.Name(), 1)
+	r := cli(t, "run", "--slots", "1", "--no-wait", "--namespace", "ns1", "--name", t.Name(), "--", "true")
+	assert.Equal(t, 75, r.code, r.stderr)
+	assert.Contains(t, r.stderr, `semaphore "ns1:`+t.Name()+`" (1 slot) is full`)
+	r = cli(t, "run", "--slots", "1", "--no-wait", "--namespace", "ns2", "--name", t.Name(), "--", "true")
+	assert.Equal(t, 0, r.code, r.stderr)
+}
+
+func TestRunSlotsUsageErrors(t *testing.T) {
+	t.Parallel()
+	for args, why := range map[string]string{
+		"--slots 0 --name k":  "between 1 and",
+		"--slots -1 --name k": "between 1 and",
+		fmt.Sprintf("--slots %d --name k", advisory.MaxSemaphoreLimit+1): "between 1 and",
+		"--slots 2 --key 12":                            "--slots needs --name",
+		"--slots 2 --shared --name k":                   "--slots and --shared exclude each other",
+		"--slots 2 --token --name k":                    "--token cannot be used with --slots",
+		"--slots 2 --name " + strings.Repeat("x", 4090): "slot names",
+	} {
+		r := noDB(t, append(append([]string{"run"}, strings.Fields(args)...), "--", "true")...)
+		assert.Equal(t, 64, r.code, "%s: %s", args, r.stderr)
+		assert.Contains(t, r.stderr, why, args)
+	}
+}
