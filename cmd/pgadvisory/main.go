@@ -2,6 +2,7 @@
 // machines, for running migrations from one pod of many.
 //
 //	pgadvisory run (--name NAME | --key KEY) [--wait DURATION | --no-wait] [--shared] [--token] [--connect-timeout DURATION] -- CMD ARGS...
+//	pgadvisory run --slots N --name NAME [flags] -- CMD ARGS...
 //	pgadvisory status [--name NAME | --key KEY] [--json] [--watch[=INTERVAL]]
 //	pgadvisory break (--name NAME | --key KEY) [--yes] [--wait DURATION]
 //	pgadvisory hash [--namespace NS] NAME
@@ -9,7 +10,8 @@
 //	pgadvisory demo
 //
 // --namespace NS with --name NAME selects the lock "NS:NAME", as the library's
-// WithNamespace(NS) names it.
+// WithNamespace(NS) names it. run --slots N takes one of N slots of the semaphore NAME
+// (advisory's Manager.Semaphore) instead of the lock: at most N commands at once.
 //
 // The connection comes from --dsn (before or after the command), else DATABASE_URL, else
 // the libpq PG* environment variables (PGHOST, PGPORT, PGUSER, PGPASSWORD, PGDATABASE,
