@@ -48,6 +48,10 @@ func (r *runner) checkSlots(fs *flag.FlagSet) error {
 		}
 	}
 	r.lock.slots = r.slots
+	// A waiting Acquire pins up to five connections besides its slot (the turnstile, the
+	// LISTEN, the wait for one slot, tries of the others, a slot whose wait is being
+	// abandoned); the reports of who holds the slots need one more.
+	r.conn.conns = 8
 	return nil
 }
 

@@ -111,9 +111,12 @@ func TestRunSlotsNoWait(t *testing.T) {
 
 	r = cli(t, "run", "--slots", "2", "--no-wait", "--conflict-exit-code", "9", "--name", t.Name(), "--", "true")
 	assert.Equal(t, 9, r.code, r.stderr)
-	r = cli(t, "run", "--slots", "2", "--wait", "1s", "--name", t.Name(), "--", "true")
+	// Reported while waiting, every second: the holders' query finds a pool connection
+	// beside the ones the waiting Acquire pins.
+	r = cli(t, "run", "--slots", "2", "--wait", "3s", "--name", t.Name(), "--", "true")
 	assert.Equal(t, 75, r.code, r.stderr)
-	assert.Contains(t, r.stderr, `gave up on semaphore "`+t.Name()+`" (2 slots) after 1s (--wait)`)
+	assert.Contains(t, r.stderr, `gave up on semaphore "`+t.Name()+`" (2 slots) after 3s (--wait)`)
+	assert.NotContains(t, r.stderr, "unknown session")
 
 	require.NoError(t, ls[1].Unlock(context.Background()))
 	r = cli(t, "run", "--slots", "2", "--no-wait", "--name", t.Name(), "--", "sh", "-c", `echo "$PGADVISORY_KEY"`)
@@ -121,32 +124,46 @@ func TestRunSlotsNoWait(t *testing.T) {
 	assert.Equal(t, ls[1].Key().String(), strings.TrimSpace(r.stdout), "the command runs on the free slot")
 }
 
-// TestRunSlotsKilledHolderFreesItsSlot: run --slots 1 with a command that keeps fd 3;
-// its pgadvisory is SIGKILLed. The slot stays held while the command lives (the kernel
-// kills it: parent-death signal) and is free once it is gone: the waiting run starts.
+// TestRunSlotsKilledHolderFreesItsSlot: run --slots 1 with a command that keeps fd 3 and
+// a background child that keeps it too (and gets no parent-death signal); its pgadvisory
+// is SIGKILLed. The kernel kills the command; the background child, told to end only
+// once the command is gone, records its end and exits; the waiting run's command records
+// its start. Had the slot ended with pgadvisory, the waiter would have started before the
+// child was told to end. Only the order is asserted, never a duration.
 func TestRunSlotsKilledHolderFreesItsSlot(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	pidFile, ready, second := filepath.Join(dir, "pid"), filepath.Join(dir, "ready"), filepath.Join(dir, "second")
-	p1 := start(t, "run", "--slots", "1", "--name", t.Name(), "--", "sh", "-c",
-		`echo $$ > "$1"; touch "$2"; exec sleep 120`, "sh", pidFile, ready)
+	pidFile, ready, log, bgGo := filepath.Join(dir, "pid"), filepath.Join(dir, "ready"), filepath.Join(dir, "log"),
+		filepath.Join(dir, "go")
+	first := `echo $$ > "$1"; (i=0; while [ ! -e "$4" ] && [ $i -lt 1200 ]; do sleep 0.1; i=$((i+1)); done; ` +
+		`sleep 0.3; echo "bgend $(date +%s%N)" >> "$3") >/dev/null 2>&1 & touch "$2"; exec sleep 120`
+	p1 := start(t, "run", "--slots", "1", "--name", t.Name(), "--", "sh", "-c", first, "sh", pidFile, ready, log, bgGo)
 	require.Eventually(t, func() bool { return exists(ready) }, 30*time.Second, 10*time.Millisecond)
 	b, err := os.ReadFile(pidFile)
 	require.NoError(t, err)
 	cmdPID, err := strconv.Atoi(strings.TrimSpace(string(b)))
 	require.NoError(t, err)
 
-	p2 := start(t, "run", "--slots", "1", "--name", t.Name(), "--", "sh", "-c", `touch "$1"`, "sh", second)
+	p2 := start(t, "run", "--slots", "1", "--name", t.Name(), "--", "sh", "-c", `echo "start $(date +%s%N)" >> "$1"`, "sh", log)
 	p2.stderr.waitFor(t, "full (its slot taken)", 20*time.Second)
 
 	require.NoError(t, p1.cmd.Process.Signal(syscall.SIGKILL))
 	r1 := wait(t, p1)
 	assert.Equal(t, 128+9, r1.code)
+	assert.Eventually(t, func() bool { return syscall.Kill(cmdPID, 0) != nil }, 10*time.Second, 10*time.Millisecond,
+		"the command was killed with its pgadvisory (parent-death signal)")
+	require.NoError(t, os.WriteFile(bgGo, nil, 0o600))
 	r2 := wait(t, p2)
 	require.Equal(t, 0, r2.code, r2.stderr)
-	assert.True(t, exists(second), "the waiter's command ran")
-	assert.Eventually(t, func() bool { return syscall.Kill(cmdPID, 0) != nil }, 10*time.Second, 10*time.Millisecond,
-		"the first command (which held fd 3) is gone: the kernel killed it with its pgadvisory")
+	out, err := os.ReadFile(log)
+	require.NoError(t, err)
+	f := strings.Fields(string(out))
+	require.Len(t, f, 4, "%q", out)
+	assert.Equal(t, []string{"bgend", "start"}, []string{f[0], f[2]},
+		"the waiter's command started only after the last process holding fd 3 was gone: %q", out)
+	bgEnd, _ := strconv.ParseInt(f[1], 10, 64)
+	start2, _ := strconv.ParseInt(f[3], 10, 64)
+	assert.Less(t, bgEnd, start2, "%q", out)
 }
 
 // TestRunSlotsNamespace: --namespace names the semaphore as the library's WithNamespace:
