@@ -194,3 +194,20 @@ func TestRunSlotsUsageErrors(t *testing.T) {
 		assert.Contains(t, r.stderr, why, args)
 	}
 }
+
+// TestRunSlotsLossStopsTheCommand: the slot is the lock run supervises. Its session
+// terminated, the command is stopped and run exits 76, naming the slot.
+func TestRunSlotsLossStopsTheCommand(t *testing.T) {
+	t.Parallel()
+	m, _ := holdLock(t, t.Name()+"/observer", "")
+	ready := filepath.Join(t.TempDir(), "ready")
+	p := start(t, "run", "--slots", "1", "--name", t.Name(), "--holder-name", t.Name(), "--grace", "2s",
+		"--", "sh", "-c", `touch "$1"; exec sleep 60`, "sh", ready)
+	require.Eventually(t, func() bool { return exists(ready) }, 30*time.Second, 10*time.Millisecond)
+	h := waitHeldByApp(t, m, t.Name()+"#slot/0", t.Name())
+	var ok bool
+	require.NoError(t, adminQuery(t, "SELECT pg_terminate_backend($1)", int32(h.PID)).Scan(&ok))
+	r := wait(t, p)
+	require.Equal(t, 76, r.code, r.stderr)
+	assert.Contains(t, r.stderr, `lock "`+t.Name()+`#slot/0" lost while the command ran`)
+}
