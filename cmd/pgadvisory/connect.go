@@ -26,6 +26,7 @@ type connFlags struct {
 	dsn     string
 	timeout time.Duration // --connect-timeout: how long to retry a server that is not up yet
 	stderr  io.Writer     // where retries are reported
+	conns   int32         // the pool's size if not 0 (run --slots); 4 otherwise
 }
 
 // register defines --dsn on fs, defaulting to a --dsn given before the command, and
@@ -66,6 +67,9 @@ func (c *connFlags) connect(ctx context.Context, cmd, appName string, opts ...ad
 		return nil, err
 	}
 	cfg.MaxConns = 4 // one lock, one wait, and the status queries
+	if c.conns > 0 {
+		cfg.MaxConns = c.conns
+	}
 	var m *advisory.Manager
 	gaveUp, err := c.retry(ctx, target(cfg), cfg.ConnConfig.Password, func(ctx context.Context) (err error) {
 		m, err = advisory.NewWithConfig(ctx, cfg, opts...)

@@ -41,8 +41,9 @@ func (f *lockFlags) register(fs *flag.FlagSet) {
 // lockTarget is the lock a command works on: always a bigint key (pg_advisory_lock(bigint)),
 // and the name it was given as, if any.
 type lockTarget struct {
-	key  advisory.Key
-	name string
+	key   advisory.Key
+	name  string
+	slots int // run --slots: the target is the semaphore named name, with this many slots
 }
 
 // String names the lock with its key: `lock "NAME" (key N)` or `lock N`.
@@ -53,8 +54,15 @@ func (t lockTarget) String() string {
 	return fmt.Sprintf("lock %d", int64(t.key))
 }
 
-// label names the lock as its holder knows it: `lock "NAME"` or `lock N`.
+// label names the lock as its holder knows it: `lock "NAME"` or `lock N`; run's
+// semaphore (--slots) as `semaphore "NAME" (N slots)`.
 func (t lockTarget) label() string {
+	switch {
+	case t.slots == 1:
+		return fmt.Sprintf(`semaphore "%s" (1 slot)`, t.name)
+	case t.slots > 1:
+		return fmt.Sprintf(`semaphore "%s" (%d slots)`, t.name, t.slots)
+	}
 	if t.name != "" {
 		return fmt.Sprintf(`lock "%s"`, t.name)
 	}

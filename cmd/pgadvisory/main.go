@@ -2,6 +2,7 @@
 // machines, for running migrations from one pod of many.
 //
 //	pgadvisory run (--name NAME | --key KEY) [--wait DURATION | --no-wait] [--shared] [--token] [--connect-timeout DURATION] -- CMD ARGS...
+//	pgadvisory run --slots N --name NAME [flags] -- CMD ARGS...
 //	pgadvisory status [--name NAME | --key KEY] [--json] [--watch[=INTERVAL]]
 //	pgadvisory break (--name NAME | --key KEY) [--yes] [--wait DURATION]
 //	pgadvisory hash [--namespace NS] NAME
@@ -9,7 +10,8 @@
 //	pgadvisory demo
 //
 // --namespace NS with --name NAME selects the lock "NS:NAME", as the library's
-// WithNamespace(NS) names it.
+// WithNamespace(NS) names it. run --slots N takes one of N slots of the semaphore NAME
+// (advisory's Manager.Semaphore) instead of the lock: at most N commands at once.
 //
 // The connection comes from --dsn (before or after the command), else DATABASE_URL, else
 // the libpq PG* environment variables (PGHOST, PGPORT, PGUSER, PGPASSWORD, PGDATABASE,
@@ -220,4 +222,15 @@ func exitCode(err error, stderr io.Writer) int {
 		fmt.Fprintln(stderr, ee.hint)
 	}
 	return code
+}
+
+// validConflictCode says whether --conflict-exit-code may be code: 1 to 125 (126 and up
+// are the shell's codes for a command that cannot run or died of a signal, 0 would say the
+// command succeeded), except the codes that mean something else for run. 75 is the default.
+func validConflictCode(code int) bool {
+	switch code {
+	case exitUsage, exitUnavailable, exitSoftware, exitLost, exitNoPerm:
+		return false
+	}
+	return code >= 1 && code <= 125
 }

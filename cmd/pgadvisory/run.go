@@ -23,6 +23,8 @@ type runner struct {
 	noWait   bool
 	conflict int // --conflict-exit-code: the exit code when the lock is held (--no-wait, --wait)
 	shared   bool
+	slots    int                 // --slots: take a slot of a semaphore of this many (see runslots.go)
+	sem      *advisory.Semaphore // with --slots, made once connected
 	quiet    bool
 	grace    time.Duration
 	drainW   time.Duration // --drain-wait
@@ -54,6 +56,7 @@ func parseRun(args []string, global connFlags, stdout, stderr io.Writer) (*runne
 	fs.BoolVar(&r.noWait, "no-wait", false, "exit 75 at once if the lock is held")
 	fs.IntVar(&r.conflict, "conflict-exit-code", exitNotAcquired, "the exit code when --no-wait or --wait gives up")
 	fs.BoolVar(&r.shared, "shared", false, "shared mode")
+	fs.IntVar(&r.slots, "slots", 0, "take one of N slots of a semaphore named --name instead of the lock")
 	fs.BoolVar(&r.quiet, "quiet", false, "do not report who holds the lock while waiting, "+
 		"nor earlier holders' sessions that ended on their own")
 	fs.DurationVar(&r.grace, "grace", 10*time.Second, "time between SIGTERM and SIGKILL if the lock is lost")
@@ -107,18 +110,10 @@ func (r *runner) check(fs *flag.FlagSet) error {
 	if err := r.conn.check(fs.Name()); err != nil {
 		return err
 	}
-	return r.fence.check(fs.Name())
-}
-
-// validConflictCode says whether --conflict-exit-code may be code: 1 to 125 (126 and up
-// are the shell's codes for a command that cannot run or died of a signal, 0 would say the
-// command succeeded), except the codes that mean something else for run. 75 is the default.
-func validConflictCode(code int) bool {
-	switch code {
-	case exitUsage, exitUnavailable, exitSoftware, exitLost, exitNoPerm:
-		return false
+	if err := r.fence.check(fs.Name()); err != nil {
+		return err
 	}
-	return code >= 1 && code <= 125
+	return r.checkSlots(fs)
 }
 
 // run connects, takes the lock (and the token), drains the sessions of earlier holders'
@@ -136,7 +131,7 @@ func (r *runner) run() int {
 	}
 	defer m.Close()
 	r.phase = fmt.Sprintf("waiting for %s", r.lock.label())
-	l, err := r.acquire(ctx, m)
+	l, err := r.take(ctx, m)
 	if err == nil && r.fence.token {
 		r.phase = fmt.Sprintf("taking the fencing token of %s", r.lock.label())
 		r.tok, err = r.takeToken(ctx, l)
@@ -208,6 +203,8 @@ func (r *runner) acquire(ctx context.Context, m *advisory.Manager) (*advisory.Lo
 // and status show the name; by key otherwise. Both take the same key.
 func (r *runner) try(ctx context.Context, m *advisory.Manager) (*advisory.Lock, error) {
 	switch {
+	case r.slots > 0:
+		return r.trySlot(ctx, m)
 	case r.lock.name != "" && r.shared:
 		return m.TryLockShared(ctx, r.lock.name)
 	case r.lock.name != "":
@@ -220,6 +217,8 @@ func (r *runner) try(ctx context.Context, m *advisory.Manager) (*advisory.Lock, 
 
 func (r *runner) lockCall(ctx context.Context, m *advisory.Manager) (*advisory.Lock, error) {
 	switch {
+	case r.slots > 0:
+		return r.sem.Acquire(ctx) // made by trySlot, which acquire always calls first
 	case r.lock.name != "" && r.shared:
 		return m.LockShared(ctx, r.lock.name)
 	case r.lock.name != "":
@@ -279,11 +278,11 @@ func (r *runner) awaitLock(ctx context.Context, m *advisory.Manager, done <-chan
 func (r *runner) holders(ctx context.Context, m *advisory.Manager) (desc, who string) {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	hs, err := m.HoldersKey(ctx, r.lock.key)
+	hs, err := r.holdersOf(ctx, m)
 	if err != nil {
 		return "held by an unknown session (" + err.Error() + ")", "unknown"
 	}
-	return describeHolders(hs, time.Now()), holderIdentity(hs)
+	return r.describe(hs), holderIdentity(hs)
 }
 
 func (r *runner) lockFailure(err error) error {

@@ -25,6 +25,7 @@ const exitCodesHelp = `Exit codes:
 
 // runHelp is the help of run.
 const runHelp = `Usage: pgadvisory run (--name NAME | --key KEY) [--wait DURATION | --no-wait] [flags] -- CMD [ARGS...]
+       pgadvisory run --slots N --name NAME [--wait DURATION | --no-wait] [flags] -- CMD [ARGS...]
 
 Takes the advisory lock NAME (or the lock with the 64-bit key KEY), runs CMD while
 holding it, releases it when CMD exits and exits with CMD's exit code. While it waits it
@@ -35,6 +36,13 @@ pgadvisory is still connecting or waiting they end the wait at once, and CMD nev
 A signal that was ignored when pgadvisory started (nohup) stays ignored, for CMD too.
 If the lock is lost while CMD runs, CMD's process group gets SIGTERM, then SIGKILL after
 --grace, and pgadvisory exits 76.
+
+With --slots N, run takes one of N slots of the semaphore NAME (the library's
+Manager.Semaphore(NAME, N); slot i is the lock "NAME#slot/i") instead of the lock NAME:
+at most N commands run at once, across machines. The slot is held as run holds a lock:
+everything below (descriptor 3, loss, draining, exit codes) holds for the slot, and
+PGADVISORY_KEY is the slot's key. While it waits run reports that the semaphore is full
+and who holds its slots. Every run of NAME must give the same N.
 
 CMD never outlives the lock. Like flock(1), run hands CMD the lock itself: the socket of
 the lock's connection, as file descriptor 3 (PGADVISORY_LOCK_FD=3 in its environment).
@@ -92,6 +100,11 @@ Flags (exactly one of --name and --key):
                       elapses (flock's -E): 1 to 125, except 64, 69, 70, 76 and 77;
                       pick one CMD never exits with, to tell the two apart
   --shared            shared mode: shared holders run together; an exclusive one runs alone
+  --slots N           take one of N slots (1 to 128) of the semaphore NAME instead of
+                      the lock: at most N commands at once. Needs --name (a semaphore
+                      is named); not with --shared (a slot is held exclusively) nor
+                      --token (holders of different slots run at once by design, so
+                      per-slot tokens would fence nothing); --namespace works
   --quiet             do not report who holds the lock while waiting, nor an earlier
                       holder's sessions that ended on their own (terminated ones are
                       always reported)

@@ -34,7 +34,8 @@ Usage:
   pgadvisory --help | --version
 
 Commands:
-  run      hold a lock while a command runs (like flock(1), across machines)
+  run      hold a lock while a command runs (like flock(1), across machines);
+           --slots N: one of N slots, at most N commands at once
   status   list the sessions holding or waiting for advisory locks (--watch: keep refreshing)
   break    terminate the session(s) holding a lock, after confirmation
   hash     print the key of a lock name and the psql lines that take the same lock
