@@ -63,13 +63,15 @@ func TestCancelledLockStopsTheServerWait(t *testing.T) {
 func TestCancelRacingTheGrantNeverLeavesTheLockHeld(t *testing.T) {
 	t.Parallel()
 	holderM, m := newManager(t, nil), newManager(t, nil)
-	ctx := ctxT(t)
 	seed := uint64(time.Now().UnixNano())
 	t.Logf("seed %d", seed)
 	rng := rand.New(rand.NewPCG(seed, 0))
 	const trials = 300
 	var won, cancelled int
 	for i := 0; i < trials; i++ {
+		// Each trial has a bound of its own: the 300 trials took 60 s beside two CPU
+		// burners, and one deadline for them all ended the test mid-trial.
+		ctx, end := context.WithTimeout(context.Background(), 30*time.Second)
 		holder, err := holderM.Lock(ctx, t.Name())
 		require.NoError(t, err)
 		wctx, cancel := context.WithCancel(ctx)
@@ -103,6 +105,7 @@ func TestCancelRacingTheGrantNeverLeavesTheLockHeld(t *testing.T) {
 			t.Fatalf("trial %d: unexpected error %v", i, r.err)
 		}
 		requireNoAcquired(t, m)
+		end()
 	}
 	t.Logf("%d trials: %d acquired, %d cancelled, 0 violations", trials, won, cancelled)
 }
