@@ -35,6 +35,9 @@ func (p *pin) hold() bool {
 	}
 	p.heldSince = time.Now()
 	p.watchIdle()
+	if p.beat == nil && p.m.set.heartbeat > 0 {
+		p.startHeartbeat()
+	}
 	return true
 }
 

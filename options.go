@@ -33,7 +33,8 @@ type settings struct {
 	sessionRetire      int
 	fenceTable         string // sanitized, possibly schema-qualified
 	drainWait          time.Duration
-	noDrain            bool // WithoutDrain: Do, DoTx, TryDo and Lead do not drain
+	noDrain            bool          // WithoutDrain: Do, DoTx, TryDo and Lead do not drain
+	heartbeat          time.Duration // WithHeartbeat; 0: off
 	hooks              Hooks
 }
 
@@ -201,4 +202,24 @@ func WithDrainWait(d time.Duration) Option {
 // the cost of a Do of an empty function. Lock.Drain still works. The default is to drain.
 func WithoutDrain() Option {
 	return option(func(s *settings) error { s.noDrain = true; return nil })
+}
+
+// WithHeartbeat makes every held Lock and Session send one cheap statement (SELECT 1) on
+// its connection every d while it is held, for platforms that end sessions that stay
+// quiet: a pooler's or proxy's idle-client timeout (PgBouncer's client_idle_timeout, RDS
+// Proxy's IdleClientTimeout) or a serverless compute that suspends after inactivity
+// (Neon). Set d well below the shortest such limit. A beat never interrupts or waits for
+// anything: it is skipped while the connection is busy (BeginFunc, Token, a drain, a
+// Session's call, Unlock); a beat that finds the session gone reports the loss as the
+// watcher would (Done closes, Err wraps ErrLockLost). A direct connection needs none:
+// the library sets idle_session_timeout to 0 on it. The default is 0, off: no timer and
+// nothing sent. d must be 0 or at least 100ms. See docs/guarantees.md.
+func WithHeartbeat(d time.Duration) Option {
+	return option(func(s *settings) error {
+		if d != 0 && d < minHeartbeat {
+			return fmt.Errorf("%w: heartbeat %v; want 0 (off) or at least %v", ErrInvalidOption, d, minHeartbeat)
+		}
+		s.heartbeat = d
+		return nil
+	})
 }

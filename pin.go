@@ -76,6 +76,9 @@ type pin struct {
 
 	fenceToken atomic.Int64 // the holding's fencing token once taken (Lock.Token); 0 before
 
+	beat *time.Timer   // the heartbeat's timer (see pin_heartbeat.go); nil while off. Under mu
+	turn chan struct{} // a Session's turn, which its heartbeat takes too; nil for a Lock
+
 	workOnce sync.Once
 	tag      string // the holding's work tag (see workTag), made on first use
 	dbOID    uint32 // the database's oid, read at set-up (see look): work tags and checks

@@ -99,6 +99,9 @@ func (p *pin) end(keep bool, err error) {
 		err = p.err // the loss seen during a transaction, which Done announced already
 	}
 	p.state, p.err = stateEnded, err
+	if p.beat != nil {
+		p.beat.Stop()
+	}
 	announced := p.announced
 	p.announced = true
 	dup := p.txFD // unregistered: the last transaction's endTx removed it

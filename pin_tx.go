@@ -225,7 +225,11 @@ func (p *pin) waitTx(ctx context.Context, ready func() bool) error {
 // ends the session if it was lost, Close began, or the connection is not clean (pgx
 // closed it, or a transaction is still open): cause is the transaction's last error,
 // for the message. It returns nil, or the session's end error.
-func (p *pin) endTx(cause error) error {
+func (p *pin) endTx(cause error) error { return p.endTxAs(cause, " during a transaction") }
+
+// endTxAs is endTx for a statement the library ran (see pin_heartbeat.go): where says,
+// for a loss's message, when it was seen.
+func (p *pin) endTxAs(cause error, where string) error {
 	p.cancel.SetGentle(false)
 	sent := p.cancel.Settle()
 	p.mu.Lock()
@@ -243,7 +247,7 @@ func (p *pin) endTx(cause error) error {
 			if cause == nil {
 				cause = errors.New("the connection was left unusable")
 			}
-			err = p.lossError(cause, " during a transaction")
+			err = p.lossError(cause, where)
 		}
 		p.end(false, err)
 		p.closeTxDone()

@@ -53,11 +53,12 @@ func (m *Manager) Session(ctx context.Context) (*Session, error) {
 	}
 	s.multi = true
 	s.args[0] = &s.argKey // the key of each call: see pin.args
+	s.turn = make(chan struct{}, 1)
 	if !s.hold() {
 		s.end(true, ErrClosed)
 		return nil, ErrClosed
 	}
-	return &Session{m: m, pin: s, turn: make(chan struct{}, 1), held: make(map[target]int),
+	return &Session{m: m, pin: s, turn: s.turn, held: make(map[target]int),
 		closing: make(chan struct{})}, nil
 }
 

@@ -39,21 +39,6 @@ const PgBouncerPoolSize = 3
 // ones at once.
 const PgBouncerSessionPoolSize = 20
 
-// PgBouncerOption changes one setting of a PgBouncer started by [StartPgBouncer].
-type PgBouncerOption func(*pgbouncerSettings)
-
-type pgbouncerSettings struct {
-	connectQuery string
-}
-
-// WithConnectQuery sets the database's connect_query: SQL PgBouncer runs on every new
-// server connection before any client uses it, for example SETs that give its sessions
-// settings other than the server's defaults (so that a client's SET of the default value
-// is seen if it leaks). Session mode's DISCARD ALL resets such SETs. The default is none.
-func WithConnectQuery(sql string) PgBouncerOption {
-	return func(s *pgbouncerSettings) { s.connectQuery = sql }
-}
-
 // PgBouncer is a running pgbouncer in front of a Server. Clients connect to DSN(); it
 // logs into the server with the server DSN's user and password. Close stops it.
 type PgBouncer struct {
@@ -173,8 +158,9 @@ max_client_conn = 200
 ignore_startup_parameters = extra_float_digits
 server_login_retry = 1
 logfile = %s
+client_idle_timeout = %d
 `, b.db, db, b.port, filepath.Join(b.dir, "userlist.txt"), b.user, b.mode,
-		poolSize, filepath.Join(b.dir, "pgbouncer.log"))
+		poolSize, filepath.Join(b.dir, "pgbouncer.log"), set.clientIdleTimeout)
 	users := fmt.Sprintf("%q %q\n", b.user, up.Password)
 	for name, content := range map[string]string{"pgbouncer.ini": ini, "userlist.txt": users} {
 		path := filepath.Join(b.dir, name)

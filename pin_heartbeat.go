@@ -1,0 +1,76 @@
+package advisory
+
+import (
+	"context"
+	"time"
+)
+
+// The heartbeat (WithHeartbeat) keeps a held session from looking idle to whatever ends
+// idle sessions between the holder and the server. It is one timer per held pin, armed
+// by hold and re-armed by each beat: no goroutine of its own, and nothing at all when
+// the option is off. A beat takes the connection from the watcher as a transaction or
+// a drain does (beginTx, endTxAs), and a Session's turn first, so that it never overlaps
+// anything else on the connection; it skips, rather than waits, when the connection is
+// busy.
+
+// minHeartbeat is the shortest heartbeat period WithHeartbeat accepts.
+const minHeartbeat = 100 * time.Millisecond
+
+// heartbeatSQL is the beat's statement: one simple-protocol round trip that never waits
+// on the server.
+const heartbeatSQL = "SELECT 1"
+
+// startHeartbeat arms the heartbeat's timer. The caller holds p.mu: the timer's function
+// reads p.beat under it.
+func (p *pin) startHeartbeat() {
+	p.beat = time.AfterFunc(p.m.set.heartbeat, p.heartbeat)
+}
+
+// heartbeat is one beat, run by the timer. It re-arms the timer unless the session ended
+// or is ending.
+func (p *pin) heartbeat() {
+	if p.turn != nil { // a Session: its calls take the connection without beginTx
+		select {
+		case p.turn <- struct{}{}:
+			defer func() { <-p.turn }()
+		default:
+			p.nextBeat() // a call is running: it kept the connection busy
+			return
+		}
+	}
+	if p.idleHeld() && !p.beatOnce() {
+		return // the beat ended the session
+	}
+	p.nextBeat()
+}
+
+// idleHeld reports whether the session is held with nothing running on its connection.
+func (p *pin) idleHeld() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.state == stateHeld && !p.closing
+}
+
+// beatOnce sends heartbeatSQL on the connection, taken from the watcher for it. The
+// statement runs under a timeout of its own (cleanupTimeout, as a drain's): it never
+// waits on the server, so only a stalled network can reach it, and the keepalive bounds
+// that too. It reports false if the session ended: a failure that left the connection
+// unusable is reported as the loss, as the watcher would report it (see endTxAs).
+func (p *pin) beatOnce() bool {
+	ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
+	defer cancel()
+	if err := p.beginTx(ctx); err != nil {
+		return p.endErr() == nil // not held after all (a release began): skip this beat
+	}
+	_, err := p.pg.Exec(ctx, p.named(heartbeatSQL)).ReadAll()
+	return p.endTxAs(err, " (seen by the heartbeat)") == nil
+}
+
+// nextBeat re-arms the timer, unless the session ended or Close began.
+func (p *pin) nextBeat() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.state != stateEnded && !p.closing {
+		p.beat.Reset(p.m.set.heartbeat)
+	}
+}
