@@ -109,14 +109,23 @@ func (s *lateServer) pass(c net.Conn) {
 // container started beside its database crash-looped.
 func TestConnectRetriesAServerThatIsNotUpYet(t *testing.T) {
 	t.Parallel()
+	// Each case locks a name of its own: the cases run at once, and status must not see
+	// a run case's lock.
+	const name = "\x00"
 	for _, args := range [][]string{
-		{"run", "--connect-timeout", "30s", "--name", t.Name(), "--", "echo", "ran"},
-		{"run", "--name", t.Name(), "--", "echo", "ran"}, // run's default is 30s
-		{"status", "--connect-timeout", "30s", "--name", t.Name()},
-		{"break", "--connect-timeout", "30s", "--name", t.Name(), "--yes"},
+		{"run", "--connect-timeout", "30s", "--name", name, "--", "echo", "ran"},
+		{"run", "--name", name, "--", "echo", "ran"}, // run's default is 30s
+		{"status", "--connect-timeout", "30s", "--name", name},
+		{"break", "--connect-timeout", "30s", "--name", name, "--yes"},
 	} {
 		t.Run(strings.Join(args[:2], " "), func(t *testing.T) {
 			t.Parallel()
+			args := append([]string(nil), args...)
+			for i, a := range args {
+				if a == name {
+					args[i] = t.Name()
+				}
+			}
 			lateServerCase(t, args)
 		})
 	}
