@@ -88,6 +88,11 @@ var (
 	// creates the table, or upgrades it in place.
 	ErrNoFenceTable = errors.New("advisory: the fencing table does not exist (create it with Manager.CreateFenceTable)")
 
+	// ErrNoLeaderTable means a published leader value cannot be stored or read: the
+	// Manager has no [WithLeaderTable] (for [Lock.Publish] with a value), or the table
+	// does not exist ([Manager.CreateLeaderTable] creates it).
+	ErrNoLeaderTable = errors.New("advisory: no leader table (give WithLeaderTable and create it with Manager.CreateLeaderTable)")
+
 	// ErrSharedToken is returned by [Lock.Token] on a lock held in shared mode. Tokens
 	// order exclusive holders: each is newer than every earlier one. Shared holders hold at
 	// once, so no token can say which of them is the newest, and the one that took its

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"sync/atomic"
 
 	"github.com/pgadvisory/advisory/internal/sockfd"
 )
@@ -12,8 +13,9 @@ import (
 // A Lock is one held advisory lock. It pins one connection until Unlock, loss, or the
 // Manager's Close. Its methods are safe for concurrent use by multiple goroutines.
 type Lock struct {
-	s    *pin
-	name string
+	s         *pin
+	name      string
+	announced atomic.Bool // published (Publish): Unlock announces the release
 }
 
 // Key returns the lock's key.
@@ -56,6 +58,9 @@ func (l *Lock) Err() error {
 // as the session ends. In every case the lock is no longer held by this Lock afterwards.
 func (l *Lock) Unlock(ctx context.Context) error {
 	err := l.s.release(ctx, ErrNotHeld)
+	if l.announced.CompareAndSwap(true, false) {
+		l.s.m.announceReleased(gateKey{l.s.key, l.s.pair})
+	}
 	switch {
 	case err == nil, errors.Is(err, ErrNotHeld), errors.Is(err, ErrLockLost):
 		return err

@@ -37,8 +37,9 @@ type Manager struct {
 	// costly for every Lock call.)
 	maxConns int
 
-	gates gates     // in-process queues of Lock calls, per key
-	texts textCache // statement texts of named locks
+	gates   gates     // in-process queues of Lock calls, per key
+	leaders leaderHub // the LISTEN connection of leader observers
+	texts   textCache // statement texts of named locks
 
 	mu        sync.Mutex
 	closed    bool

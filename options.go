@@ -32,6 +32,8 @@ type settings struct {
 	sessionCap         int
 	sessionRetire      int
 	fenceTable         string // sanitized, possibly schema-qualified
+	leaderTable        string // WithLeaderTable, sanitized; "": published values are off
+	leaderRecheck      time.Duration
 	drainWait          time.Duration
 	noDrain            bool          // WithoutDrain: Do, DoTx, TryDo and Lead do not drain
 	heartbeat          time.Duration // WithHeartbeat; 0: off
@@ -49,6 +51,7 @@ func defaultSettings() settings {
 		sessionRetire:     defaultSessionRetire,
 		fenceTable:        pgx.Identifier{DefaultFenceTable}.Sanitize(),
 		drainWait:         time.Second,
+		leaderRecheck:     DefaultLeaderRecheck,
 	}
 }
 
@@ -148,18 +151,65 @@ const DefaultFenceTable = "advisory_fence"
 // is not fenced. Create the table with [Manager.CreateFenceTable].
 func WithFenceTable(parts ...string) Option {
 	return option(func(s *settings) error {
-		if len(parts) < 1 || len(parts) > 2 {
-			return fmt.Errorf("%w: fence table %q: want a table or a schema and a table", ErrInvalidOption, parts)
+		table, err := tableName("fence", parts)
+		if err != nil {
+			return err
 		}
-		for _, p := range parts {
-			if p == "" || strings.ContainsRune(p, 0) || !utf8.ValidString(p) || len(p) > 63 {
-				return fmt.Errorf("%w: fence table name %q: want 1 to 63 bytes of valid UTF-8 without NUL",
-					ErrInvalidOption, p)
-			}
-		}
-		s.fenceTable = pgx.Identifier(parts).Sanitize()
+		s.fenceTable = table
 		return nil
 	})
+}
+
+// DefaultLeaderTable is the table of published leader values when [WithLeaderTable] is
+// given no name.
+const DefaultLeaderTable = "advisory_leader"
+
+// WithLeaderTable turns on published leader values: [Lock.Publish] stores a value there
+// for its holding, and [Manager.Leader] and [Manager.Observe] read it back. parts names
+// the table as [WithFenceTable] does; none: [DefaultLeaderTable]. Give the same table to
+// the leader's and the followers' Managers, and create it with
+// [Manager.CreateLeaderTable]. Without this option nothing is published or read: Leader
+// and Observe report who leads, with an empty Value.
+func WithLeaderTable(parts ...string) Option {
+	return option(func(s *settings) error {
+		if len(parts) == 0 {
+			parts = []string{DefaultLeaderTable}
+		}
+		table, err := tableName("leader", parts)
+		if err != nil {
+			return err
+		}
+		s.leaderTable = table
+		return nil
+	})
+}
+
+// WithLeaderRecheck sets how often an observer ([Manager.Observe]) reads the leader again
+// when no notification has come: the bound on how late it sees a leader that ended
+// without a word (killed, cut off) and had no successor, or a holder that never announced
+// itself. The default is [DefaultLeaderRecheck]; each re-check is one query.
+func WithLeaderRecheck(d time.Duration) Option {
+	return option(func(s *settings) error {
+		if d <= 0 {
+			return fmt.Errorf("%w: leader re-check interval %v: want a positive duration", ErrInvalidOption, d)
+		}
+		s.leaderRecheck = d
+		return nil
+	})
+}
+
+// tableName checks and quotes a table name given as a table or a schema and a table.
+func tableName(what string, parts []string) (string, error) {
+	if len(parts) < 1 || len(parts) > 2 {
+		return "", fmt.Errorf("%w: %s table %q: want a table or a schema and a table", ErrInvalidOption, what, parts)
+	}
+	for _, p := range parts {
+		if p == "" || strings.ContainsRune(p, 0) || !utf8.ValidString(p) || len(p) > 63 {
+			return "", fmt.Errorf("%w: %s table name %q: want 1 to 63 bytes of valid UTF-8 without NUL",
+				ErrInvalidOption, what, p)
+		}
+	}
+	return pgx.Identifier(parts).Sanitize(), nil
 }
 
 // WithSessionLimits sets the limits of a [Session]: capacity, the most distinct locks it
