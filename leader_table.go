@@ -10,6 +10,9 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 )
 
+// As everywhere (see statements.go), every function, type and operator is qualified with
+// pg_catalog.
+//
 // The leader table holds one row per lock whose holder published a value: the holding's
 // session (pid and backend_start) and the value. A row is believed only while that very
 // session holds the lock exclusively, as pg_locks shows: a crashed leader's row is
@@ -19,9 +22,9 @@ const createLeaderSQL = `CREATE TABLE IF NOT EXISTS %s (
 	key bigint NOT NULL,
 	pair boolean NOT NULL,
 	pid integer NOT NULL,
-	backend_start timestamptz NOT NULL,
-	value text NOT NULL,
-	published_at timestamptz NOT NULL,
+	backend_start pg_catalog.timestamptz NOT NULL,
+	value pg_catalog.text NOT NULL,
+	published_at pg_catalog.timestamptz NOT NULL,
 	PRIMARY KEY (key, pair))`
 
 // leaderHeldSQL yields the holding session's backend_start, on the session itself, if it

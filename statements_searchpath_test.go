@@ -151,13 +151,48 @@ func TestServerFunctionsCannotBeShadowed(t *testing.T) {
 		require.Error(t, err, "%s reaches no shadow: the test would prove nothing", sql)
 	}
 
-	m, err := advisory.New(ctx, shadowed, advisory.WithDrainWait(10*time.Millisecond))
+	m, err := advisory.New(ctx, shadowed, advisory.WithDrainWait(10*time.Millisecond), advisory.WithLeaderTable())
 	require.NoError(t, err, "New: setup, probe and the engine self-test")
 	t.Cleanup(m.Close)
-	other, err := advisory.New(ctx, shadowed)
+	other, err := advisory.New(ctx, shadowed, advisory.WithLeaderTable())
 	require.NoError(t, err)
 	t.Cleanup(other.Close)
 	shadowWorkload(t, ctx, m, other, owner, shadowed)
+	shadowLeaders(t, ctx, m, other)
+}
+
+// shadowLeaders runs the leader statements: the table's creation, Publish with and without
+// a value (through LeadAs), the release's announcement, and the observer's reads.
+func shadowLeaders(t *testing.T, ctx context.Context, m, other *advisory.Manager) {
+	require.NoError(t, m.CreateLeaderTable(ctx))
+	require.NoError(t, m.CreateLeaderTable(ctx))
+	obs, err := other.Observe(ctx, "leader")
+	require.NoError(t, err)
+	seen := func(cond func(advisory.Leader) bool) advisory.Leader {
+		for ld := range obs {
+			require.NoError(t, ld.Err)
+			if cond(ld) {
+				return ld
+			}
+		}
+		t.Fatal("the observation ended")
+		return advisory.Leader{}
+	}
+	require.NoError(t, m.LeadAs(ctx, "leader", "v1", func(ctx context.Context) error {
+		ld := seen(func(l advisory.Leader) bool { return l.Value == "v1" })
+		if ld.Holder.PID != advisory.LockFromContext(ctx).PID() {
+			return errors.New("the observer saw another leader")
+		}
+		return advisory.LockFromContext(ctx).Publish(ctx, "")
+	}))
+	seen(func(l advisory.Leader) bool { return !l.Elected })
+	l, err := m.Lock(ctx, "leader")
+	require.NoError(t, err)
+	require.NoError(t, l.Publish(ctx, "v2"))
+	ld, err := other.Leader(ctx, "leader")
+	require.NoError(t, err)
+	assert.Equal(t, "v2", ld.Value)
+	require.NoError(t, l.Unlock(ctx))
 }
 
 // shadowWorkload runs every statement the library has through m (and other, a second
