@@ -140,6 +140,10 @@ func (r *runner) run() int {
 		r.phase = fmt.Sprintf("draining earlier holders' sessions of %s", r.lock.label())
 		err = r.drain(ctx, l)
 	}
+	if err == nil && !l.Shared() && r.slots == 0 {
+		r.phase = fmt.Sprintf("announcing %s to observers", r.lock.label())
+		err = r.announce(ctx, l)
+	}
 	if sig := in.end(); sig != nil {
 		if l != nil {
 			r.release(l) // the grant raced the signal: CMD must not run
@@ -153,6 +157,21 @@ func (r *runner) run() int {
 		return exitCode(err, r.stderr)
 	}
 	return r.supervise(l)
+}
+
+// announce tells observers (status --watch, Manager.Observe) that this run holds the
+// lock: they see it at once rather than at their next re-check. A failure other than the
+// lock's end is reported and run goes on: observers then see it at their re-check.
+func (r *runner) announce(ctx context.Context, l *advisory.Lock) error {
+	err := l.Publish(ctx, "")
+	switch {
+	case err == nil, ctx.Err() != nil:
+		return err
+	case errors.Is(err, advisory.ErrLockLost), errors.Is(err, advisory.ErrNotHeld):
+		return fail(exitLost, "%s was lost while announcing it: %v; the command was not started", r.lock.label(), err)
+	}
+	r.say("could not announce %s to observers (they see it at their next re-check): %v", r.lock.label(), err)
+	return nil
 }
 
 func (r *runner) interrupted(sig os.Signal) int {

@@ -81,7 +81,7 @@ func watchStatus(conn connFlags, q statusQuery, interval time.Duration, stdout i
 	defer stop()
 	ctx, in := watchInterrupts(sigs)
 	defer in.end()
-	m, err := conn.connect(ctx, "status", "pgadvisory status")
+	m, err := conn.connect(ctx, "status", "pgadvisory status", advisory.WithLeaderRecheck(interval))
 	if err != nil {
 		return interrupted(in, "status", err)
 	}

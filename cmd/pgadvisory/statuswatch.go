@@ -92,15 +92,25 @@ func (q statusQuery) none() string {
 
 // watch prints the listing every interval until a signal: redrawn in place (cursor home,
 // clear screen) on a terminal, as a plain block after the last one otherwise (a log, a
-// pipe). A failed query is shown in its block and tried again at the next refresh. It
-// ends with 128+N for signal N.
+// pipe). Watching one lock, it also prints it as soon as its holder changes, as
+// Manager.Observe reports it (a holder that announces itself, as run does, at once;
+// another at the observer's re-check, every interval). A failed query is shown in its
+// block and tried again at the next refresh. It ends with 128+N for signal N.
 func (q statusQuery) watch(ctx context.Context, in *interrupter, interval time.Duration, stdout io.Writer) error {
 	f, ok := stdout.(*os.File)
 	redraw := ok && isTerminal(f) && !q.asJSON
+	var changes <-chan advisory.Leader
+	every := "every " + interval.String()
+	if q.lock != nil {
+		if ch, err := q.m.ObserveKey(ctx, q.lock.key); err == nil {
+			changes, every = ch, "on change and every "+interval.String()
+			<-changes // the first reading: the listing below shows it
+		}
+	}
 	for {
 		var block bytes.Buffer
 		if !q.asJSON {
-			fmt.Fprintf(&block, "%s every %s; %s\n", display(q.title()), interval,
+			fmt.Fprintf(&block, "%s %s; %s\n", display(q.title()), every,
 				time.Now().Format("2006-01-02 15:04:05 MST"))
 		}
 		if err := q.render(ctx, &block); err != nil && ctx.Err() == nil {
@@ -119,6 +129,10 @@ func (q statusQuery) watch(ctx context.Context, in *interrupter, interval time.D
 			sig := in.end()
 			return fail(signalExitCode(sig), "status --watch: stopped by %s", signalName(sig))
 		case <-time.After(interval):
+		case _, ok := <-changes:
+			if !ok {
+				changes = nil // ended with ctx: the case above follows
+			}
 		}
 	}
 }

@@ -53,6 +53,48 @@ func TestStatusWatchRepeatsAndFollowsChanges(t *testing.T) {
 	}
 }
 
+// TestStatusWatchShowsAnnouncedChangesAtOnce (issue 23, item 3): watching one lock with
+// an hour between refreshes, status --watch still prints a block as soon as a run takes
+// the lock (run announces itself) and as soon as it releases it: it follows the lock
+// with Manager.Observe, which hears run's notifications.
+func TestStatusWatchShowsAnnouncedChangesAtOnce(t *testing.T) {
+	t.Parallel()
+	name := t.Name()
+	p := start(t, "status", "--watch=1h", "--name", name)
+	p.stdout.waitFor(t, "on change and every 1h0m0s", 30*time.Second)
+	p.stdout.waitFor(t, "no advisory lock", 30*time.Second)
+	holder := start(t, "run", "--name", name, "--", "sh", "-c", "echo up; exec sleep 60")
+	holder.stdout.waitFor(t, "up", 30*time.Second)
+	out := p.stdout.waitFor(t, "holding", 20*time.Second)
+	require.NoError(t, holder.cmd.Process.Signal(syscall.SIGTERM))
+	assert.Equal(t, 143, wait(t, holder).code)
+	before := strings.Count(out, "no advisory lock")
+	eventuallyOut(t, p.stdout, 20*time.Second, func(s string) bool { return strings.Count(s, "no advisory lock") > before })
+	require.NoError(t, p.cmd.Process.Signal(syscall.SIGINT))
+	r := wait(t, p)
+	assert.Equal(t, 130, r.code, r.stderr)
+	assert.Equal(t, 3, strings.Count(r.stdout, "on change and every 1h0m0s"), "one block per change:\n%s", r.stdout)
+}
+
+// eventuallyOut waits until cond holds for the output o.
+func eventuallyOut(t *testing.T, o *output, limit time.Duration, cond func(string) bool) {
+	t.Helper()
+	deadline := time.After(limit)
+	for {
+		o.mu.Lock()
+		s, written := o.buf.String(), o.written
+		o.mu.Unlock()
+		if cond(s) {
+			return
+		}
+		select {
+		case <-written:
+		case <-deadline:
+			t.Fatalf("the output never changed as expected; it is:\n%s", s)
+		}
+	}
+}
+
 func TestStatusWatchFlag(t *testing.T) {
 	t.Parallel()
 	for _, bad := range []string{"--watch=0s", "--watch=-1s", "--watch=abc", "--watch=5"} {
