@@ -82,4 +82,3 @@ func await(t *testing.T, ch <-chan advisory.Leader, limit time.Duration, what st
 		}
 	}
 }
-
