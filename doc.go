@@ -16,8 +16,8 @@
 // # Work under a lock
 //
 // [Manager.Do] runs a function while holding a lock, [Manager.TryDo] a scheduled job on
-// one replica of many, [Manager.Lead] a leader-only loop; [XactLock] locks inside a
-// caller's transaction. Before the function runs, work an earlier holder left running on
+// one replica of many, [Manager.Lead] a leader-only loop (followers watch it with
+// [Manager.Observe]); [XactLock] locks inside a caller's transaction. Before the function runs, work an earlier holder left running on
 // the server is drained ([Lock.Drain], [LockFromContext]).
 //
 // # Loss, cancellation and fencing

@@ -20,8 +20,10 @@ import (
 //
 //   - Lock, TryLock and their Shared, Key and Pair forms return a held [Lock]: Lock
 //     waits on the server until ctx ends, TryLock fails at once with [ErrLocked].
-//   - Do, DoTx, TryDo and Lead run a function under a lock and release it after; they
-//     drain an earlier holder's work first and cancel the function's ctx on a loss.
+//   - Do, DoTx, TryDo, Lead and LeadAs run a function under a lock and release it after;
+//     they drain an earlier holder's work first and cancel the function's ctx on a loss.
+//   - Leader and Observe (and their Key forms) tell followers who leads and each change;
+//     CreateLeaderTable stores the values leaders publish.
 //   - Session and Semaphore return handles of their own ([Session], [Semaphore]).
 //   - Holders, HoldersKey, HoldersPair and AllHolders read who holds and waits (pg_locks).
 //   - CreateFenceTable and CheckToken are the database side of fencing tokens.
