@@ -221,3 +221,38 @@ func ExampleLockFromContext() {
 	}
 	// Output: true
 }
+
+// A leader publishes its address; a follower learns who leads, and of each change,
+// without polling.
+func ExampleManager_Observe() {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	m, err := advisory.New(ctx, os.Getenv("DATABASE_URL"), advisory.WithLeaderTable())
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer m.Close()
+	if err := m.CreateLeaderTable(ctx); err != nil {
+		log.Fatal(err)
+	}
+
+	leaders, err := m.Observe(ctx, "example-scheduler") // on a follower
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("elected:", (<-leaders).Elected)
+
+	go m.LeadAs(ctx, "example-scheduler", "10.0.0.7:8080", func(ctx context.Context) error {
+		<-ctx.Done() // lead until cancelled or lost
+		return nil
+	})
+	for ld := range leaders {
+		if ld.Value != "" { // a re-check may see the lock before the value is published
+			fmt.Println("leader at", ld.Value)
+			break
+		}
+	}
+	// Output:
+	// elected: false
+	// leader at 10.0.0.7:8080
+}
