@@ -107,7 +107,7 @@ func (l *Lock) Token(ctx context.Context) (int64, error) {
 	var err error
 	if tok == 0 {
 		clearWarning(s.pg)
-		err = s.pc.QueryRow(ctx, fmt.Sprintf(tokenSQL, s.m.set.fenceTable), int64(s.key), s.token, s.pair).Scan(&tok)
+		err = s.pc.QueryRow(ctx, s.named(fmt.Sprintf(tokenSQL, s.m.set.fenceTable)), int64(s.key), s.token, s.pair).Scan(&tok)
 		if n := takeWarning(s.pg); err == nil && n != nil {
 			err = unconfirmed("the fencing token's commit", n)
 		}

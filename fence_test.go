@@ -42,6 +42,10 @@ func TestTokensIncreaseAcrossHolders(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, tok, again, "cached")
 		requireHeldBy(t, l.Key(), l.PID())
+		hs, err := ms[0].Holders(ctx, t.Name())
+		require.NoError(t, err)
+		require.Len(t, hs, 1)
+		require.Equal(t, t.Name(), hs[0].Name, "Holders still reads the name after the token's statement")
 		require.NoError(t, l.Unlock(ctx))
 		last = tok
 	}

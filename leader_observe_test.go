@@ -83,6 +83,7 @@ func TestObserveFollowsLeadersByNotification(t *testing.T) {
 	la, _ := awaitLeader(t, ch, 10*time.Second, "leader a", func(l advisory.Leader) bool { return l.Value == "10.0.0.1:8080" })
 	assert.True(t, la.Elected)
 	assert.Equal(t, "cand-a", la.Holder.ApplicationName)
+	assert.Equal(t, name, la.Holder.Name, "Holders still reads the lock's name after Publish")
 	requireHeldBy(t, advisory.KeyOf(name), la.Holder.PID)
 	assert.False(t, la.Published.IsZero())
 

@@ -99,7 +99,7 @@ func (m *Manager) CreateLeaderTable(ctx context.Context) error {
 }
 
 // publish runs announceSQL, or publishSQL with value if withValue, on the holding
-// session. It blocks for one statement, governed by ctx; the lock is kept on failure.
+// session, named (see pin.named: Holders still shows the lock's name after it). It blocks for one statement, governed by ctx; the lock is kept on failure.
 func (p *pin) publish(ctx context.Context, withValue bool, value string) error {
 	if err := p.beginTx(ctx); err != nil {
 		return err
@@ -110,10 +110,10 @@ func (p *pin) publish(ctx context.Context, withValue bool, value string) error {
 	var err error
 	clearWarning(p.pg)
 	if withValue {
-		rows, err = p.pc.Query(ctx, fmt.Sprintf(publishSQL, p.m.set.leaderTable), payload, p.token,
+		rows, err = p.pc.Query(ctx, p.named(fmt.Sprintf(publishSQL, p.m.set.leaderTable)), payload, p.token,
 			classid, objid, subid, value, int64(p.key), p.pair)
 	} else {
-		rows, err = p.pc.Query(ctx, announceSQL, payload, p.token, classid, objid, subid)
+		rows, err = p.pc.Query(ctx, p.named(announceSQL), payload, p.token, classid, objid, subid)
 	}
 	n := 0
 	if err == nil {
