@@ -435,9 +435,13 @@ func TestObserveConvergesRandomized(t *testing.T) {
 			join(rng.IntN(3))
 		}
 	}
-	for i := range cands {
+	for i := range cands { // stop all first: a waiting candidate returns once it leads
 		if running(i) {
 			close(cands[i].stop)
+		}
+	}
+	for i := range cands {
+		if running(i) {
 			require.NoError(t, <-cands[i].done)
 		}
 	}
