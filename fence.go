@@ -100,25 +100,25 @@ func (l *Lock) Token(ctx context.Context) (int64, error) {
 			return tok, nil
 		}
 	}
-	if err := s.beginTx(ctx); err != nil {
-		return 0, err
-	}
-	tok := s.fenceToken.Load() // taken meanwhile by a concurrent call
-	var err error
-	if tok == 0 {
+	var tok int64
+	err, ended := s.onHeld(ctx, func() error {
+		if tok = s.fenceToken.Load(); tok != 0 { // taken meanwhile by a concurrent call
+			return nil
+		}
 		clearWarning(s.pg)
-		err = s.pc.QueryRow(ctx, s.named(fmt.Sprintf(tokenSQL, s.m.set.fenceTable)), int64(s.key), s.token, s.pair).Scan(&tok)
+		err := s.pc.QueryRow(ctx, s.named(fmt.Sprintf(tokenSQL, s.m.set.fenceTable)), int64(s.key), s.token, s.pair).Scan(&tok)
 		if n := takeWarning(s.pg); err == nil && n != nil {
 			err = unconfirmed("the fencing token's commit", n)
 		}
-	}
-	if errors.Is(err, pgx.ErrNoRows) {
-		err = s.foreignError()
-	}
-	if lerr := s.endTx(err); lerr != nil {
-		return 0, lerr
-	}
-	if err != nil {
+		if errors.Is(err, pgx.ErrNoRows) {
+			err = s.foreignError()
+		}
+		return err
+	})
+	switch {
+	case ended != nil:
+		return 0, ended
+	case err != nil:
 		return 0, tokenError(ctx, s.m.set.fenceTable, err)
 	}
 	s.fenceToken.Store(tok)

@@ -101,38 +101,37 @@ func (m *Manager) CreateLeaderTable(ctx context.Context) error {
 // publish runs announceSQL, or publishSQL with value if withValue, on the holding
 // session, named (see pin.named: Holders still shows the lock's name after it). It blocks for one statement, governed by ctx; the lock is kept on failure.
 func (p *pin) publish(ctx context.Context, withValue bool, value string) error {
-	if err := p.beginTx(ctx); err != nil {
-		return err
-	}
 	classid, objid, subid := pgLocksKey(p.key, p.pair)
 	payload := leaderPayload(gateKey{p.key, p.pair})
-	var rows pgx.Rows
-	var err error
-	clearWarning(p.pg)
-	if withValue {
-		rows, err = p.pc.Query(ctx, p.named(fmt.Sprintf(publishSQL, p.m.set.leaderTable)), payload, p.token,
-			classid, objid, subid, value, int64(p.key), p.pair)
-	} else {
-		rows, err = p.pc.Query(ctx, p.named(announceSQL), payload, p.token, classid, objid, subid)
-	}
-	n := 0
-	if err == nil {
-		for rows.Next() {
-			n++
+	err, ended := p.onHeld(ctx, func() error {
+		clearWarning(p.pg)
+		var rows pgx.Rows
+		var err error
+		if withValue {
+			rows, err = p.pc.Query(ctx, p.named(fmt.Sprintf(publishSQL, p.m.set.leaderTable)), payload, p.token,
+				classid, objid, subid, value, int64(p.key), p.pair)
+		} else {
+			rows, err = p.pc.Query(ctx, p.named(announceSQL), payload, p.token, classid, objid, subid)
 		}
-		rows.Close()
-		err = rows.Err()
-	}
-	if w := takeWarning(p.pg); err == nil && w != nil {
-		err = unconfirmed("the announcement's commit", w)
-	}
-	if err == nil && n == 0 {
-		err = p.foreignError()
-	}
-	if lerr := p.endTx(err); lerr != nil {
-		return lerr
-	}
-	if err != nil {
+		n := 0
+		if err == nil {
+			for rows.Next() {
+				n++
+			}
+			err = rows.Err() // closes rows
+		}
+		if w := takeWarning(p.pg); err == nil && w != nil {
+			err = unconfirmed("the announcement's commit", w)
+		}
+		if err == nil && n == 0 {
+			err = p.foreignError()
+		}
+		return err
+	})
+	switch {
+	case ended != nil:
+		return ended
+	case err != nil:
 		return leaderTableError(p.m.set.leaderTable, err)
 	}
 	return nil

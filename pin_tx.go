@@ -221,6 +221,21 @@ func (p *pin) waitTx(ctx context.Context, ready func() bool) error {
 	}
 }
 
+// onHeld runs the library's statement stmt on the held connection, between beginTx and
+// endTx: it waits, bounded by ctx, until the connection is free (no BeginFunc, Token or
+// drain on it), then runs stmt. ended is the session's end error if the lock ended (or
+// beginTx failed) meanwhile; else err is stmt's error.
+func (p *pin) onHeld(ctx context.Context, stmt func() error) (err, ended error) {
+	if err := p.beginTx(ctx); err != nil {
+		return nil, err
+	}
+	err = stmt()
+	if lerr := p.endTx(err); lerr != nil {
+		return nil, lerr
+	}
+	return err, nil
+}
+
 // endTx takes the connection back after a transaction and hands it to the watcher, or
 // ends the session if it was lost, Close began, or the connection is not clean (pgx
 // closed it, or a transaction is still open): cause is the transaction's last error,

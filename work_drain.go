@@ -116,12 +116,9 @@ func (d *drainer) onLockConn(ctx context.Context, stmt func(sctx context.Context
 	}
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 	defer cancel()
-	if err := d.s.beginTx(sctx); err != nil {
-		return err
-	}
-	err := stmt(sctx)
-	if lerr := d.s.endTx(err); lerr != nil {
-		return lerr
+	err, ended := d.s.onHeld(sctx, func() error { return stmt(sctx) })
+	if ended != nil {
+		return ended
 	}
 	return err
 }
