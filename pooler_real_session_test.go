@@ -36,10 +36,37 @@ func TestPgBouncerSessionPooling(t *testing.T) {
 			t.Run("SIGKILLed holder freed within 2s", func(t *testing.T) { sessionPoolingKilledHolder(t, b) })
 			t.Run("fenced transactions", func(t *testing.T) { sessionPoolingFenced(t, b) })
 			t.Run("work tagged and drained", func(t *testing.T) { sessionPoolingWorkDrained(t, b) })
+			t.Run("leaders observed by notification", func(t *testing.T) { sessionPoolingLeaders(t, b) })
 			t.Run("no lock left on a server connection", func(t *testing.T) { requireNoLockLeft(t, b) })
 			t.Run("no session setting leaks", func(t *testing.T) { requireNoSettingLeaked(t, b, nil) })
 		})
 	}
+}
+
+// sessionPoolingLeaders: behind the pooler a leader publishes its value and an observer,
+// whose re-check is an hour away, hears its election and its step-down (LISTEN and NOTIFY
+// work in session mode).
+func sessionPoolingLeaders(t *testing.T, b *pgtest.PgBouncer) {
+	ctx := ctxT(t)
+	name := t.Name()
+	newM := func(opts ...advisory.Option) *advisory.Manager {
+		m, err := advisory.New(ctx, b.DSN(), append(opts, advisory.WithLeaderTable())...)
+		require.NoError(t, err)
+		t.Cleanup(m.Close)
+		return m
+	}
+	leader, follower := newM(), newM(advisory.WithLeaderRecheck(time.Hour))
+	require.NoError(t, leader.CreateLeaderTable(ctx))
+	ch, err := follower.Observe(ctx, name)
+	require.NoError(t, err)
+	awaitLeader(t, ch, 10*time.Second, "nobody", func(l advisory.Leader) bool { return !l.Elected })
+	stop := make(chan struct{})
+	done := leadUntil(ctx, leader, name, "behind-pgbouncer", stop)
+	ld, _ := awaitLeader(t, ch, 10*time.Second, "the leader", func(l advisory.Leader) bool { return l.Value == "behind-pgbouncer" })
+	requireHeldBy(t, advisory.KeyOf(name), ld.Holder.PID)
+	close(stop)
+	require.NoError(t, <-done)
+	awaitLeader(t, ch, 10*time.Second, "the step-down", func(l advisory.Leader) bool { return !l.Elected })
 }
 
 func sessionPoolingLocksWork(t *testing.T, b *pgtest.PgBouncer) {
