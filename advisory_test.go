@@ -2,7 +2,6 @@ package advisory_test
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"os"
 	"testing"
@@ -28,32 +27,20 @@ func TestMain(m *testing.M) {
 }
 
 func runTests(m *testing.M) int {
-	ctx := context.Background()
-	srv, startErr = pgtest.Start(ctx)
-	if startErr != nil {
-		if pgtest.InCI() {
-			fmt.Fprintf(os.Stderr, "FAIL: CI=true and no PostgreSQL for the tests: %v\n", startErr)
-			return 1
-		}
-		// Database tests skip, with the reason; examples cannot skip, so they are not run.
-		fmt.Fprintf(os.Stderr, "no PostgreSQL: database tests skip, examples are not run: %v\n", startErr)
-		flag.Parse()
-		flag.Set("test.skip", "^Example")
-		return m.Run()
-	}
-	defer srv.Close()
-	// Internal tests (package advisory) find the server through the environment, and the
-	// examples through DATABASE_URL, as a user's program would.
-	os.Setenv(pgtest.EnvDSN, srv.DSN())
-	os.Setenv("DATABASE_URL", srv.DSN())
+	return pgtest.Suite{Srv: &srv, Err: &startErr, Setup: setup}.Run(m)
+}
+
+// setup opens admin, a plain pool on the server. Internal tests (package advisory) find
+// the server through the environment, and the examples through DATABASE_URL, as a
+// user's program would.
+func setup(ctx context.Context, s *pgtest.Server) (func(), error) {
+	os.Setenv(pgtest.EnvDSN, s.DSN())
+	os.Setenv("DATABASE_URL", s.DSN())
 	var err error
-	admin, err = pgxpool.New(ctx, srv.DSN())
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "FAIL: admin pool: %v\n", err)
-		return 1
+	if admin, err = pgxpool.New(ctx, s.DSN()); err != nil {
+		return nil, fmt.Errorf("admin pool: %w", err)
 	}
-	defer admin.Close()
-	return m.Run()
+	return admin.Close, nil
 }
 
 // dsn returns the test server's connection string with extra key=value settings.

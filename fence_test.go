@@ -14,6 +14,7 @@ import (
 // fenceManagers returns n Managers sharing a fencing table of t's own, created.
 func fenceManagers(t *testing.T, n int) []*advisory.Manager {
 	t.Helper()
+	dsn(t) // skips without a server, before the cleanup that needs one
 	table := "fence_tokens_" + advisory.KeyOf(t.Name()).String()
 	t.Cleanup(func() { admin.Exec(context.Background(), "DROP TABLE IF EXISTS "+pgx.Identifier{table}.Sanitize()) })
 	ms := make([]*advisory.Manager, n)

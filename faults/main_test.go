@@ -38,30 +38,29 @@ func TestMain(m *testing.M) {
 }
 
 func runSuite(m *testing.M) int {
-	ctx := context.Background()
 	netLab, labErr = newPartitionLab()
 	if netLab != nil {
 		defer netLab.close()
-		srv, startErr = pgtest.StartLocal(ctx, pgtest.Options{
-			ListenAddresses: []string{netLab.serverIP}, TrustCIDRs: []string{netLab.cidr}})
-	} else {
-		srv, startErr = pgtest.Start(ctx)
 	}
-	if startErr != nil {
-		if pgtest.InCI() {
-			fmt.Fprintf(os.Stderr, "FAIL: CI=true and no PostgreSQL for the fault suite: %v\n", startErr)
-			return 1
-		}
-		return m.Run()
+	return pgtest.Suite{Srv: &srv, Err: &startErr, Start: startServer, Setup: setup}.Run(m)
+}
+
+// startServer starts the suite's server: one that also listens on the partition lab's
+// address, if there is a lab.
+func startServer(ctx context.Context) (*pgtest.Server, error) {
+	if netLab == nil {
+		return pgtest.Start(ctx)
 	}
-	defer srv.Close()
+	return pgtest.StartLocal(ctx, pgtest.Options{ListenAddresses: []string{netLab.serverIP}, TrustCIDRs: []string{netLab.cidr}})
+}
+
+// setup opens admin, a plain pool on the server.
+func setup(ctx context.Context, s *pgtest.Server) (func(), error) {
 	var err error
-	if admin, err = pgxpool.New(ctx, srv.DSN()); err != nil {
-		fmt.Fprintf(os.Stderr, "FAIL: admin pool: %v\n", err)
-		return 1
+	if admin, err = pgxpool.New(ctx, s.DSN()); err != nil {
+		return nil, fmt.Errorf("admin pool: %w", err)
 	}
-	defer admin.Close()
-	return m.Run()
+	return admin.Close, nil
 }
 
 // dsn returns the server's DSN; without a server the test skips, or fails under CI.

@@ -52,16 +52,7 @@ func runTests(m *testing.M) int {
 		fmt.Fprintf(os.Stderr, "FAIL: build pgadvisory: %v\n%s", err, out)
 		return 1
 	}
-	srv, startErr = pgtest.Start(context.Background())
-	if startErr != nil {
-		if pgtest.InCI() {
-			fmt.Fprintf(os.Stderr, "FAIL: CI=true and no PostgreSQL: %v\n", startErr)
-			return 1
-		}
-		return m.Run()
-	}
-	defer srv.Close()
-	return m.Run()
+	return pgtest.Suite{Srv: &srv, Err: &startErr}.Run(m)
 }
 
 func dsn(t testing.TB) string {

@@ -31,24 +31,16 @@ func TestMain(m *testing.M) {
 }
 
 func runTests(m *testing.M) int {
-	ctx := context.Background()
-	srv, startErr = pgtest.Start(ctx)
-	if startErr != nil {
-		if pgtest.InCI() {
-			fmt.Fprintf(os.Stderr, "FAIL: CI=true and no PostgreSQL for the tests: %v\n", startErr)
-			return 1
-		}
-		fmt.Fprintf(os.Stderr, "no PostgreSQL: database tests skip: %v\n", startErr)
-		return m.Run()
-	}
-	defer srv.Close()
+	return pgtest.Suite{Srv: &srv, Err: &startErr, Setup: setup}.Run(m)
+}
+
+// setup opens admin, a plain pool on the server.
+func setup(ctx context.Context, s *pgtest.Server) (func(), error) {
 	var err error
-	if admin, err = pgxpool.New(ctx, srv.DSN()); err != nil {
-		fmt.Fprintf(os.Stderr, "FAIL: admin pool: %v\n", err)
-		return 1
+	if admin, err = pgxpool.New(ctx, s.DSN()); err != nil {
+		return nil, fmt.Errorf("admin pool: %w", err)
 	}
-	defer admin.Close()
-	return m.Run()
+	return admin.Close, nil
 }
 
 // dsn returns the test server's connection string, or skips (fails under CI=true).

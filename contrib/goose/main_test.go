@@ -38,21 +38,12 @@ func TestMain(m *testing.M) {
 }
 
 func runTests(m *testing.M) int {
-	ctx := context.Background()
-	srv, startErr = pgtest.Start(ctx)
-	if startErr != nil {
-		if pgtest.InCI() {
-			fmt.Fprintf(os.Stderr, "FAIL: CI=true and no PostgreSQL for the tests: %v\n", startErr)
-			return 1
+	return pgtest.Suite{Srv: &srv, Err: &startErr, Setup: func(_ context.Context, s *pgtest.Server) (func(), error) {
+		if os.Getenv("DATABASE_URL") == "" { // for the examples
+			os.Setenv("DATABASE_URL", s.DSN())
 		}
-		fmt.Fprintf(os.Stderr, "no PostgreSQL: database tests skip: %v\n", startErr)
-		return m.Run()
-	}
-	defer srv.Close()
-	if os.Getenv("DATABASE_URL") == "" {
-		os.Setenv("DATABASE_URL", srv.DSN())
-	}
-	return m.Run()
+		return nil, nil
+	}}.Run(m)
 }
 
 // database creates a database for t alone, dropped when t ends, and returns its

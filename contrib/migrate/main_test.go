@@ -38,26 +38,16 @@ func TestMain(m *testing.M) {
 }
 
 func runTests(m *testing.M) int {
-	ctx := context.Background()
-	srv, startErr = pgtest.Start(ctx)
-	if startErr != nil {
-		if pgtest.InCI() {
-			fmt.Fprintf(os.Stderr, "FAIL: CI=true and no PostgreSQL for the tests: %v\n", startErr)
-			return 1
-		}
-		fmt.Fprintf(os.Stderr, "no PostgreSQL: database tests skip: %v\n", startErr)
-		return m.Run()
-	}
-	defer srv.Close()
 	// The example reads DATABASE_URL, as a user's program would; it gets a database of its
 	// own.
-	u, err := createDB(ctx, "advmigrate_example")
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "FAIL: %v\n", err)
-		return 1
-	}
-	os.Setenv("DATABASE_URL", u)
-	return m.Run()
+	return pgtest.Suite{Srv: &srv, Err: &startErr, Setup: func(ctx context.Context, _ *pgtest.Server) (func(), error) {
+		u, err := createDB(ctx, "advmigrate_example")
+		if err != nil {
+			return nil, err
+		}
+		os.Setenv("DATABASE_URL", u)
+		return nil, nil
+	}}.Run(m)
 }
 
 // createDB (re)creates database name on the test server and returns its URL.

@@ -29,12 +29,7 @@ var (
 )
 
 func TestMain(m *testing.M) {
-	srv, startErr = pgtest.Start(context.Background())
-	code := m.Run()
-	if srv != nil {
-		srv.Close()
-	}
-	os.Exit(code)
+	os.Exit(pgtest.Suite{Srv: &srv, Err: &startErr}.Run(m))
 }
 
 // TestPrometheusScrape: a Manager with the OTel hooks, exported through the OTel

@@ -38,18 +38,7 @@ func runTests(m *testing.M) int {
 		return 1
 	}
 	defer os.RemoveAll(toolDir)
-	ctx := context.Background()
-	srv, startErr = pgtest.Start(ctx)
-	if startErr != nil {
-		if pgtest.InCI() {
-			fmt.Fprintf(os.Stderr, "FAIL: CI=true and no PostgreSQL for the tests: %v\n", startErr)
-			return 1
-		}
-		fmt.Fprintf(os.Stderr, "no PostgreSQL: the tests skip: %v\n", startErr)
-		return m.Run()
-	}
-	defer srv.Close()
-	return m.Run()
+	return pgtest.Suite{Srv: &srv, Err: &startErr}.Run(m)
 }
 
 // server skips the test when there is no PostgreSQL (fails under CI=true).

@@ -34,16 +34,7 @@ func TestMain(m *testing.M) {
 }
 
 func runTests(m *testing.M) int {
-	srv, startErr = pgtest.Start(context.Background())
-	if startErr != nil {
-		if pgtest.InCI() {
-			fmt.Fprintf(os.Stderr, "FAIL: CI=true and no PostgreSQL for the tests: %v\n", startErr)
-			return 1
-		}
-		return m.Run() // database tests skip with the reason
-	}
-	defer srv.Close()
-	return m.Run()
+	return pgtest.Suite{Srv: &srv, Err: &startErr}.Run(m)
 }
 
 // server returns the package's server; without one the test skips (fails under CI).

@@ -1,0 +1,65 @@
+package pgtest
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+)
+
+// M is the part of *testing.M a Suite runs.
+type M interface{ Run() int }
+
+// A Suite is a test package's TestMain around a server:
+//
+//	func TestMain(m *testing.M) {
+//		os.Exit(pgtest.Suite{Srv: &srv, Err: &startErr, Setup: setup}.Run(m))
+//	}
+//
+// Run starts the server and sets *Srv, or sets *Err to why there is none: then database
+// tests skip (pgtest.Need), or, under CI=true, the run fails at once; examples, which
+// cannot skip, are not run. With a server, Setup runs before the tests and its cleanup
+// after them, before the server stops.
+type Suite struct {
+	Srv **Server
+	Err *error
+	// Start starts the server; nil: [Start].
+	Start func(context.Context) (*Server, error)
+	// Setup prepares the package's shared state (an admin pool, DATABASE_URL); nil: none.
+	// An error fails the run.
+	Setup func(ctx context.Context, srv *Server) (cleanup func(), err error)
+}
+
+// Run runs m as the Suite says and returns the exit code for os.Exit.
+func (s Suite) Run(m M) int {
+	ctx := context.Background()
+	start := s.Start
+	if start == nil {
+		start = Start
+	}
+	*s.Srv, *s.Err = start(ctx)
+	if *s.Err != nil {
+		if InCI() {
+			fmt.Fprintf(os.Stderr, "FAIL: CI=true and no PostgreSQL for the tests: %v\n", *s.Err)
+			return 1
+		}
+		fmt.Fprintf(os.Stderr, "no PostgreSQL: database tests skip, examples are not run: %v\n", *s.Err)
+		flag.Parse()
+		if f := flag.Lookup("test.skip"); f != nil && f.Value.String() == "" {
+			flag.Set("test.skip", "^Example")
+		}
+		return m.Run()
+	}
+	defer (*s.Srv).Close()
+	if s.Setup != nil {
+		cleanup, err := s.Setup(ctx, *s.Srv)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "FAIL: test set-up: %v\n", err)
+			return 1
+		}
+		if cleanup != nil {
+			defer cleanup()
+		}
+	}
+	return m.Run()
+}
