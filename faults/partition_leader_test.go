@@ -58,7 +58,10 @@ func TestObserveSeesTheSuccessorOfAPartitionedLeader(t *testing.T) {
 	assert.Equal(t, next.Holder.PID, holderOf(t, key))
 	t.Logf("leader cut off: candidate elected %.2fs after the cut (server frees by %v), observed %v after its election",
 		won.Sub(cut).Seconds(), bounds.ServerFreesBy, seen.Sub(won))
-	assert.LessOrEqual(t, won.Sub(cut), bounds.ServerFreesBy+time.Second, "elected once the server freed the lock")
+	// The server bound's tolerance is assertPartitionBounds' (the kernel's keepalive timers
+	// fire late by up to about a second under load); the election adds the drain's query
+	// and the announcement's commit.
+	assert.LessOrEqual(t, won.Sub(cut), bounds.ServerFreesBy+2*time.Second, "elected once the server freed the lock")
 	assert.Less(t, seen.Sub(won), time.Second, "observed by the election's notification, not a re-check")
 	require.NoError(t, netLab.heal())
 	h.kill()
