@@ -109,8 +109,11 @@ func WithConnectionCheckInterval(d time.Duration) Option {
 }
 
 // WithCancelGrace sets how long a cancelled Lock waits for the server to confirm that it
-// stopped waiting (SQLSTATE 57014) before it gives up on the connection and closes it.
-// On a healthy server the confirmation takes about a millisecond. The default is 1s; it
+// stopped waiting (SQLSTATE 57014) before it gives up on the connection and closes it
+// (a [Session]'s wait then ends the Session, and with it its locks: its Err wraps
+// [ErrLockLost]). On a healthy server the confirmation takes about a millisecond; on a
+// starved one the CancelRequest, a new connection the server forks a process for, can
+// take longer. The default is 1s; it
 // must be from 10ms to 1m.
 func WithCancelGrace(d time.Duration) Option {
 	return option(func(s *settings) error {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/pgadvisory/advisory"
@@ -45,6 +46,9 @@ func (w *world) judge(ops []*op) []string {
 		}
 		if o.kind == opClose {
 			closed[o.m] = true
+		}
+		if o.sh != nil && graceRanOut(o) {
+			w.dead[o.sh.pid] = true
 		}
 	}
 	sorted := slices.Clone(ops)
@@ -275,4 +279,15 @@ func waitClosed(ch <-chan struct{}, d time.Duration) bool {
 	case <-timer.C:
 		return false
 	}
+}
+
+// graceRanOut reports whether o's wait was cancelled and the server did not confirm the
+// cancel within the cancel grace, so the library closed the connection (WithCancelGrace):
+// a Session on it is lost, as if terminated. It happens when the machine is so busy that
+// the CancelRequest (a new connection the postmaster forks a process for) takes longer
+// than the grace.
+func graceRanOut(o *op) bool {
+	r := &o.res
+	return r.ctxEnded && errors.Is(r.err, advisory.ErrLockLost) && r.end.Sub(r.ctxEnd) >= cancelGrace &&
+		strings.Contains(r.err.Error(), "timeout")
 }
