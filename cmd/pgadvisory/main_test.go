@@ -106,18 +106,24 @@ func (o *output) String() string {
 // waitFor waits until the output contains want, and returns the output.
 func (o *output) waitFor(t testing.TB, want string, timeout time.Duration) string {
 	t.Helper()
+	return o.waitUntil(t, timeout, fmt.Sprintf("contained %q", want), func(s string) bool { return strings.Contains(s, want) })
+}
+
+// waitUntil waits until cond holds for the output, and returns the output.
+func (o *output) waitUntil(t testing.TB, timeout time.Duration, what string, cond func(string) bool) string {
+	t.Helper()
 	deadline := time.After(timeout)
 	for {
 		o.mu.Lock()
 		s, written := o.buf.String(), o.written
 		o.mu.Unlock()
-		if strings.Contains(s, want) {
+		if cond(s) {
 			return s
 		}
 		select {
 		case <-written:
 		case <-deadline:
-			t.Fatalf("output never contained %q; it is:\n%s", want, s)
+			t.Fatalf("output never %s; it is:\n%s", what, s)
 		}
 	}
 }

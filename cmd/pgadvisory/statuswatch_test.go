@@ -69,30 +69,12 @@ func TestStatusWatchShowsAnnouncedChangesAtOnce(t *testing.T) {
 	require.NoError(t, holder.cmd.Process.Signal(syscall.SIGTERM))
 	assert.Equal(t, 143, wait(t, holder).code)
 	before := strings.Count(out, "no advisory lock")
-	eventuallyOut(t, p.stdout, 20*time.Second, func(s string) bool { return strings.Count(s, "no advisory lock") > before })
+	p.stdout.waitUntil(t, 20*time.Second, "said the lock is free again",
+		func(s string) bool { return strings.Count(s, "no advisory lock") > before })
 	require.NoError(t, p.cmd.Process.Signal(syscall.SIGINT))
 	r := wait(t, p)
 	assert.Equal(t, 130, r.code, r.stderr)
 	assert.Equal(t, 3, strings.Count(r.stdout, "on change and every 1h0m0s"), "one block per change:\n%s", r.stdout)
-}
-
-// eventuallyOut waits until cond holds for the output o.
-func eventuallyOut(t *testing.T, o *output, limit time.Duration, cond func(string) bool) {
-	t.Helper()
-	deadline := time.After(limit)
-	for {
-		o.mu.Lock()
-		s, written := o.buf.String(), o.written
-		o.mu.Unlock()
-		if cond(s) {
-			return
-		}
-		select {
-		case <-written:
-		case <-deadline:
-			t.Fatalf("the output never changed as expected; it is:\n%s", s)
-		}
-	}
 }
 
 func TestStatusWatchFlag(t *testing.T) {
