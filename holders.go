@@ -33,8 +33,10 @@ type Holder struct {
 	ClientAddr      string
 	BackendStart    time.Time
 	State           string
-	// Since is when the wait began (waiters), or when the session's last statement ended
-	// (holders): for a lock taken through this library, when the lock was granted.
+	// Since is when the wait began (waiters), or, for holders, when the lock was granted:
+	// for a lock taken through this library, as its holder recorded it (its clock) in
+	// the text of the statements it ran since; else when the session's last statement
+	// ended.
 	Since time.Time
 }
 
@@ -107,8 +109,11 @@ func (m *Manager) holders(ctx context.Context, all bool, key Key, pair bool) ([]
 		if since != nil {
 			h.Since = *since
 		}
-		if name, prefix, ok := nameFromQuery(query); ok && !h.Pair && (prefix || KeyOf(name) == h.Key) {
+		if name, prefix, granted, ok := nameFromQuery(query); ok && !h.Pair && (prefix || KeyOf(name) == h.Key) {
 			h.Name, h.NameTruncated = name, prefix
+			if h.Granted && !granted.IsZero() {
+				h.Since = granted
+			}
 		}
 		out = append(out, h)
 	}

@@ -222,3 +222,27 @@ func TestHoldersHaveApplicationNames(t *testing.T) {
 		require.NoError(t, l.Unlock(ctx))
 	}
 }
+
+// TestHoldersSinceIsTheGrant: a holder's Since stays when the lock was granted after the
+// holder runs statements on its connection (an announcement, a token, a heartbeat), which
+// move pg_stat_activity's times; it used to show the last statement's end.
+func TestHoldersSinceIsTheGrant(t *testing.T) {
+	t.Parallel()
+	m := newManager(t, nil, advisory.WithHeartbeat(100*time.Millisecond))
+	ctx := ctxT(t)
+	before := time.Now()
+	l, err := m.Lock(ctx, t.Name())
+	require.NoError(t, err)
+	granted := time.Now()
+	time.Sleep(350 * time.Millisecond) // heartbeats run meanwhile
+	published := time.Now()
+	require.NoError(t, l.Publish(ctx, ""))
+	hs, err := m.Holders(ctx, t.Name())
+	require.NoError(t, err)
+	require.Len(t, hs, 1)
+	assert.Equal(t, t.Name(), hs[0].Name)
+	assert.False(t, hs[0].Since.Before(before.Add(-time.Millisecond)), "Since %v, locked at %v", hs[0].Since, before)
+	assert.True(t, hs[0].Since.Before(published), "Since %v is the grant (%v), not the last statement (after %v)",
+		hs[0].Since, granted, published)
+	require.NoError(t, l.Unlock(ctx))
+}

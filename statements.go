@@ -4,6 +4,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 	"unicode/utf8"
 )
 
@@ -159,20 +160,42 @@ func quoteForComment(name string) string {
 	return strings.ReplaceAll(strconv.QuoteToASCII(name), "*", `\x2a`)
 }
 
-// nameFromQuery returns the name recorded by nameComment at the start of a statement,
-// if there is one, and whether it is only the name's start.
-func nameFromQuery(query string) (name string, prefix, ok bool) {
+// heldComment is nameComment for the statements a holder runs after the lock statement
+// (see pin.named): it also records since, when the lock was granted, in microseconds
+// since the Unix epoch, because pg_stat_activity then shows those statements' times,
+// not the grant's.
+func heldComment(name string, since time.Time) string {
+	c := nameComment(name)
+	return c[:len(c)-len(" */ ")] + " since " + strconv.FormatInt(since.UnixMicro(), 10) + " */ "
+}
+
+// nameFromQuery returns the name recorded by nameComment or heldComment at the start of
+// a statement, if there is one, whether it is only the name's start, and the grant time
+// heldComment records (zero if none).
+func nameFromQuery(query string) (name string, prefix bool, since time.Time, ok bool) {
 	rest, ok := strings.CutPrefix(query, commentPrefix)
 	if !ok {
-		return "", false, false
+		return "", false, time.Time{}, false
 	}
 	rest, prefix = strings.CutPrefix(rest, truncatedMark)
-	quoted, _, ok := strings.Cut(rest, " */ ")
-	if !ok {
-		return "", false, false
+	quoted, err := strconv.QuotedPrefix(rest)
+	if err != nil {
+		return "", false, time.Time{}, false
 	}
-	name, err := strconv.Unquote(quoted)
-	return name, prefix, err == nil
+	tail := rest[len(quoted):]
+	if after, found := strings.CutPrefix(tail, " since "); found {
+		digits, end, found := strings.Cut(after, " */ ")
+		us, err := strconv.ParseInt(digits, 10, 64)
+		if !found || err != nil {
+			return "", false, time.Time{}, false
+		}
+		since, tail = time.UnixMicro(us), " */ "+end
+	}
+	if !strings.HasPrefix(tail, " */ ") {
+		return "", false, time.Time{}, false
+	}
+	name, err = strconv.Unquote(quoted)
+	return name, prefix, since, err == nil
 }
 
 // textCache keeps the statement texts of the names a Manager locked, so that a Lock of a

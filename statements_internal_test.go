@@ -4,6 +4,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -27,8 +28,17 @@ func FuzzNameComment(f *testing.F) {
 		assert.NotContains(t, c, "\n")
 		require.LessOrEqual(t, len(c), len(commentPrefix+truncatedMark)+maxCommentName+4,
 			"the comment fits in the server's kept statement text")
-		got, prefix, ok := nameFromQuery(c + "SELECT 1")
+		got, prefix, since, ok := nameFromQuery(c + "SELECT 1")
 		require.True(t, ok)
+		assert.True(t, since.IsZero())
+		at := time.UnixMicro(1764115200123456)
+		h := heldComment(name, at)
+		require.LessOrEqual(t, len(h), len(c)+len(" since 1764115200123456"), "and with the grant time")
+		gotH, prefixH, sinceH, ok := nameFromQuery(h + "SELECT 1")
+		require.True(t, ok)
+		assert.Equal(t, got, gotH)
+		assert.Equal(t, prefix, prefixH)
+		assert.True(t, at.Equal(sinceH), "the grant time read back: %v", sinceH)
 		if prefix {
 			assert.True(t, strings.HasPrefix(name, got), "a recorded start is the name's start")
 			assert.Greater(t, len(got), 0)
@@ -66,4 +76,30 @@ func TestTextCacheIsBoundedAndExact(t *testing.T) {
 	if got := small.statements("", true, true, false); got != baseStatements[0][1][1] || len(small.m) != 0 {
 		t.Fatal("a raw key's statements are the base ones, never cached")
 	}
+}
+
+// FuzzNameFromQuery: any session's statement text reaches nameFromQuery (Holders reads
+// every holder's pg_stat_activity.query): it never panics, and what it reads, written
+// again as the library writes it, reads back the same.
+func FuzzNameFromQuery(f *testing.F) {
+	f.Add(`/* advisory lock "a" */ SELECT 1`)
+	f.Add(`/* advisory lock "a" since 1764115200123456 */ SELECT 1`)
+	f.Add(`/* advisory lock prefix "a\" since 1 */" since 99999999999999999999 */ `)
+	f.Add(`/* advisory lock "a" since -5 */ `)
+	f.Fuzz(func(t *testing.T, query string) {
+		name, _, since, ok := nameFromQuery(query)
+		if !ok {
+			return
+		}
+		c := nameComment(name)
+		if !since.IsZero() {
+			c = heldComment(name, since)
+		}
+		again, _, sinceAgain, ok := nameFromQuery(c)
+		require.True(t, ok, "%q", c)
+		if len(quoteForComment(name)) <= maxCommentName {
+			assert.Equal(t, name, again)
+		}
+		assert.True(t, since.Equal(sinceAgain), "%v, then %v", since, sinceAgain)
+	})
 }

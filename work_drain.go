@@ -165,14 +165,18 @@ func (d *drainer) earlier(w workSession, holders []int32) bool {
 }
 
 // named prefixes a statement that runs on the lock's own connection with the comment
-// naming the lock (see nameComment): pg_stat_activity.query shows the session's last
-// statement, and Holders reads the name from it, so after a drain the lock still shows
-// its name (pgadvisory status, run's report of who holds it).
+// naming the lock and when it was granted (see heldComment): pg_stat_activity.query
+// shows the session's last statement, and Holders reads the name and the grant time from
+// it, so after a drain, a token, an announcement or a heartbeat the lock still shows its
+// name, and since when it is held (pgadvisory status, run's report of who holds it).
 func (p *pin) named(sql string) string {
-	if p.name == "" || p.multi {
+	switch {
+	case p.name == "" || p.multi:
 		return sql
+	case p.heldSince.IsZero():
+		return nameComment(p.name) + sql
 	}
-	return nameComment(p.name) + sql
+	return heldComment(p.name, p.heldSince) + sql
 }
 
 // pgLocksKey returns the classid, objid and objsubid of the key's rows in pg_locks.
