@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"time"
+
+	"github.com/pgadvisory/advisory/internal/sockfd"
 )
 
 // In-process handoff (see WithLocalHandoff). When a Lock of this Manager is unlocked while
@@ -96,8 +98,13 @@ func (m *Manager) succeed(old, next *pin) bool {
 // passOn hands p's lock to the next queued Lock call of this Manager, if the bound
 // allows (see handOff). p's watcher has been stopped and its release has begun. It
 // reports whether it did: p has then ended, without a statement.
+//
+// An idle held connection has nothing to read; if it has (a FATAL from
+// pg_terminate_backend or a shutdown, an end of file, a notice), the lock is not passed
+// on: the ordinary unlock reads it, and reports a loss to this holder, not the next one.
+// A loss still in flight, not yet received, reaches the next holder instead (its Done).
 func (p *pin) passOn() bool {
-	if !p.handoff || p.retire.Load() || p.isClosing() || p.pg.IsClosed() {
+	if !p.handoff || p.retire.Load() || p.isClosing() || p.pg.IsClosed() || sockfd.Pending(p.pg.Conn(), p.fd) {
 		return false
 	}
 	w := p.m.gates.handOff(p)

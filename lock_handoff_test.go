@@ -2,7 +2,9 @@ package advisory_test
 
 import (
 	"context"
+	"runtime"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -10,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/pgadvisory/advisory"
+	"github.com/pgadvisory/advisory/internal/leak"
 )
 
 // handoffEvents records the Manager's Acquired and Ended events.
@@ -108,4 +111,263 @@ func TestHandoffKeepsTheBackend(t *testing.T) {
 	require.ErrorIs(t, l2.Unlock(ctx), advisory.ErrLockLost)
 	requireNoAcquired(t, m)
 	eventually(t, 5*time.Second, func() bool { return len(lockRows(t, l2.Key())) == 0 }, "the lock freed")
+}
+
+func TestHandoffOffIsTheOldOrder(t *testing.T) {
+	t.Parallel()
+	var ev handoffEvents
+	m := newManager(t, nil, ev.hooks()) // the default: no handoff
+	ctx := ctxT(t)
+	l1, err := m.Lock(ctx, t.Name())
+	require.NoError(t, err)
+	got := lockAsync(ctx, m, t.Name())
+	waitForWaiters(t, l1.Key(), 1) // the queued call waits on the server, as before
+	require.NoError(t, l1.Unlock(ctx))
+	l2 := <-got
+	require.NotNil(t, l2)
+	assert.NotEqual(t, l1.PID(), l2.PID(), "a server release and a grant to the waiter's own backend")
+	requireHeldBy(t, l2.Key(), l2.PID())
+	require.NoError(t, l2.Unlock(ctx))
+	ev.mu.Lock()
+	defer ev.mu.Unlock()
+	for _, e := range append(ev.acquired, ev.ended...) {
+		assert.False(t, e.Handoff)
+	}
+	requireNoAcquired(t, m)
+}
+
+// TestHandoffCancelledWhileQueued races a queued Lock's ctx against the holder's Unlock,
+// many times: the call either returns a held Lock, or ctx's error with nothing held, no
+// connection pinned and no goroutine left. Not parallel: it counts goroutines.
+func TestHandoffCancelledWhileQueued(t *testing.T) {
+	before := runtime.NumGoroutine()
+	m, err := advisory.New(ctxT(t), dsn(t), advisory.WithLocalHandoff(16, time.Second))
+	require.NoError(t, err)
+	ctx := ctxT(t)
+	name := t.Name()
+	key := advisory.KeyOf(name)
+	var handedOK, cancelled int
+	for i := 0; i < 150; i++ {
+		l1, err := m.Lock(ctx, name)
+		require.NoError(t, err)
+		wctx, cancel := context.WithCancel(ctx)
+		res := make(chan error, 1)
+		var l2 *advisory.Lock
+		go func() {
+			var err error
+			l2, err = m.Lock(wctx, name)
+			res <- err
+		}()
+		queued(t, m, key, 1)
+		jitter := time.Duration(i%7) * 15 * time.Microsecond
+		unlocked := make(chan error, 1)
+		go func() {
+			if i%2 == 0 {
+				time.Sleep(jitter)
+			}
+			unlocked <- l1.Unlock(ctx)
+		}()
+		if i%2 == 1 {
+			time.Sleep(jitter)
+		}
+		cancel()
+		err = <-res
+		require.NoError(t, <-unlocked)
+		if err != nil {
+			cancelled++
+			require.ErrorIs(t, err, context.Canceled)
+			requireFree(t, key) // at once: a lock handed to a cancelled call is let go first
+		} else {
+			handedOK++
+			requireHeldBy(t, key, l2.PID())
+			require.NoError(t, l2.Unlock(ctx))
+			requireFree(t, key)
+		}
+		require.Equal(t, 0, advisory.QueuedForTest(m, key))
+	}
+	t.Logf("150 races: %d handed over, %d cancelled", handedOK, cancelled)
+	requireNoAcquired(t, m)
+	m.Close()
+	leak.Goroutines(t, before)
+}
+
+func TestHandoffLossDuringARun(t *testing.T) {
+	t.Parallel()
+	m := newManager(t, nil, advisory.WithLocalHandoff(1000, time.Minute))
+	ctx := ctxT(t)
+	name := t.Name()
+	var inside atomic.Int32
+	var lost, holdings atomic.Int64
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for g := 0; g < 4; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				l, err := m.Lock(ctx, name)
+				if !assert.NoError(t, err) {
+					return
+				}
+				assert.EqualValues(t, 1, inside.Add(1), "two holders at once")
+				holdings.Add(1)
+				time.Sleep(100 * time.Microsecond)
+				inside.Add(-1)
+				if err := l.Unlock(ctx); err != nil {
+					assert.ErrorIs(t, err, advisory.ErrLockLost)
+					assert.ErrorIs(t, l.Err(), advisory.ErrLockLost)
+					select {
+					case <-l.Done(): // closed before Unlock reported the loss
+					default:
+						t.Error("Done open after a loss")
+					}
+					lost.Add(1)
+				}
+			}
+		}()
+	}
+	for kills := 0; kills < 3; kills++ {
+		start := holdings.Load()
+		eventually(t, 10*time.Second, func() bool { return holdings.Load() > start+20 }, "a run of holdings")
+		terminateHolder(t, advisory.KeyOf(name)) // a backend in the middle of handing the lock around
+	}
+	eventually(t, 10*time.Second, func() bool { return lost.Load() >= 1 }, "a holder told of a loss")
+	close(stop)
+	wg.Wait()
+	t.Logf("%d holdings, %d losses reported", holdings.Load(), lost.Load())
+	requireNoAcquired(t, m)
+}
+
+// terminateHolder terminates the backend that holds key now, trying again if it let go
+// first.
+func terminateHolder(t *testing.T, key advisory.Key) {
+	t.Helper()
+	eventually(t, 10*time.Second, func() bool {
+		var ok bool
+		err := admin.QueryRow(context.Background(), `SELECT coalesce(bool_or(pg_terminate_backend(pid)), false)
+			FROM pg_locks WHERE locktype = 'advisory' AND granted AND objsubid = 1
+			  AND classid = $1 AND objid = $2`, uint32(uint64(key)>>32), uint32(key)).Scan(&ok)
+		require.NoError(t, err)
+		return ok
+	}, "terminating the holder of key %d", key)
+}
+
+// hammer runs goroutines of m that take name in turn, each holding it for hold, until
+// stop is closed. It counts the holdings begun, and fails t if two overlap.
+func hammer(t *testing.T, m *advisory.Manager, name string, goroutines int, hold time.Duration,
+	stop <-chan struct{}) (holdings *atomic.Int64, wait func()) {
+	holdings = new(atomic.Int64)
+	var inside atomic.Int32
+	var wg sync.WaitGroup
+	ctx := ctxT(t)
+	for g := 0; g < goroutines; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				l, err := m.Lock(ctx, name)
+				if !assert.NoError(t, err) {
+					return
+				}
+				holdings.Add(1)
+				assert.EqualValues(t, 1, inside.Add(1), "two holders at once")
+				time.Sleep(hold)
+				inside.Add(-1)
+				if !assert.NoError(t, l.Unlock(ctx)) {
+					return
+				}
+			}
+		}()
+	}
+	return holdings, wg.Wait
+}
+
+// waitingApp reports whether a backend with application_name app waits for key.
+func waitingApp(t testing.TB, key advisory.Key, app string) bool {
+	var n int
+	require.NoError(t, admin.QueryRow(context.Background(), `SELECT count(*) FROM pg_locks l
+		JOIN pg_stat_activity a ON a.pid = l.pid
+		WHERE l.locktype = 'advisory' AND NOT l.granted AND l.objsubid = 1
+		  AND l.classid = $1 AND l.objid = $2 AND a.application_name = $3`,
+		uint32(uint64(key)>>32), uint32(key), app).Scan(&n))
+	return n > 0
+}
+
+// remoteWaits has a Manager of its own (another server session, as another process's)
+// take name while m's goroutines hammer it, rounds times. Each round it counts the
+// holdings m began between the remote call showing as a waiter in pg_locks and its grant,
+// checks that m's next call then queues on the server behind it, and returns the most.
+func remoteWaits(t *testing.T, name string, rounds int, opts ...advisory.Option) (most int64, longest time.Duration) {
+	m := newManager(t, nil, opts...)
+	app := "remote-" + t.Name()
+	remote := newManager(t, []string{"application_name=" + app})
+	ctx := ctxT(t)
+	key := advisory.KeyOf(name)
+	stop := make(chan struct{})
+	holdings, wait := hammer(t, m, name, 6, time.Millisecond, stop)
+	defer func() { close(stop); wait() }()
+	for r := 0; r < rounds; r++ {
+		begun := holdings.Load()
+		eventually(t, 10*time.Second, func() bool { return holdings.Load() > begun+10 }, "m hammering")
+		got := lockAsync(ctx, remote, name)
+		start := time.Now()
+		var l *advisory.Lock
+		eventually(t, 10*time.Second, func() bool {
+			select {
+			case l = <-got: // granted at once, between two runs of m: no wait to measure
+				return true
+			default:
+				return waitingApp(t, key, app)
+			}
+		}, "the remote call waiting")
+		if l != nil {
+			require.NoError(t, l.Unlock(ctx))
+			r--
+			continue
+		}
+		seen := holdings.Load()
+		l = <-got
+		took := time.Since(start)
+		require.NotNil(t, l, "the remote call got the lock")
+		most, longest = max(most, holdings.Load()-seen), max(longest, took)
+		requireHeldBy(t, key, l.PID())
+		// m's next call waits on the server now, behind the remote holder: one waiter,
+		// the others in m's queue. And m begins no holding while the remote one holds.
+		waitForWaiters(t, key, 1)
+		during := holdings.Load()
+		time.Sleep(20 * time.Millisecond)
+		require.Equal(t, during, holdings.Load(), "m took the lock while the remote call held it")
+		require.NoError(t, l.Unlock(ctx))
+	}
+	return most, longest
+}
+
+func TestHandoffRemoteWaiterGetsItsTurnAfterMaxHandoffs(t *testing.T) {
+	t.Parallel()
+	const max = 4
+	most, longest := remoteWaits(t, t.Name(), 5, advisory.WithLocalHandoff(max, time.Minute))
+	t.Logf("m began at most %d holdings while the remote call waited (bound %d); longest remote wait %v",
+		most, max+1, longest)
+	// At most the rest of the run in progress (max handoffs), or the whole run (max+1) of
+	// m's call that waited on the server ahead of the remote one.
+	assert.LessOrEqual(t, most, int64(max+1))
+}
+
+func TestHandoffRemoteWaiterGetsItsTurnAfterTheBudget(t *testing.T) {
+	t.Parallel()
+	// Each holding lasts at least 1 ms, so with a 5 ms budget a run hands off at most 4
+	// times (the 5th would begin 5 ms or more into the run), however large max is.
+	most, longest := remoteWaits(t, t.Name(), 5, advisory.WithLocalHandoff(1000, 5*time.Millisecond))
+	t.Logf("m began at most %d holdings while the remote call waited (bound 5); longest remote wait %v", most, longest)
+	assert.LessOrEqual(t, most, int64(5))
 }
