@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/pgadvisory/advisory/internal/sockfd"
+	"github.com/pgadvisory/advisory/internal/sockwatch"
 )
 
 // In-process handoff (see WithLocalHandoff). When a Lock of this Manager is unlocked while
@@ -96,26 +97,65 @@ func (m *Manager) succeed(old, next *pin) bool {
 }
 
 // passOn hands p's lock to the next queued Lock call of this Manager, if the bound
-// allows (see handOff). p's watcher has been stopped and its release has begun. It
-// reports whether it did: p has then ended, without a statement.
+// allows (see handOff). p's release has begun; its watcher still has the connection. It
+// reports whether it did: p has then ended, without a statement; else nothing changed
+// (the caller stops the watcher and unlocks as usual).
 //
-// An idle held connection has nothing to read; if it has (a FATAL from
-// pg_terminate_backend or a shutdown, an end of file, a notice), the lock is not passed
-// on: the ordinary unlock reads it, and reports a loss to this holder, not the next one.
-// A loss still in flight, not yet received, reaches the next holder instead (its Done).
+// The connection stays registered with the poller: the registration moves to the new
+// pin (sockwatch.Watcher.Move), which is cheaper than removing and adding it, and leaves
+// no instant unwatched. Only while the poller watches it (not a reader goroutine) is the
+// connection certainly idle and unread. An idle held connection has nothing to read; if
+// it has (a FATAL from pg_terminate_backend or a shutdown, an end of file, a notice),
+// the lock is not passed on: the ordinary unlock reads it, and reports a loss to this
+// holder. A loss still in flight, not yet received, reaches the next holder (its Done).
 func (p *pin) passOn() bool {
-	if !p.handoff || p.retire.Load() || p.isClosing() || p.pg.IsClosed() || sockfd.Pending(p.pg.Conn(), p.fd) {
+	if !p.handoff || p.retire.Load() {
+		return false
+	}
+	p.mu.Lock()
+	if p.watch != watchPolled || p.closing || sockfd.Pending(p.pg.Conn(), p.fd) {
+		p.mu.Unlock()
 		return false
 	}
 	w := p.m.gates.handOff(p)
 	if w == nil {
+		p.mu.Unlock()
 		return false
 	}
-	p.endAs(false, true, ErrNotHeld) // first: the old holding is over before the next begins
-	if !w.next.hold() {
+	reg := p.polled
+	p.polled, p.watch = sockwatch.Registration{}, watchNone // a pending SocketEvent of p does nothing
+	held := w.next.holdMoved(reg)
+	p.mu.Unlock()
+	p.endAs(false, true, ErrNotHeld) // before the waiter returns: the old holding is over first
+	if !held {
 		w.next.giveUp() // Close began: the waiter returns ErrClosed (see handedTo)
 	}
 	close(w.turn)
+	return true
+}
+
+// holdMoved makes a handed-off session held, with the registration of its connection
+// moved to it (see passOn), or, if the registration fired meanwhile, with a reader
+// goroutine that reads what came. It refuses, with the connection unwatched, once Close
+// has begun.
+func (p *pin) holdMoved(reg sockwatch.Registration) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.polled, p.watch = reg, watchPolled // before the move: an event after it finds p watching
+	if p.closing || !p.m.poller.Move(reg, p) {
+		p.m.poller.Remove(&p.polled)
+		p.watch = watchNone
+		if p.closing {
+			return false
+		}
+		p.state, p.heldSince = stateHeld, time.Now()
+		p.startReader() // the registration fired: something came, read it
+	} else {
+		p.state, p.heldSince = stateHeld, time.Now()
+	}
+	if p.beat == nil && p.m.set.heartbeat > 0 {
+		p.startHeartbeat()
+	}
 	return true
 }
 

@@ -36,11 +36,11 @@ func (p *pin) release(ctx context.Context, endErr error) error {
 	}
 	p.state = stateReleasing
 	p.mu.Unlock()
-	if !p.stopWatch() {
-		return p.endErr()
-	}
 	if endErr == ErrNotHeld && p.passOn() { // an Unlock, with a Lock of this Manager queued
 		return nil
+	}
+	if !p.stopWatch() {
+		return p.endErr()
 	}
 	if err := p.unlock(ctx); err != nil {
 		failure, lost := p.unlockFailure(ctx, err)
