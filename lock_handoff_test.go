@@ -194,7 +194,13 @@ func TestHandoffCancelledWhileQueued(t *testing.T) {
 
 func TestHandoffLossDuringARun(t *testing.T) {
 	t.Parallel()
-	m := newManager(t, nil, advisory.WithLocalHandoff(1000, time.Minute))
+	var handoffs atomic.Int64
+	m := newManager(t, nil, advisory.WithLocalHandoff(1000, time.Minute), advisory.WithHooks(advisory.Hooks{
+		Acquired: func(e advisory.LockEvent) {
+			if e.Handoff {
+				handoffs.Add(1)
+			}
+		}}))
 	ctx := ctxT(t)
 	name := t.Name()
 	var inside atomic.Int32
@@ -240,7 +246,8 @@ func TestHandoffLossDuringARun(t *testing.T) {
 	eventually(t, 10*time.Second, func() bool { return lost.Load() >= 1 }, "a holder told of a loss")
 	close(stop)
 	wg.Wait()
-	t.Logf("%d holdings, %d losses reported", holdings.Load(), lost.Load())
+	t.Logf("%d holdings (%d handed off), %d losses reported", holdings.Load(), handoffs.Load(), lost.Load())
+	assert.Greater(t, handoffs.Load(), holdings.Load()/2, "most holdings were handed off")
 	requireNoAcquired(t, m)
 }
 
