@@ -26,7 +26,8 @@ import (
 // (Token bumps the key's counter again, on the same session: greater than the old
 // holder's) and work tag (a different nonce on the same backend pid, which a drain counts
 // as an earlier holding's). The old holder's statements on the connection are over: its
-// Unlock took the connection from the watcher, after any BeginFunc, Token or drain.
+// Unlock waited for any BeginFunc, Token, drain or heartbeat, and hands off only while
+// the poller watches the idle connection.
 
 // eligible reports whether a Lock call for t takes part in handoffs: an exclusive Lock
 // queued in the gate and reported to the caller (not a Semaphore's own call).
