@@ -6,3 +6,14 @@ package advisory
 func WithCheckedStatementsForTest() Option {
 	return Option{apply: func(s *settings) error { s.checkedOnly = true; return nil }}
 }
+
+// QueuedForTest returns how many Lock calls of the Manager wait in its in-process queue
+// for key (the bigint form).
+func QueuedForTest(m *Manager, key Key) int {
+	m.gates.mu.Lock()
+	defer m.gates.mu.Unlock()
+	if g := m.gates.m[gateKey{key, false}]; g != nil {
+		return len(g.queue)
+	}
+	return 0
+}

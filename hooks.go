@@ -50,6 +50,10 @@ type LockEvent struct {
 	Reason string
 	// Err is the error returned (NotAcquired) or the loss (Ended); nil otherwise.
 	Err error
+	// Handoff reports that the lock passed between two Lock calls of this Manager without
+	// leaving the server session (see [WithLocalHandoff]): on Acquired, the lock came from
+	// a holder of this Manager; on Ended (Reason "released"), it went to one.
+	Handoff bool
 }
 
 // Lost reports whether an Ended event is a loss.

@@ -51,7 +51,9 @@ func (l *Lock) Err() error {
 // slot of [Semaphore.Acquire] may first wait, bounded by ctx, for the end of the wait
 // that Acquire cancelled on finding it.
 //
-// It returns nil when the server confirmed the release. If the lock had been lost, it
+// It returns nil when the server confirmed the release, or when the lock passed to a
+// Lock call of this Manager queued for it ([WithLocalHandoff]: no round trip; the
+// connection had reported no loss). If the lock had been lost, it
 // returns the loss error (wrapping [ErrLockLost]): the caller's critical section may have
 // overlapped another holder's. A second Unlock returns [ErrNotHeld]. On any other error
 // (ctx ended, connection failed) the connection is closed, so the server frees the lock
@@ -110,8 +112,9 @@ func (l *Lock) File() (*os.File, error) {
 // wraps [ErrInvalidKey]; a closed Manager, [ErrClosed].
 //
 // Goroutines of one Manager that Lock the same name queue in the process, first come first
-// served, pinning at most two connections; across processes the order is the server's.
-// Locks are not reentrant: a second Lock of a name this Manager holds waits for the first
+// served, pinning at most two connections; across processes the order is the server's
+// ([WithLocalHandoff] lets the lock pass between them, within a bound). Locks are not
+// reentrant: a second Lock of a name this Manager holds waits for the first
 // to be released.
 func (m *Manager) Lock(ctx context.Context, name string) (*Lock, error) {
 	t, err := m.named(name, false)

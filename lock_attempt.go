@@ -65,8 +65,12 @@ func (m *Manager) attempt(ctx context.Context, t target, mode attemptMode) (*Loc
 	if t.gated = !try && !t.shared; t.gated {
 		// Goroutines of this Manager after the same key queue here, and wait on the server
 		// one at a time, instead of each pinning a connection.
-		if err := m.gates.enter(ctx, gateKey{t.key, t.pair}, m.closing); err != nil {
+		handed, err := m.gates.enter(ctx, t, m.closing)
+		if err != nil {
 			return nil, m.notAcquired(ctx, t, try, start, lockError(op, t, err))
+		}
+		if handed != nil { // a holder of this Manager passed the lock on (see lock_handoff.go)
+			return m.handedTo(ctx, t, handed, start)
 		}
 		defer m.gates.stopWaiting(gateKey{t.key, t.pair})
 	}
@@ -81,6 +85,7 @@ func (m *Manager) attempt(ctx context.Context, t target, mode attemptMode) (*Loc
 			err = s.lock(ctx)
 		}
 		if err == nil {
+			m.gates.held(s)
 			s.logAcquired(start)
 			if h := m.set.hooks.Acquired; h != nil && !t.quiet {
 				ev := s.event(time.Since(start), 0, "", nil)

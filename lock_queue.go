@@ -4,9 +4,10 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"time"
 )
 
-// A gate queues a Manager's exclusive Lock calls for one key. Two rules, so that N
+// A gate queues a Manager's exclusive Lock calls for one key. Three rules, so that N
 // goroutines contending for a key are served first come first served and pin at most
 // gateSlots connections:
 //
@@ -14,11 +15,32 @@ import (
 //     sees them one by one, in queue order;
 //   - the next call may start waiting only while fewer than gateSlots sessions of the key
 //     exist (the holder's, and the waiter's), counting a session until its connection is
-//     back in the pool.
+//     back in the pool;
+//   - while a holder of this Manager may pass the lock on in the process (see handOff and
+//     WithLocalHandoff), no call waits on the server: the queue waits for the holder's
+//     Unlock, which either hands the lock to the queue's head or releases it on the
+//     server, and only then does the head go to the server, behind the waiters already
+//     there.
 type gate struct {
-	waiting  bool            // a call is waiting on the server
-	sessions int             // gated sessions of this key that exist
-	queue    []chan struct{} // queued calls, oldest first; closed to let one in
+	waiting  bool      // a call is waiting on the server
+	sessions int       // gated sessions of this key that exist
+	queue    []*waiter // queued calls, oldest first
+	// holder is the held session that may hand the lock to the queue's head (nil if none:
+	// handoff off, or the holder is not eligible); run counts its backend's consecutive
+	// handoffs since runStart, when the backend took the lock from the server.
+	holder   *pin
+	run      int
+	runStart time.Time
+}
+
+// A waiter is one queued call. Its turn is closed to let it in: to wait on the server
+// (next nil), or with the lock already held for it on next (a handoff). Both are set
+// under the gates' mutex; next is set before turn is closed.
+type waiter struct {
+	turn    chan struct{}
+	t       target
+	handoff bool // the call may take a handoff (see eligible)
+	next    *pin
 }
 
 const gateSlots = 2
@@ -36,44 +58,66 @@ type gates struct {
 	spare *gate // the last gate forgotten, reused: an uncontended Lock allocates none
 }
 
-// enter blocks until the caller may wait on the server for k, or ctx ends (it returns
-// ctx's error), or closed is closed (ErrClosed). After nil, the caller must call
-// stopWaiting when its lock statement has returned.
-func (gs *gates) enter(ctx context.Context, k gateKey, closed <-chan struct{}) error {
+// enter blocks until the caller may wait on the server for t's key (it returns nil, nil),
+// or a holder of this Manager handed the lock over (it returns the held session), or ctx
+// ends (it returns ctx's error), or closed is closed (ErrClosed). After nil, nil, the
+// caller must call stopWaiting when its lock statement has returned.
+func (gs *gates) enter(ctx context.Context, t target, closed <-chan struct{}) (*pin, error) {
+	k := gateKey{t.key, t.pair}
 	gs.mu.Lock()
 	g := gs.get(k)
-	if !g.waiting && g.sessions < gateSlots && len(g.queue) == 0 {
+	if g.open() && len(g.queue) == 0 {
 		g.waiting = true
 		gs.mu.Unlock()
-		return nil
+		return nil, nil
 	}
-	turn := make(chan struct{})
-	g.queue = append(g.queue, turn)
+	w := &waiter{turn: make(chan struct{}), t: t, handoff: t.eligible()}
+	g.queue = append(g.queue, w)
 	gs.mu.Unlock()
 	var err error
 	select {
-	case <-turn:
-		return nil
+	case <-w.turn:
+		return w.next, nil
 	case <-ctx.Done():
 		err = fmt.Errorf("queued behind another Lock of this key in this process: %w", ctx.Err())
 	case <-closed:
 		err = ErrClosed
 	}
 	gs.mu.Lock()
-	defer gs.mu.Unlock()
-	select {
-	case <-turn: // let in just as the wait ended: give the turn to the next call
+	next := w.next
+	switch {
+	case next != nil: // handed the lock just as the wait ended: pass it on (see refuse)
+	case isClosed(w.turn): // let in just as the wait ended: give the turn to the next call
 		g.waiting = false
 	default:
-		for i, w := range g.queue {
-			if w == turn {
+		for i, q := range g.queue {
+			if q == w {
 				g.queue = append(g.queue[:i], g.queue[i+1:]...)
 				break
 			}
 		}
 	}
 	gs.advance(k, g)
-	return err
+	gs.mu.Unlock()
+	if next != nil {
+		<-w.turn // the holder closes it as soon as the session is set up (see handOff)
+		next.refuse()
+	}
+	return nil, err
+}
+
+func isClosed(ch chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
+}
+
+// open reports whether a call may go to the server now (see the rules of gate).
+func (g *gate) open() bool {
+	return !g.waiting && g.sessions < gateSlots && g.holder == nil
 }
 
 // stopWaiting records that the waiter's lock statement returned (granted or not).
@@ -92,11 +136,15 @@ func (gs *gates) sessionStarted(k gateKey) {
 	gs.get(k).sessions++
 }
 
-func (gs *gates) sessionEnded(k gateKey) {
+func (gs *gates) sessionEnded(p *pin) {
+	k := gateKey{p.key, p.pair}
 	gs.mu.Lock()
 	defer gs.mu.Unlock()
 	g := gs.m[k]
 	g.sessions--
+	if g.holder == p {
+		g.holder = nil
+	}
 	gs.advance(k, g)
 }
 
@@ -117,9 +165,9 @@ func (gs *gates) get(k gateKey) *gate {
 
 // advance lets the next queued call in if the rules allow, and forgets an idle gate.
 func (gs *gates) advance(k gateKey, g *gate) {
-	if !g.waiting && g.sessions < gateSlots && len(g.queue) > 0 {
+	if g.open() && len(g.queue) > 0 {
 		g.waiting = true
-		close(g.queue[0])
+		close(g.queue[0].turn)
 		g.queue = g.queue[1:]
 	}
 	if !g.waiting && g.sessions == 0 && len(g.queue) == 0 {

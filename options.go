@@ -38,6 +38,8 @@ type settings struct {
 	noDrain            bool          // WithoutDrain: Do, DoTx, TryDo and Lead do not drain
 	heartbeat          time.Duration // WithHeartbeat; 0: off
 	hooks              Hooks
+	handoffMax         int           // WithLocalHandoff: handoffs per run; 0: off
+	handoffBudget      time.Duration // WithLocalHandoff: no handoff later than this into a run
 }
 
 func defaultSettings() settings {
@@ -273,6 +275,31 @@ func WithHeartbeat(d time.Duration) Option {
 			return fmt.Errorf("%w: heartbeat %v; want 0 (off) or at least %v", ErrInvalidOption, d, minHeartbeat)
 		}
 		s.heartbeat = d
+		return nil
+	})
+}
+
+// WithLocalHandoff lets a lock pass between goroutines of the Manager without leaving
+// the server session, bounded so that other processes still get their turn. When a Lock
+// is unlocked while another [Manager.Lock] of the same key and form (name or raw key, or
+// pair) waits in this Manager's queue, the lock passes to that call: no statement runs,
+// and the new holder gets its own Lock (its own Done, Err, Token and work tag) on the
+// same connection. A run of handoffs ends, and Unlock releases the lock on the server,
+// after max handoffs or once budget has passed since the session took the lock from the
+// server, whichever comes first. Meanwhile the Manager's queued calls wait in the
+// process, not on the server (pg_locks and [Manager.Holders] do not show them), so a
+// waiter in another process that waits on the server gets the lock after at most max
+// more holdings by this Manager, none beginning later than budget into the run.
+// TryLock, shared locks, Sessions and Semaphores never take part. The default is off;
+// max must be from 1 to 1000 and budget from 1µs to 1m (16 and 2ms suit most
+// programs). See docs/locking.md, "In-process handoff".
+func WithLocalHandoff(max int, budget time.Duration) Option {
+	return option(func(s *settings) error {
+		if max < 1 || max > 1000 || budget < time.Microsecond || budget > time.Minute {
+			return fmt.Errorf("%w: local handoff %d, %v; want 1 to 1000 handoffs and 1µs to 1m",
+				ErrInvalidOption, max, budget)
+		}
+		s.handoffMax, s.handoffBudget = max, budget
 		return nil
 	})
 }

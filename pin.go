@@ -57,6 +57,7 @@ type pin struct {
 
 	heldSince time.Time   // when the lock was granted, for the logs
 	gated     bool        // counted in the Manager's gate for the key
+	handoff   bool        // may hand the lock to a queued Lock of this Manager (see lock_handoff.go)
 	multi     bool        // a multi-lock Session's connection: key and st are unused
 	hidden    atomic.Bool // no Ended hook: a Semaphore's turnstile, or a slot it let go unused
 	retire    atomic.Bool // close the connection at release instead of keeping it
@@ -101,8 +102,9 @@ func newPin(m *Manager, pc *pgxpool.Conn, t target) *pin {
 	pid, token := ownership(pg)
 	s := &pin{m: m, pc: pc, pg: pg, cancel: handlerOf(pg), pid: pid, token: token,
 		key: t.key, name: t.name, shared: t.shared, pair: t.pair, gated: t.gated,
-		st: m.texts.statements(t.name, t.shared, t.pair, isDirect(pg)),
-		fd: connFD(pg), txFD: -1, done: make(chan struct{})}
+		handoff: t.eligible() && m.set.handoffMax > 0,
+		st:      m.texts.statements(t.name, t.shared, t.pair, isDirect(pg)),
+		fd:      connFD(pg), txFD: -1, done: make(chan struct{})}
 	s.hidden.Store(t.hidden)
 	s.handle = Lock{s: s, name: t.name}
 	s.dbOID, _ = pg.CustomData()[dbOIDKey].(uint32) // read here, once: statements write CustomData

@@ -36,6 +36,9 @@ func (p *pin) release(ctx context.Context, endErr error) error {
 	}
 	p.state = stateReleasing
 	p.mu.Unlock()
+	if endErr == ErrNotHeld && p.passOn() { // an Unlock, with a Lock of this Manager queued
+		return nil
+	}
 	if !p.stopWatch() {
 		return p.endErr()
 	}
@@ -89,7 +92,12 @@ func (p *pin) lose(cause error) {
 
 // end closes the session: the connection goes back to the pool if keep, else it is
 // closed. err is what Err reports from now on.
-func (p *pin) end(keep bool, err error) {
+func (p *pin) end(keep bool, err error) { p.endAs(keep, false, err) }
+
+// endAs is end; with handedOff the connection has passed to the next holding (see
+// passOn): it is neither closed nor given back, and the Manager and the key's gate count
+// it for that holding.
+func (p *pin) endAs(keep, handedOff bool, err error) {
 	p.mu.Lock()
 	if p.state == stateEnded {
 		p.mu.Unlock()
@@ -111,22 +119,31 @@ func (p *pin) end(keep bool, err error) {
 		p.logEnd(err, p.heldSince)
 		if h := p.m.set.hooks.Ended; h != nil && !p.multi && !p.hidden.Load() {
 			ev := p.event(0, time.Since(p.heldSince), endReason(err), lostErr(err))
+			ev.Handoff = handedOff
 			callUser(p.m.set.logger, "hook Ended", func() { h(ev) })
 		}
-	}
-	if !keep {
-		p.discard()
 	}
 	if dup >= 0 {
 		sockfd.Close(dup)
 	}
-	p.pc.Release() // pgxpool destroys a closed connection instead of keeping it
-	p.m.forget(p)
-	if p.gated {
-		p.m.gates.sessionEnded(gateKey{p.key, p.pair})
+	if !handedOff {
+		p.giveBack(keep)
 	}
 	if !announced {
 		close(p.done) // last: when Done closes, everything the session had is given back
+	}
+}
+
+// giveBack returns the ended session's connection to the pool if keep, else closes it,
+// and gives back what the Manager and the key's gate counted for it.
+func (p *pin) giveBack(keep bool) {
+	if !keep {
+		p.discard()
+	}
+	p.pc.Release() // pgxpool destroys a closed connection instead of keeping it
+	p.m.forget(p)
+	if p.gated {
+		p.m.gates.sessionEnded(p)
 	}
 }
 

@@ -11,7 +11,10 @@
 // error, panics or waits, Holders, pg_terminate_backend of a random holder, Close
 // followed by a new Manager, and the fencing calls (fence_ops.go). Each call's ctx is
 // already done, cancelled by a timer, given a deadline, cancelled at its n-th Err check
-// (internal/checkctx), or only bounded (ctxplan.go).
+// (internal/checkctx), or only bounded (ctxplan.go). With Config.Handoffs (the Managers
+// made with advisory.WithLocalHandoff) it also draws batches in which a Lock call queues
+// behind a live Lock of its own Manager and that Lock is unlocked, sometimes with its
+// backend terminated around the pass (handoff.go), so that locks pass in process.
 //
 // # What it checks
 //

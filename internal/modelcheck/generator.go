@@ -18,6 +18,11 @@ var opWeights = map[opKind]int{
 // genBatch returns 1 to 3 calls to run at once. Later calls are often about the same
 // name, Session or Lock as the first, so that they contend.
 func (w *world) genBatch() []*op {
+	if w.handoffs && w.rng.IntN(3) == 0 {
+		if ops := w.handoffBatch(); ops != nil {
+			return ops
+		}
+	}
 	n := 1
 	switch r := w.rng.IntN(10); {
 	case r >= 8:
@@ -136,6 +141,9 @@ func (w *world) genManagerCall(o *op, focus *op, batch []*op) {
 		slots = w.slots
 	}
 	s := slots[w.rng.IntN(len(slots))]
+	if f := focusSlot(focus, slots); f != nil && o.kind != opHolders && w.rng.IntN(2) == 0 {
+		s = f // several calls of one Manager on one name: its in-process queue and handoffs
+	}
 	o.slot, o.m, o.app = s.String(), s.m, s.app
 	if o.kind == opSession {
 		return
@@ -147,6 +155,24 @@ func (w *world) genManagerCall(o *op, focus *op, batch []*op) {
 		o.fnWait = time.Duration(w.rng.IntN(80)) * time.Millisecond
 	}
 	w.genFn(o)
+}
+
+// focusSlot returns the Manager of the focus call (or of the Lock it is about), if it is
+// among slots.
+func focusSlot(focus *op, slots []*mgrSlot) *mgrSlot {
+	if focus == nil {
+		return nil
+	}
+	m := focus.m
+	if focus.lh != nil {
+		m = focus.lh.m
+	}
+	for _, s := range slots {
+		if s.m == m {
+			return s
+		}
+	}
+	return nil
 }
 
 func (w *world) genSessionCall(o *op, focus *op) {
@@ -215,6 +241,9 @@ func (w *world) pickLock(focus *op) *lockH {
 			ended = append(ended, h)
 		case focus != nil && len(focus.names) > 0 && h.name == focus.names[0]:
 			onFocus = append(onFocus, h)
+			if h.m == focus.m { // the focus call's own Manager's Lock: a handoff to it
+				onFocus = append(onFocus, h, h)
+			}
 			fallthrough
 		default:
 			live = append(live, h)

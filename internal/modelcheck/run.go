@@ -30,6 +30,9 @@ type Config struct {
 	// Seed seeds the generator; Duration is how long Run draws batches. See Settings.
 	Seed     uint64
 	Duration time.Duration
+	// Handoffs says that Options turn in-process handoff on (advisory.WithLocalHandoff):
+	// the model then also draws batches that make handoffs (see handoff.go).
+	Handoffs bool
 }
 
 // ManagerOptions returns the options of every Manager of the model.
@@ -87,7 +90,7 @@ func newWorld(t *testing.T, cfg Config) *world {
 	w := &world{t: t, seed: seed, admin: cfg.Admin, opts: cfg.ManagerOptions(), rng: rand.New(rand.NewPCG(seed, 0x5eed)),
 		prefix: fmt.Sprintf("model-%d/", os.Getpid()), dead: map[uint32]bool{}, checks: map[opKind]int{},
 		outcomes: map[string]map[string]int{}, spent: map[string]time.Duration{},
-		verbose: os.Getenv("ADVISORY_MODEL_VERBOSE") != ""}
+		verbose: os.Getenv("ADVISORY_MODEL_VERBOSE") != "", handoffs: cfg.Handoffs}
 	for i := range modelNames {
 		w.names = append(w.names, fmt.Sprintf("k%d", i))
 	}

@@ -124,6 +124,8 @@ type world struct {
 
 	admin *pgxpool.Pool     // the harness's pool: pg_locks, the fencing tables
 	opts  []advisory.Option // every Manager's options
+	// handoffs: the Managers pass locks in process; draw batches that make them (handoff.go)
+	handoffs bool
 
 	verbose  bool
 	hung     bool // a batch did not return

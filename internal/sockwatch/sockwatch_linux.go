@@ -156,6 +156,24 @@ func (w *Watcher) Remove(r *Registration) {
 	syscall.EpollCtl(w.epfd, syscall.EPOLL_CTL_DEL, fd, nil)
 }
 
+// Move makes a registration that has not fired call h instead of its handler, at no
+// cost to the epoll set: a socket that passes from one owner to another stays
+// registered. It reports false, and changes nothing, if the registration has fired (its
+// handler has been or is being called; the caller must still Remove it) or is not
+// registered.
+func (w *Watcher) Move(r Registration, h Handler) bool {
+	if r.id == 0 {
+		return false
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if _, ok := w.byID[r.id]; !ok {
+		return false
+	}
+	w.byID[r.id] = h
+	return true
+}
+
 // Stop ends the Watcher's goroutine and closes its descriptors. Call it once, after every
 // registration has been removed.
 func (w *Watcher) Stop() {

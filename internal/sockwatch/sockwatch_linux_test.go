@@ -171,3 +171,21 @@ func TestStopEndsTheGoroutine(t *testing.T) {
 	_, err = w2.Add(fd, newHandler())
 	require.Error(t, err)
 }
+
+// Move hands a registration that has not fired to another handler; one that fired stays
+// fired.
+func TestMoveHandsTheRegistrationOn(t *testing.T) {
+	w := newWatcher(t)
+	fd, peer, _ := socketPair(t)
+	first, second := newHandler(), newHandler()
+	reg, err := w.Add(fd, first)
+	require.NoError(t, err)
+	require.True(t, w.Move(reg, second))
+	_, err = syscall.Write(peer, []byte("x"))
+	require.NoError(t, err)
+	second.fired(t, "input, after the move")
+	first.quiet(t, "moved away")
+	require.False(t, w.Move(reg, first), "a registration that fired")
+	w.Remove(&reg)
+	require.False(t, w.Move(reg, first), "the zero Registration")
+}

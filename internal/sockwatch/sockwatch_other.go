@@ -25,5 +25,8 @@ func (w *Watcher) AddHangup(int, Handler) (Registration, error) {
 // Remove does nothing: no registration is ever made on this platform.
 func (w *Watcher) Remove(*Registration) {}
 
+// Move reports false: no registration is ever made on this platform.
+func (w *Watcher) Move(Registration, Handler) bool { return false }
+
 // Stop does nothing.
 func (w *Watcher) Stop() {}
