@@ -34,6 +34,9 @@ import (
 const roleEnv = "ADVISORY_BENCH_ROLE"
 
 func main() {
+	if os.Getenv(roleEnv) == "fleet" {
+		os.Exit(runFleetChild())
+	}
 	if role := os.Getenv(roleEnv); role != "" {
 		os.Exit(runRole(role))
 	}
@@ -41,10 +44,51 @@ func main() {
 	docs := flag.String("docs", "../docs", "directory for benchmarks.md, benchmarks.json and the plots")
 	readme := flag.String("readme", "../README.md", "README whose figures block is rewritten (\"\": none)")
 	peers := flag.Bool("peers", true, "also measure the peers (goose, lease tables): about 5 more minutes")
+	pls := flag.String("placements", "", "comma-separated placements to measure (default all: unpinned, one core, two cores)")
 	only := flag.String("only", "", "measure only the rows whose name matches this regular expression (and their floors)")
 	featuresOnly := flag.Bool("features", false, "measure only the feature benchmarks (features.go), store them in -docs's benchmarks.json and render")
 	render := flag.Bool("render", false, "measure nothing: write benchmarks.md, the plots and the README block from -docs's benchmarks.json")
+	var pc probeConfig
+	probe := flag.Bool("probe", false, "run only the cycle probe (probe.go): the outside harness of issue 24, printed, nothing written")
+	flag.IntVar(&pc.samples, "probe-samples", 3000, "cycle probe: timed samples per row")
+	flag.IntVar(&pc.warmups, "probe-warmups", 200, "cycle probe: untimed rounds first")
+	flag.BoolVar(&pc.variants, "probe-variants", false, "cycle probe: also time the floor's variants")
+	flag.BoolVar(&pc.shuffle, "probe-shuffle", false, "cycle probe: shuffle the row order every round")
+	flag.StringVar(&pc.profile, "probe-cpuprofile", "", "cycle probe: write a CPU profile of the timed rounds to this file")
+	flag.StringVar(&pc.only, "probe-only", "", "cycle probe: time only the floor and the row of this name")
+	flag.BoolVar(&pc.histogram, "probe-histogram", false, "cycle probe: print each row's spread in 10 µs buckets")
+	flag.BoolVar(&pc.warm, "probe-warm", false, "cycle probe: time each sample after an untimed run of its row")
+	flag.StringVar(&pc.placement, "probe-placement", "", "cycle probe: \"one core\" or \"two cores\" (default unpinned)")
+	flag.BoolVar(&pc.cpu, "probe-cpu", false, "cycle probe: measure CPU time per cycle (client threads, backend) instead of latency")
+	fc := fleetConfig{}
+	fleet := flag.Bool("fleet", false, "run only the fleet benchmark (fleet.go): writes -docs's benchmarks-fleet.json, its plots and benchmarks.md")
+	flag.IntVar(&fc.procs, "fleet-procs", 20, "fleet: replica processes")
+	flag.IntVar(&fc.goroutines, "fleet-goroutines", 50, "fleet: goroutines per replica (and its pool size)")
+	flag.IntVar(&fc.names, "fleet-names", 1000, "fleet: lock names")
+	flag.DurationVar(&fc.duration, "fleet-duration", 60*time.Second, "fleet: timed window of each headline point")
+	flag.DurationVar(&fc.warmup, "fleet-warmup", 3*time.Second, "fleet: untimed run before each window")
+	flag.BoolVar(&fc.sweep, "fleet-sweep", true, "fleet: also the scaling sweep (processes, goroutines, names)")
+	flag.DurationVar(&fc.sweepDuration, "fleet-sweep-duration", 10*time.Second, "fleet: timed window of each sweep point")
 	flag.Parse()
+	if *fleet {
+		fc.docs = *docs
+		self, err := os.Executable()
+		if err == nil {
+			err = runFleet(context.Background(), fc, self, os.Stderr)
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "bench:", err)
+			os.Exit(1)
+		}
+		return
+	}
+	if *probe {
+		if err := runProbe(context.Background(), pc, os.Stdout); err != nil {
+			fmt.Fprintln(os.Stderr, "bench:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if *featuresOnly {
 		if err := refreshFeatures(*docs, *readme); err != nil {
 			fmt.Fprintln(os.Stderr, "bench:", err)
@@ -66,20 +110,20 @@ func main() {
 		fmt.Fprintln(os.Stderr, "bench: -only:", err)
 		os.Exit(64)
 	}
-	if err := run(ctx, *rounds, *docs, *readme, *peers, filter); err != nil {
+	if err := run(ctx, *rounds, *docs, *readme, *peers, filter, *pls); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
 	}
 }
 
-func run(ctx context.Context, rounds int, docs, readme string, peers bool, only *regexp.Regexp) error {
+func run(ctx context.Context, rounds int, docs, readme string, peers bool, only *regexp.Regexp, pls string) error {
 	start, load := time.Now(), loadAverage()
 	srv, err := pgtest.Start(ctx)
 	if err != nil {
 		return err
 	}
 	defer srv.Close()
-	b, err := newBench(ctx, srv.DSN())
+	b, err := newBench(ctx, srv.DSN(), pls)
 	if err != nil {
 		return err
 	}

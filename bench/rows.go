@@ -54,7 +54,7 @@ type bench struct {
 	seq         atomic.Int64
 }
 
-func newBench(ctx context.Context, dsn string) (*bench, error) {
+func newBench(ctx context.Context, dsn, pls string) (*bench, error) {
 	b := &bench{dsn: dsn}
 	var err error
 	if b.self, err = os.Executable(); err != nil {
@@ -88,8 +88,10 @@ func newBench(ctx context.Context, dsn string) (*bench, error) {
 		return nil, err
 	}
 	b.cancellable, b.stop = context.WithCancel(context.Background())
-	b.placements = placements()
-	if b.placer, err = newPlacer(ctx, b); err != nil {
+	if b.placements, err = choosePlacements(pls); err != nil {
+		return nil, err
+	}
+	if b.placer, err = newPlacer(ctx, b.admin); err != nil {
 		fmt.Fprintf(os.Stderr, "bench: cannot move the server's processes (%v): unpinned rows only\n", err)
 		b.placer, b.placements = nil, b.placements[:1]
 	}
