@@ -171,7 +171,7 @@ func runPoint(ctx context.Context, sh childShape, warmup time.Duration, self, ds
 	// One replica at a time opens its connections: a thousand connects at once time out.
 	for p := 0; p < sh.procs; p++ {
 		spec := childSpec{Impl: sh.impl, Goroutines: sh.goroutines, Names: sh.names, Hot: sh.hot, Conns: sh.conns,
-			Warmup: warmup, Duration: sh.duration, Seed: uint64(p + 1)}
+			Warmup: warmup, Duration: sh.duration, Seed: uint64(p + 1), DSNExtra: os.Getenv("BENCH_FLEET_DSN_EXTRA")}
 		k, err := startKid(self, dsn, spec)
 		if err != nil {
 			return pt, err

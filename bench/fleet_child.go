@@ -8,6 +8,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"os"
+	"runtime/pprof"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -35,6 +36,7 @@ type childSpec struct {
 	Warmup     time.Duration // untimed, after GO
 	Duration   time.Duration // timed
 	Seed       uint64
+	DSNExtra   string // appended to the library's connection string (an experiment's settings)
 }
 
 // childResult is what a replica reports for its timed window.
@@ -87,7 +89,14 @@ func runFleetChild() int {
 	if !in.Scan() {
 		return 1
 	}
+	if path := os.Getenv("BENCH_FLEET_CPUPROFILE"); path != "" { // a profiling aid: one file per replica
+		if f, err := os.Create(fmt.Sprintf("%s.%s.%d", path, spec.Impl, os.Getpid())); err == nil {
+			pprof.StartCPUProfile(f)
+			defer f.Close()
+		}
+	}
 	res := fleetWork(ctx, spec, lock)
+	pprof.StopCPUProfile()
 	b, _ := json.Marshal(res)
 	fmt.Println(string(b))
 	for in.Scan() { // until the parent closes stdin
@@ -97,7 +106,7 @@ func runFleetChild() int {
 
 func newLocker(ctx context.Context, spec childSpec, dsn string) (locker, func(), error) {
 	if spec.Impl == "advisory" {
-		m, err := advisory.New(ctx, fmt.Sprintf("%s pool_max_conns=%d", dsn, spec.Conns))
+		m, err := advisory.New(ctx, fmt.Sprintf("%s pool_max_conns=%d %s", dsn, spec.Conns, spec.DSNExtra))
 		if err != nil {
 			return nil, nil, err
 		}

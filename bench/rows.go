@@ -40,7 +40,7 @@ type bench struct {
 	admin      *pgxpool.Pool
 	raw1, raw2 *pgx.Conn
 	m1, m2     *advisory.Manager
-	cycles     *advisory.Manager // for the uncontended cycles alone: steady state
+	cycles     *advisory.Manager // for the uncontended cycles alone (New's defaults): steady state
 	sessions   *advisory.Manager // holds session, for the Session cycle
 	session    *advisory.Session
 	// cancellable is a ctx that can be cancelled (never is), created once, as a caller's
@@ -78,7 +78,7 @@ func newBench(ctx context.Context, dsn, pls string) (*bench, error) {
 	if b.m2, err = advisory.New(ctx, dsn); err != nil {
 		return nil, err
 	}
-	if b.cycles, err = advisory.New(ctx, dsn+" pool_max_conns=1"); err != nil {
+	if b.cycles, err = advisory.New(ctx, dsn); err != nil { // New's defaults, as a user's program
 		return nil, err
 	}
 	if b.sessions, err = advisory.New(ctx, dsn+" pool_max_conns=1"); err != nil {
