@@ -31,7 +31,7 @@ type fleetConfig struct {
 
 // fleetPoint is one measured configuration.
 type fleetPoint struct {
-	Impl         string  `json:"impl"` // "advisory" or "raw"
+	Impl         string  `json:"impl"` // "advisory", implKey or "raw"
 	Skew         string  `json:"skew"` // "uniform" or "hot 90/10"
 	Procs        int     `json:"procs"`
 	Goroutines   int     `json:"goroutines"`
@@ -59,16 +59,20 @@ type fleetResults struct {
 	Settings string       `json:"server_settings"`
 	Load     string       `json:"load"` // at the start and at the end of the run
 	Took     string       `json:"took"`
+	Warmup   string       `json:"warmup"` // untimed before each window
 	Main     []fleetPoint `json:"main"`
 	Sweep    []fleetPoint `json:"sweep,omitempty"`
 }
+
+// fleetImpls are the headline's implementations, in table order.
+var fleetImpls = []string{"advisory", implKey, "raw"}
 
 // fleetMain returns the headline points: library and raw, uniform and skewed, interleaved
 // so that drift hits both alike.
 func fleetMain(cfg fleetConfig) []childShape {
 	var out []childShape
 	for _, hot := range []bool{false, true} {
-		for _, impl := range []string{"advisory", "raw"} {
+		for _, impl := range fleetImpls {
 			out = append(out, childShape{impl, hot, cfg.procs, cfg.goroutines, cfg.names, cfg.goroutines, cfg.duration})
 		}
 	}
@@ -96,7 +100,6 @@ func fleetSweep(cfg fleetConfig) []childShape {
 	for _, p := range []int{1, 5, 10} {
 		add(p, cfg.goroutines, cfg.names)
 	}
-	add(cfg.procs, cfg.goroutines, cfg.names)
 	for _, g := range []int{10, 25} {
 		add(cfg.procs, g, cfg.names)
 	}
@@ -104,7 +107,7 @@ func fleetSweep(cfg fleetConfig) []childShape {
 		add(cfg.procs, cfg.goroutines, n)
 	}
 	// Fewer connections than callers, with the hot-key skew: what the per-key queue saves.
-	for _, c := range []int{5, 10, 25} {
+	for _, c := range []int{10, 25} {
 		for _, impl := range []string{"advisory", "raw"} {
 			out = append(out, childShape{impl, true, cfg.procs, cfg.goroutines, cfg.names, c, cfg.sweepDuration})
 		}
@@ -116,7 +119,15 @@ func fleetSweep(cfg fleetConfig) []childShape {
 // writes docs/benchmarks-fleet.json, its plots and benchmarks.md's fleet section.
 func runFleet(ctx context.Context, cfg fleetConfig, self string, log io.Writer) error {
 	start, load := time.Now(), loadAverage()
-	srv, settings, err := startFleetServer(ctx, cfg.procs*cfg.goroutines+50)
+	shapes := fleetMain(cfg)
+	if cfg.sweep {
+		shapes = append(shapes, fleetSweep(cfg)...)
+	}
+	most := 0
+	for _, sh := range shapes {
+		most = max(most, sh.procs*sh.conns)
+	}
+	srv, settings, err := startFleetServer(ctx, most+50)
 	if err != nil {
 		return err
 	}
@@ -130,11 +141,7 @@ func runFleet(ctx context.Context, cfg fleetConfig, self string, log io.Writer) 
 	if err != nil {
 		fmt.Fprintf(log, "bench: the server's processes cannot be read (%v): no server CPU or memory\n", err)
 	}
-	res := fleetResults{Machine: machineLine(), Settings: settings}
-	shapes := fleetMain(cfg)
-	if cfg.sweep {
-		shapes = append(shapes, fleetSweep(cfg)...)
-	}
+	res := fleetResults{Machine: machineLine(), Settings: settings, Warmup: cfg.warmup.String()}
 	for i, sh := range shapes {
 		pt, err := runPoint(ctx, sh, cfg.warmup, self, srv.DSN(), admin, sm)
 		if err != nil {
@@ -143,7 +150,7 @@ func runFleet(ctx context.Context, cfg fleetConfig, self string, log io.Writer) 
 		fmt.Fprintf(log, "fleet %d/%d: %s %s %d×%d×%d, %d conns each: %.0f locks/s, p50 %.2f ms, p99 %.2f ms, %d conns, %d errors (%v)\n",
 			i+1, len(shapes), pt.Impl, pt.Skew, pt.Procs, pt.Goroutines, pt.Names, pt.Conns, pt.LocksPerSec, pt.P50, pt.P99,
 			pt.PeakConns, pt.Errors, time.Since(start).Round(time.Second))
-		if i < 4 {
+		if i < 2*len(fleetImpls) {
 			res.Main = append(res.Main, pt)
 		} else {
 			res.Sweep = append(res.Sweep, pt)
@@ -168,7 +175,8 @@ func runPoint(ctx context.Context, sh childShape, warmup time.Duration, self, ds
 			k.stop()
 		}
 	}()
-	// One replica at a time opens its connections: a thousand connects at once time out.
+	// The replicas start together; each opens its connections two at a time (a thousand
+	// connects at once time out).
 	for p := 0; p < sh.procs; p++ {
 		spec := childSpec{Impl: sh.impl, Goroutines: sh.goroutines, Names: sh.names, Hot: sh.hot, Conns: sh.conns,
 			Warmup: warmup, Duration: sh.duration, Seed: uint64(p + 1), DSNExtra: os.Getenv("BENCH_FLEET_DSN_EXTRA")}
@@ -177,6 +185,8 @@ func runPoint(ctx context.Context, sh childShape, warmup time.Duration, self, ds
 			return pt, err
 		}
 		kids = append(kids, k)
+	}
+	for _, k := range kids {
 		if err := k.waitLine("READY"); err != nil {
 			return pt, err
 		}

@@ -26,9 +26,14 @@ import (
 // window, prints one JSON line (childResult), and exits when stdin closes, so that the
 // parent can read the server's memory while every connection is still open.
 
+// implKey is the library called with keys (Manager.LockKey of the name's key) instead of
+// names: the same locks, but every lock statement is one text, prepared once per
+// connection, where a name's statement carries the name (see docs/keys.md).
+const implKey = "advisory LockKey"
+
 // childSpec is what the parent asks of one replica (passed as JSON in fleetSpecEnv).
 type childSpec struct {
-	Impl       string        // "advisory" or "raw"
+	Impl       string        // "advisory", implKey or "raw"
 	Goroutines int           // concurrent callers
 	Names      int           // lock names, fleet/0 … fleet/Names-1
 	Hot        bool          // 90 % of calls on the first 10 % of the names
@@ -105,13 +110,20 @@ func runFleetChild() int {
 }
 
 func newLocker(ctx context.Context, spec childSpec, dsn string) (locker, func(), error) {
-	if spec.Impl == "advisory" {
+	if spec.Impl == "advisory" || spec.Impl == implKey {
 		m, err := advisory.New(ctx, fmt.Sprintf("%s pool_max_conns=%d %s", dsn, spec.Conns, spec.DSNExtra))
 		if err != nil {
 			return nil, nil, err
 		}
+		byKey := spec.Impl == implKey
 		return func(ctx context.Context, name string, acquired func()) error {
-			l, err := m.Lock(ctx, name)
+			var l *advisory.Lock
+			var err error
+			if byKey {
+				l, err = m.LockKey(ctx, advisory.KeyOf(name)) // the statements carry no name: one text for every key
+			} else {
+				l, err = m.Lock(ctx, name)
+			}
 			if err != nil {
 				return err
 			}
@@ -135,11 +147,11 @@ func newLocker(ctx context.Context, spec childSpec, dsn string) (locker, func(),
 
 // openAll makes the pool open all its connections before the timed run (a fleet that
 // starts cold spends its first seconds forking backends, not locking): spec.Conns
-// callers each take a lock on a name of their own, five connecting at a time, and hold it
+// callers each take a lock on a name of their own, two connecting at a time, and hold it
 // until all hold one.
 func openAll(ctx context.Context, spec childSpec, lock locker) error {
 	all := make(chan struct{})
-	sem := make(chan struct{}, 5)
+	sem := make(chan struct{}, 2)
 	var held, done sync.WaitGroup
 	errs := make(chan error, spec.Conns)
 	for i := 0; i < spec.Conns; i++ {

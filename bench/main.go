@@ -185,6 +185,11 @@ func (res results) render(docs, readme string) error {
 	if err := res.plot(docs); err != nil {
 		return err
 	}
+	if fr, ok := loadFleet(docs); ok {
+		if err := fr.plot(docs); err != nil {
+			return err
+		}
+	}
 	if err := res.writeMarkdown(filepath.Join(docs, "benchmarks.md")); err != nil {
 		return err
 	}

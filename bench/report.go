@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"path/filepath"
 	"sort"
 	"strings"
 )
@@ -127,6 +128,10 @@ move the server's processes between CPUs, on an idle machine):
 		res.groupTable(&b, g.group, g.title)
 	}
 	res.featureSection(&b)
+	if fr, ok := loadFleet(filepath.Dir(path)); ok {
+		fr.markdown(&b)
+		b.WriteString(fleetNotes)
+	}
 	b.WriteString(notes)
 	return os.WriteFile(path, []byte(b.String()), 0o644)
 }
@@ -272,6 +277,11 @@ func (res results) groupTable(b *strings.Builder, group, title string) {
 	}
 	b.WriteString("\n")
 }
+
+// fleetNotes read the fleet's tables (measured on the 2-CPU machine of the run above).
+const fleetNotes = `FLEET NOTES PLACEHOLDER
+
+`
 
 const notes = `## Where a cycle's time goes
 
