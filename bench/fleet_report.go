@@ -128,3 +128,67 @@ func (fr fleetResults) sweepTable(b *strings.Builder) {
 		fmt.Fprintf(b, "![Fleet scaling: %s](benchmarks-fleet-scaling-%s.png)\n\n", f, f)
 	}
 }
+
+// findings writes what the tables say, computed from them: what names cost, how the
+// cost grows along each swept dimension, and which limit the fleet meets first.
+func (fr fleetResults) findings(b *strings.Builder) {
+	pts := map[string]fleetPoint{}
+	for _, p := range fr.Main {
+		pts[p.Impl+"/"+p.Skew] = p
+	}
+	lib, key, raw := pts["advisory/uniform"], pts[implKey+"/uniform"], pts["raw/uniform"]
+	if raw.LocksPerSec == 0 || key.LocksPerSec == 0 {
+		return
+	}
+	b.WriteString("### Reading the fleet\n\n")
+	fmt.Fprintf(b, "- **Names are the fleet's largest cost.** A named lock's statement carries the name (a comment, "+
+		"which `Holders` and `pgadvisory status` read back from pg_stat_activity: docs/keys.md) and, on a direct "+
+		"connection, its key as a literal: one SQL text per name, which pgx prepares once per connection and keeps in "+
+		"its statement cache (`statement_cache_capacity`, 512 by default). Over %d names, uniform, named locks reach "+
+		"%.2fx raw's locks/s; the same locks taken by key (`LockKey`, one text for every key) %.2fx. Each first use "+
+		"of a name on a connection costs a Prepare round trip; past 512 names per connection every eviction costs a "+
+		"Deallocate and the next use of that name another Prepare, and each backend keeps a plan per cached name "+
+		"(server memory added: %.0f MB named, %.0f MB by key, %.0f MB raw). Callers with many names per Manager "+
+		"who do not need names in pg_stat_activity can lock by key (`KeyOf(name)`: the same locks). Not changed "+
+		"yet: sending a named statement unprepared (one round trip, parsed each time, no plan kept) past a few "+
+		"dozen names per connection.\n", lib.Names, lib.LocksPerSec/raw.LocksPerSec, key.LocksPerSec/raw.LocksPerSec,
+		lib.ServerMemAdd, key.ServerMemAdd, raw.ServerMemAdd)
+	for _, d := range []struct{ dim, what string }{{"procs", "replicas"}, {"goroutines", "goroutines per replica"}, {"names", "names"}} {
+		fr.growth(b, d.dim, d.what)
+	}
+	need := lib.Procs * lib.Conns
+	used := (raw.ClientCPU + raw.ServerCPU) * raw.LocksPerSec / 1e6
+	fmt.Fprintf(b, "- **The first limit is max_connections, then the CPUs.** The headline needs %d client connections "+
+		"(%d replicas × %d), against PostgreSQL's default max_connections of 100 and the test harness's 300: its "+
+		"server: %s. With the library's default pool (`DefaultMaxConns`, 16) the same fleet opens up "+
+		"to %d. The shared lock table (max_locks_per_transaction 64 × max_connections slots) is far off: the fleet "+
+		"holds at most %d session locks at once (it becomes the limit for a `Session` holding thousands). Once the "+
+		"connections are there, the CPUs are the limit: raw's client and server CPU per lock × its locks/s is %.1f "+
+		"CPU-seconds per second on this %s.\n", need, lib.Procs, lib.Conns, fr.Settings, lib.Procs*16, lib.Procs*lib.Goroutines,
+		used, fr.Machine)
+	b.WriteString("- **Fewer connections than callers** (the pool-size rows, hot 90/10): callers of one Manager queue per key " +
+		"in the process, so a replica's goroutines waiting for the same name wait without a connection, where raw pgx's " +
+		"each hold one blocked in pg_advisory_lock; compare the not-idle column and the pool-size plot.\n\n")
+}
+
+// growth writes how CPU per lock (client + server) and locks/s change along dim.
+func (fr fleetResults) growth(b *strings.Builder, dim, what string) {
+	cost := fr.sweepSeries(dim, func(p fleetPoint) float64 { return p.ClientCPU + p.ServerCPU })
+	rate := fr.sweepSeries(dim, func(p fleetPoint) float64 { return p.LocksPerSec })
+	if cost == nil {
+		return
+	}
+	fmt.Fprintf(b, "- **By %s** (CPU per lock, client + server; locks/s):", what)
+	for _, impl := range []string{"advisory", "raw"} {
+		fmt.Fprintf(b, " %s", impl)
+		for i, xy := range cost[impl] {
+			sep := ","
+			if i == 0 {
+				sep = ""
+			}
+			fmt.Fprintf(b, "%s %g → %.0f µs, %.0f/s", sep, xy.X, xy.Y, rate[impl][i].Y)
+		}
+		b.WriteString(";")
+	}
+	b.WriteString("\n")
+}
