@@ -34,8 +34,11 @@ import (
 const roleEnv = "ADVISORY_BENCH_ROLE"
 
 func main() {
-	if os.Getenv(roleEnv) == "fleet" {
+	switch os.Getenv(roleEnv) {
+	case "fleet":
 		os.Exit(runFleetChild())
+	case "probe":
+		os.Exit(runProbeRole())
 	}
 	if role := os.Getenv(roleEnv); role != "" {
 		os.Exit(runRole(role))
@@ -166,13 +169,17 @@ func run(ctx context.Context, rounds int, docs, readme string, peers bool, only 
 		fmt.Fprintf(os.Stderr, "round %d/%d done (%v)\n", r, rounds, time.Since(start).Round(time.Second))
 	}
 	b.placer.place(placement{Name: "unpinned"})
+	probe, err := b.outsideProbe()
+	if err != nil {
+		return err
+	}
 	var features []feature
 	if only.String() == "" { // a partial run (-only) is for a quick look: no feature benchmarks
 		if features, err = runFeatures(".."); err != nil {
 			return err
 		}
 	}
-	res := results{Machine: machine(srv), Load: load + " → " + loadAverage(), Rounds: rounds, Took: time.Since(start).Round(time.Second).String(), Rows: summarize(rows), Features: features, FeaturesLoad: loadAverage()}
+	res := results{Machine: machine(srv), Load: load + " → " + loadAverage(), Rounds: rounds, Took: time.Since(start).Round(time.Second).String(), Rows: summarize(rows), Probe: probe, Features: features, FeaturesLoad: loadAverage()}
 	if err := res.writeJSON(filepath.Join(docs, "benchmarks.json")); err != nil {
 		return err
 	}

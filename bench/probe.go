@@ -2,12 +2,15 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"math/rand/v2"
 	"os"
+	"os/exec"
 	"runtime/pprof"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -99,14 +102,36 @@ func runProbe(ctx context.Context, cfg probeConfig, out io.Writer) error {
 		return err
 	}
 	defer srv.Close()
-	raw, err := pgx.Connect(ctx, srv.DSN())
+	_, err = probeOn(ctx, cfg, srv.DSN(), out)
+	return err
+}
+
+// probeResult is a probe run as benchmarks.json keeps it.
+type probeResult struct {
+	Samples int              `json:"samples"`
+	Warmups int              `json:"warmups"`
+	Load    string           `json:"load"`
+	Rows    []probeRowResult `json:"rows"`
+}
+
+type probeRowResult struct {
+	Name   string  `json:"name"`
+	Median float64 `json:"median_us"`
+	P90    float64 `json:"p90_us"`
+	Ratio  float64 `json:"ratio"` // to the first row, the raw floor
+}
+
+// probeOn runs the probe against dsn's server, prints it to out and returns it.
+func probeOn(ctx context.Context, cfg probeConfig, dsn string, out io.Writer) (probeResult, error) {
+	res := probeResult{Samples: cfg.samples, Warmups: cfg.warmups}
+	raw, err := pgx.Connect(ctx, dsn)
 	if err != nil {
-		return err
+		return res, err
 	}
 	defer raw.Close(context.Background())
-	m, err := advisory.New(ctx, srv.DSN())
+	m, err := advisory.New(ctx, dsn)
 	if err != nil {
-		return err
+		return res, err
 	}
 	defer m.Close()
 	rows := probeRows(raw, m, cfg.variants)
@@ -115,29 +140,29 @@ func runProbe(ctx context.Context, cfg probeConfig, out io.Writer) error {
 	}
 	if cfg.placement != "" && cfg.placement != "unpinned" {
 		if err := placeProbe(ctx, raw, cfg.placement); err != nil {
-			return err
+			return res, err
 		}
 	}
 	load := loadAverage()
 	if err := probeRounds(ctx, rows, cfg.warmups, false, false, false); err != nil {
-		return err
+		return res, err
 	}
 	if cfg.cpu {
-		return probeCPU(ctx, out, rows, func(i int) (int, error) { return backendOf(ctx, raw, m, i) }, 10, 500)
+		return res, probeCPU(ctx, out, rows, func(i int) (int, error) { return backendOf(ctx, raw, m, i) }, 10, 500)
 	}
 	if cfg.profile != "" {
 		f, err := os.Create(cfg.profile)
 		if err != nil {
-			return err
+			return res, err
 		}
 		defer f.Close()
 		if err := pprof.StartCPUProfile(f); err != nil {
-			return err
+			return res, err
 		}
 		defer pprof.StopCPUProfile()
 	}
 	if err := probeRounds(ctx, rows, cfg.samples, true, cfg.shuffle, cfg.warm); err != nil {
-		return err
+		return res, err
 	}
 	pl := cfg.placement
 	if pl == "" {
@@ -146,14 +171,17 @@ func runProbe(ctx context.Context, cfg probeConfig, out io.Writer) error {
 	fmt.Fprintf(out, "cycle probe: %d samples per row after %d warm-ups, interleaved row by row (%s order%s), %s; load average %s → %s\n",
 		cfg.samples, cfg.warmups, map[bool]string{true: "shuffled", false: "fixed"}[cfg.shuffle],
 		map[bool]string{true: ", each sample after an untimed run of its row", false: ""}[cfg.warm], pl, load, loadAverage())
+	res.Load = load + " → " + loadAverage()
 	floor := median(rows[0].vals)
 	for _, r := range rows {
-		fmt.Fprintf(out, "  %-62s median %7.1f µs  p90 %7.1f µs  %.2fx\n", r.name, median(r.vals), quantileOf(r.vals, 0.9), median(r.vals)/floor)
+		rr := probeRowResult{Name: r.name, Median: median(r.vals), P90: quantileOf(r.vals, 0.9), Ratio: median(r.vals) / floor}
+		res.Rows = append(res.Rows, rr)
+		fmt.Fprintf(out, "  %-62s median %7.1f µs  p90 %7.1f µs  %.2fx\n", rr.Name, rr.Median, rr.P90, rr.Ratio)
 		if cfg.histogram {
 			histogram(out, r.vals, 10)
 		}
 	}
-	return nil
+	return res, nil
 }
 
 // keepProbeRows keeps the floor and the row named name.
@@ -243,4 +271,63 @@ func backendOf(ctx context.Context, raw *pgx.Conn, m *advisory.Manager, i int) (
 	}
 	defer l.Unlock(ctx)
 	return int(l.PID()), nil
+}
+
+// runProbeRole is the probe as a child process of the main run (roleEnv=probe): a fresh
+// process on the main run's server, as the outside harness was, whose threads no pinned
+// pass has moved. It prints its result as JSON.
+func runProbeRole() int {
+	cfg := probeConfig{samples: 3000, warmups: 200}
+	res, err := probeOn(context.Background(), cfg, os.Getenv("BENCH_DSN"), os.Stderr)
+	if err != nil {
+		fmt.Println("ERROR", err)
+		return 1
+	}
+	b, _ := json.Marshal(res)
+	fmt.Println(string(b))
+	return 0
+}
+
+// outsideProbe runs the probe in a child process on the bench's server.
+func (b *bench) outsideProbe() (*probeResult, error) {
+	cmd := exec.Command(b.self)
+	cmd.Env = append(os.Environ(), roleEnv+"=probe", "BENCH_DSN="+b.dsn)
+	cmd.Stderr = os.Stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return nil, fmt.Errorf("probe: %v: %s", err, out)
+	}
+	var res probeResult
+	if err := json.Unmarshal(out, &res); err != nil {
+		return nil, fmt.Errorf("probe: %v: %s", err, out)
+	}
+	return &res, nil
+}
+
+// probeSection writes the probe's rows beside the bench's own unpinned cycle rows.
+func (res results) probeSection(b *strings.Builder) {
+	p := res.Probe
+	if p == nil || len(p.Rows) < 3 {
+		return
+	}
+	fmt.Fprintf(b, "## The cycle as an outside harness measures it\n\n"+
+		"`go run . -probe`'s method, run by the same command in a fresh child process on the same server after the rows "+
+		"above (load average %s): a plain pgx.Conn running `select pg_try_advisory_lock($1)` and "+
+		"`select pg_advisory_unlock($1)`, interleaved row by row (fixed order) with Lock + Unlock and TryLock + Unlock "+
+		"on one Manager with New's defaults, %d samples each after %d warm-ups, unpinned. Both harnesses' ratios:\n\n"+
+		"| cycle | outside harness (median) | ratio | this bench, unpinned (median) | ratio |\n|---|---|---|---|---|\n",
+		p.Load, p.Samples, p.Warmups)
+	kinds := []string{floorBackground, "advisory Lock + Unlock", "advisory TryLock + Unlock"}
+	for i, r := range p.Rows[:3] {
+		ours := ""
+		if o := res.find(kinds[i], "unpinned"); o != nil {
+			ratio := "1.00x"
+			if o.Ratio > 0 {
+				ratio = fmt.Sprintf("%.2fx", o.Ratio)
+			}
+			ours = fmtVal(o.Median, o.Unit) + " | " + ratio
+		}
+		fmt.Fprintf(b, "| %s | %.3f ms | %.2fx | %s |\n", r.Name, r.Median/1000, r.Ratio, ours)
+	}
+	b.WriteString("\n")
 }

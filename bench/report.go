@@ -16,6 +16,8 @@ type results struct {
 	Rounds  int      `json:"rounds"`
 	Took    string   `json:"took"`
 	Rows    []result `json:"rows"`
+	// Probe is the outside harness of issue 24 (probe.go), run in a child process.
+	Probe *probeResult `json:"probe,omitempty"`
 	// Features are the library's feature benchmarks (see features.go).
 	Features     []feature `json:"features,omitempty"`
 	FeaturesLoad string    `json:"features_load,omitempty"` // /proc/loadavg when they ended
@@ -121,6 +123,7 @@ move the server's processes between CPUs, on an idle machine):
 	fmt.Fprintf(&b, "Machine: %s. Load average (1, 5, 15 min) at start → end: %s. %d interleaved rounds; run took %s.\n\n",
 		res.Machine, res.Load, res.Rounds, res.Took)
 	res.cycleSection(&b)
+	res.probeSection(&b)
 	res.handoffSection(&b)
 	b.WriteString("## Loss detection and takeover\n\n![Loss detection](benchmarks-loss.png)\n\n![Takeover](benchmarks-takeover.png)\n\n")
 	for _, g := range []struct{ group, title string }{
