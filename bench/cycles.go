@@ -28,6 +28,7 @@ const (
 	floorCancel     = "raw pgx cycle, cancellable ctx"
 	handoffFloor    = "raw handoff (waiter in pg_advisory_lock)"
 	handoffOurs     = "advisory contended handoff"
+	handoffLocal    = "advisory local handoff (waiter in the same Manager)"
 )
 
 func cycleKinds() []cycleKind {
@@ -70,7 +71,9 @@ func placedRows(pls []placement) []*row {
 		rows = append(rows,
 			&row{Name: at(handoffFloor, pl), Kind: handoffFloor, Placement: pl.Name, Group: "floor", Unit: "ms", per: 20, sample: rawHandoff},
 			&row{Name: at(handoffOurs, pl), Kind: handoffOurs, Placement: pl.Name, Group: "advisory", Unit: "ms", per: 20,
-				Floor: at(handoffFloor, pl), Target: target(pl, 1.20), sample: oursHandoff})
+				Floor: at(handoffFloor, pl), Target: target(pl, 1.20), sample: oursHandoff},
+			&row{Name: at(handoffLocal, pl), Kind: handoffLocal, Placement: pl.Name, Group: "advisory", Unit: "ms", per: 20,
+				Floor: at(handoffFloor, pl), Target: target(pl, 1.20), sample: localHandoff})
 	}
 	return rows
 }

@@ -235,13 +235,19 @@ func (res results) handoffSection(b *strings.Builder) {
 	}
 	b.WriteString("## Contended handoff\n\n![Handoff](benchmarks-handoff.png)\n\n" +
 		"From the holder's unlock call to the queued waiter's lock call returning. Targets: ≤ 1.20x unpinned, ≤ 1.05x pinned.\n\n" +
-		"| placement | raw (waiter in pg_advisory_lock) | advisory | ratio |\n|---|---|---|---|\n")
+		"The waiter in another Manager (another process's, as far as the lock is concerned), or in the holder's own.\n\n" +
+		"| placement | raw (waiter in pg_advisory_lock) | advisory, waiter in another Manager | ratio | advisory, waiter in the same Manager | ratio |\n|---|---|---|---|---|---|\n")
 	for _, p := range pls {
-		raw, ours := res.find(handoffFloor, p), res.find(handoffOurs, p)
+		raw, ours, local := res.find(handoffFloor, p), res.find(handoffOurs, p), res.find(handoffLocal, p)
 		if raw == nil || ours == nil {
 			continue
 		}
-		fmt.Fprintf(b, "| %s | %s | %s | %.2fx%s |\n", p, fmtVal(raw.Median, raw.Unit), fmtVal(ours.Median, ours.Unit), ours.Ratio, metText(ours))
+		fmt.Fprintf(b, "| %s | %s | %s | %.2fx%s |", p, fmtVal(raw.Median, raw.Unit), fmtVal(ours.Median, ours.Unit), ours.Ratio, metText(ours))
+		if local != nil {
+			fmt.Fprintf(b, " %s | %.2fx%s |\n", fmtVal(local.Median, local.Unit), local.Ratio, metText(local))
+		} else {
+			b.WriteString(" | |\n")
+		}
 	}
 	b.WriteString("\n")
 }
