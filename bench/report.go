@@ -410,7 +410,10 @@ core: read a single ❌ or ✅ near its target with that in mind.
   open. Unpinned rows: 600 samples a round (3,000 in 5 rounds), measured before any
   pinned pass; pinned rows: 200 a round.
 - **Handoff**: from the holder's unlock call to the waiter's lock call returning, the
-  waiter already queued. Raw: a second connection blocked in pg_advisory_lock. Pollers
+  waiter already queued. Raw: a second connection blocked in pg_advisory_lock. Advisory:
+  the waiter in another Manager (the remote-waiter bound: it waits on the server, as
+  another process's would), and the waiter in the holder's own Manager (the local one:
+  behind the Manager's per-key queue). Pollers
   (goose, lease tables) only notice at their next poll, so their handoff is spread over
   their polling period.
 - **Loss detection**: from the pg_terminate_backend call to the holder being told. The raw
