@@ -71,7 +71,12 @@ func (fr fleetResults) markdown(b *strings.Builder) {
 		"**raw**: the same names' keys with `pg_advisory_lock($1)` + `pg_advisory_unlock($1)` on a pgxpool connection, "+
 		"pool of the same size. Hot 90/10: 90 %% of calls go to the first 10 %% of the names. Acquire latency runs from "+
 		"the call to holding the lock (pool wait included). Each replica opens all its connections before the window; "+
-		"after %s untimed, the window lasts %.0f s. Unpinned (the scheduler places every process). "+
+		"after %s untimed, the window lasts %.0f s. Unpinned (the scheduler places every process). Server CPU is "+
+		"the run time of every server process over the window (/proc schedstat): it includes PostgreSQL's own work "+
+		"for sessions waiting on a lock (wake-ups; past deadlock_timeout, the deadlock check), which grows with "+
+		"how many wait there. Server memory is the PSS of every server process at the end of the window, minus "+
+		"the same before the replicas connected; \"not idle\" samples pg_stat_activity every 200 ms (0 where no "+
+		"sample came back). "+
 		"Machine: %s; server: %s. Load average at start → end: %s; run took %s.\n\n",
 		fleetCommand, fr.Warmup, bp.Seconds, fr.Machine, fr.Settings, fr.Load, fr.Took)
 	b.WriteString("| workload | | locks/s | p50 | p99 | connections open | not idle (mean) | server memory added (PSS) | client CPU per lock | server CPU per lock |\n" +
@@ -147,8 +152,9 @@ func (fr fleetResults) findings(b *strings.Builder) {
 		"its statement cache (`statement_cache_capacity`, 512 by default). Over %d names, uniform, named locks reach "+
 		"%.2fx raw's locks/s; the same locks taken by key (`LockKey`, one text for every key) %.2fx. Each first use "+
 		"of a name on a connection costs a Prepare round trip; past 512 names per connection every eviction costs a "+
-		"Deallocate and the next use of that name another Prepare, and each backend keeps a plan per cached name "+
-		"(server memory added: %.0f MB named, %.0f MB by key, %.0f MB raw). Callers with many names per Manager "+
+		"Deallocate and the next use of that name another Prepare (server memory added, PSS: %.0f MB named, %.0f MB "+
+		"by key, %.0f MB raw: the library's backends hold more than raw's by key too, so the names' plans are not "+
+		"most of it; not analysed further). Callers with many names per Manager "+
 		"who do not need names in pg_stat_activity can lock by key (`KeyOf(name)`: the same locks). Not changed "+
 		"yet: sending named statements unprepared (one round trip, parsed each time, no plan kept). Tried from "+
 		"outside with `default_query_exec_mode=exec` in the library's connection string "+
@@ -169,9 +175,16 @@ func (fr fleetResults) findings(b *strings.Builder) {
 		"connections are there, the CPUs are the limit: raw's client and server CPU per lock × its locks/s is %.1f "+
 		"CPU-seconds per second on this %s.\n", need, lib.Procs, lib.Conns, fr.Settings, lib.Procs*16, lib.Procs*lib.Goroutines,
 		used, fr.Machine)
-	b.WriteString("- **Fewer connections than callers** (the pool-size rows, hot 90/10): callers of one Manager queue per key " +
-		"in the process, so a replica's goroutines waiting for the same name wait without a connection, where raw pgx's " +
-		"each hold one blocked in pg_advisory_lock; compare the not-idle column and the pool-size plot.\n\n")
+	rate := fr.sweepSeries("names", func(p fleetPoint) float64 { return p.LocksPerSec })
+	if len(rate["advisory"]) > 0 && len(rate["raw"]) > 0 && rate["raw"][0].Y > 0 {
+		fmt.Fprintf(b, "- **Few names, many callers: the per-key queue wins.** Callers of one Manager queue per key in the "+
+			"process, so at most two per key and replica reach the server, where raw pgx's each wait there in "+
+			"pg_advisory_lock (and past deadlock_timeout, 1 s, each runs the deadlock check). Over %g names the "+
+			"library takes %.2fx raw's locks/s, with the same connections; compare the not-idle column (server "+
+			"sessions running or waiting) in the hot 90/10 rows. With fewer connections than callers (the pool-size "+
+			"rows) named locks still pay for their statements.\n\n",
+			rate["advisory"][0].X, rate["advisory"][0].Y/rate["raw"][0].Y)
+	}
 }
 
 // growth writes how CPU per lock (client + server) and locks/s change along dim.
