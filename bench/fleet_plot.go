@@ -105,6 +105,13 @@ func barChart(path, title, ylabel string, groups []string, series map[string][]f
 		p.Add(b)
 		p.Legend.Add(impl, b)
 	}
+	top := 0.0
+	for _, vals := range series {
+		for _, v := range vals {
+			top = max(top, v)
+		}
+	}
+	p.Y.Min, p.Y.Max = 0, top*1.35 // room for the legend above the bars
 	p.Legend.Top = true
 	p.NominalX(groups...)
 	return p.Save(vg.Length(130*len(groups))+vg.Points(120), 4*vg.Inch, path)
