@@ -34,6 +34,12 @@ import (
 const roleEnv = "ADVISORY_BENCH_ROLE"
 
 func main() {
+	switch os.Getenv(roleEnv) {
+	case "fleet":
+		os.Exit(runFleetChild())
+	case "probe":
+		os.Exit(runProbeRole())
+	}
 	if role := os.Getenv(roleEnv); role != "" {
 		os.Exit(runRole(role))
 	}
@@ -41,10 +47,51 @@ func main() {
 	docs := flag.String("docs", "../docs", "directory for benchmarks.md, benchmarks.json and the plots")
 	readme := flag.String("readme", "../README.md", "README whose figures block is rewritten (\"\": none)")
 	peers := flag.Bool("peers", true, "also measure the peers (goose, lease tables): about 5 more minutes")
+	pls := flag.String("placements", "", "comma-separated placements to measure (default all: unpinned, one core, two cores)")
 	only := flag.String("only", "", "measure only the rows whose name matches this regular expression (and their floors)")
 	featuresOnly := flag.Bool("features", false, "measure only the feature benchmarks (features.go), store them in -docs's benchmarks.json and render")
 	render := flag.Bool("render", false, "measure nothing: write benchmarks.md, the plots and the README block from -docs's benchmarks.json")
+	var pc probeConfig
+	probe := flag.Bool("probe", false, "run only the cycle probe (probe.go): the outside harness of issue 24, printed, nothing written")
+	flag.IntVar(&pc.samples, "probe-samples", 3000, "cycle probe: timed samples per row")
+	flag.IntVar(&pc.warmups, "probe-warmups", 200, "cycle probe: untimed rounds first")
+	flag.BoolVar(&pc.variants, "probe-variants", false, "cycle probe: also time the floor's variants")
+	flag.BoolVar(&pc.shuffle, "probe-shuffle", false, "cycle probe: shuffle the row order every round")
+	flag.StringVar(&pc.profile, "probe-cpuprofile", "", "cycle probe: write a CPU profile of the timed rounds to this file")
+	flag.StringVar(&pc.only, "probe-only", "", "cycle probe: time only the floor and the row of this name")
+	flag.BoolVar(&pc.histogram, "probe-histogram", false, "cycle probe: print each row's spread in 10 µs buckets")
+	flag.BoolVar(&pc.warm, "probe-warm", false, "cycle probe: time each sample after an untimed run of its row")
+	flag.StringVar(&pc.placement, "probe-placement", "", "cycle probe: \"one core\" or \"two cores\" (default unpinned)")
+	flag.BoolVar(&pc.cpu, "probe-cpu", false, "cycle probe: measure CPU time per cycle (client threads, backend) instead of latency")
+	fc := fleetConfig{}
+	fleet := flag.Bool("fleet", false, "run only the fleet benchmark (fleet.go): writes -docs's benchmarks-fleet.json, its plots and benchmarks.md")
+	flag.IntVar(&fc.procs, "fleet-procs", 20, "fleet: replica processes")
+	flag.IntVar(&fc.goroutines, "fleet-goroutines", 50, "fleet: goroutines per replica (and its pool size)")
+	flag.IntVar(&fc.names, "fleet-names", 1000, "fleet: lock names")
+	flag.DurationVar(&fc.duration, "fleet-duration", 60*time.Second, "fleet: timed window of each headline point")
+	flag.DurationVar(&fc.warmup, "fleet-warmup", 3*time.Second, "fleet: untimed run before each window")
+	flag.BoolVar(&fc.sweep, "fleet-sweep", true, "fleet: also the scaling sweep (processes, goroutines, names)")
+	flag.DurationVar(&fc.sweepDuration, "fleet-sweep-duration", 10*time.Second, "fleet: timed window of each sweep point")
 	flag.Parse()
+	if *fleet {
+		fc.docs = *docs
+		self, err := os.Executable()
+		if err == nil {
+			err = runFleet(context.Background(), fc, self, os.Stderr)
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "bench:", err)
+			os.Exit(1)
+		}
+		return
+	}
+	if *probe {
+		if err := runProbe(context.Background(), pc, os.Stdout); err != nil {
+			fmt.Fprintln(os.Stderr, "bench:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if *featuresOnly {
 		if err := refreshFeatures(*docs, *readme); err != nil {
 			fmt.Fprintln(os.Stderr, "bench:", err)
@@ -66,34 +113,55 @@ func main() {
 		fmt.Fprintln(os.Stderr, "bench: -only:", err)
 		os.Exit(64)
 	}
-	if err := run(ctx, *rounds, *docs, *readme, *peers, filter); err != nil {
+	if err := run(ctx, *rounds, *docs, *readme, *peers, filter, *pls); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
 	}
 }
 
-func run(ctx context.Context, rounds int, docs, readme string, peers bool, only *regexp.Regexp) error {
+func run(ctx context.Context, rounds int, docs, readme string, peers bool, only *regexp.Regexp, pls string) error {
 	start, load := time.Now(), loadAverage()
 	srv, err := pgtest.Start(ctx)
 	if err != nil {
 		return err
 	}
 	defer srv.Close()
-	b, err := newBench(ctx, srv.DSN())
+	b, err := newBench(ctx, srv.DSN(), pls)
 	if err != nil {
 		return err
 	}
 	defer b.close()
 	rows := selectRows(b.rows(peers), only)
+	// Phase one: the unpinned sub-millisecond rows, in every round, before anything is
+	// pinned. Threads that a pinned pass moved stay where it left them after being let go
+	// (the scheduler seldom moves a thread that keeps running), so unpinned rows timed
+	// after pinned passes measured the last placement's leftovers, not what a user's
+	// program sees (issue 24: the floor read 0.120 ms beside a fresh process's 0.099-0.110).
+	free, rest := splitUnpinned(rows)
+	if err := warmUp(ctx, b, phase(free, true)); err != nil {
+		return err
+	}
 	for r := 1; r <= rounds; r++ {
-		// Two phases: the sub-millisecond rows together, then the heavy ones (processes,
-		// new connections, 10,000-lock statements), which would disturb the former.
+		if err := measureRound(ctx, b, phase(free, true), false); err != nil {
+			return err
+		}
+		if err := measureRound(ctx, b, phase(free, false), true); err != nil { // the handoffs
+			return err
+		}
+		if err := countRound(b, phase(free, true)); err != nil {
+			return err
+		}
+	}
+	fmt.Fprintf(os.Stderr, "unpinned rows done (%v)\n", time.Since(start).Round(time.Second))
+	for r := 1; r <= rounds; r++ {
+		// Then two phases: the pinned sub-millisecond rows together, then the heavy ones
+		// (processes, new connections, 10,000-lock statements), which would disturb the former.
 		for _, light := range []bool{true, false} {
-			if err := measureRound(ctx, b, phase(rows, light), !light); err != nil {
+			if err := measureRound(ctx, b, phase(rest, light), !light); err != nil {
 				return err
 			}
 			if light {
-				if err := countRound(b, rows); err != nil {
+				if err := countRound(b, phase(rest, true)); err != nil {
 					return err
 				}
 			}
@@ -101,13 +169,17 @@ func run(ctx context.Context, rounds int, docs, readme string, peers bool, only 
 		fmt.Fprintf(os.Stderr, "round %d/%d done (%v)\n", r, rounds, time.Since(start).Round(time.Second))
 	}
 	b.placer.place(placement{Name: "unpinned"})
+	probe, err := b.outsideProbe()
+	if err != nil {
+		return err
+	}
 	var features []feature
 	if only.String() == "" { // a partial run (-only) is for a quick look: no feature benchmarks
 		if features, err = runFeatures(".."); err != nil {
 			return err
 		}
 	}
-	res := results{Machine: machine(srv), Load: load + " → " + loadAverage(), Rounds: rounds, Took: time.Since(start).Round(time.Second).String(), Rows: summarize(rows), Features: features, FeaturesLoad: loadAverage()}
+	res := results{Machine: machine(srv), Load: load + " → " + loadAverage(), Rounds: rounds, Took: time.Since(start).Round(time.Second).String(), Rows: summarize(rows), Probe: probe, Features: features, FeaturesLoad: loadAverage()}
 	if err := res.writeJSON(filepath.Join(docs, "benchmarks.json")); err != nil {
 		return err
 	}
@@ -119,6 +191,11 @@ func run(ctx context.Context, rounds int, docs, readme string, peers bool, only 
 func (res results) render(docs, readme string) error {
 	if err := res.plot(docs); err != nil {
 		return err
+	}
+	if fr, ok := loadFleet(docs); ok {
+		if err := fr.plot(docs); err != nil {
+			return err
+		}
 	}
 	if err := res.writeMarkdown(filepath.Join(docs, "benchmarks.md")); err != nil {
 		return err
@@ -156,10 +233,11 @@ func machine(srv *pgtest.Server) string {
 // measureRound takes each row's samples for one round, interleaved: every pass takes one
 // sample of every row still owed one, so neighbouring rows see the same machine state.
 // With settle (the heavy rows), each sample waits 50 ms for the machine to quiet down
-// first. Without it (the sub-millisecond rows), each timed sample follows one untimed
-// run of the same row: every row is timed on a backend that has just served it, as in a
-// loop. Rows that share a backend would otherwise be timed warm or cold depending on which
-// row ran before them (a fixed order made one cycle row 1.3x slower than its twin).
+// first. The sub-millisecond rows are timed back to back in a shuffled order, as a
+// program that takes locks among other statements meets them: a row is timed on a
+// backend that has just served another row about as often as every other row. (Until
+// issue 24 each timed sample followed an untimed run of its own row; no program runs
+// each statement twice.) The first sample after threads moved is not kept.
 func measureRound(ctx context.Context, b *bench, rows []*row, settle bool) error {
 	most := 0
 	for _, r := range rows {
@@ -170,15 +248,18 @@ func measureRound(ctx context.Context, b *bench, rows []*row, settle bool) error
 			if i >= r.per {
 				continue
 			}
-			if _, err := b.moveFor(r); err != nil {
+			moved, err := b.moveFor(r)
+			if err != nil {
 				return err
 			}
 			if settle {
 				// Let the previous heavy sample's aftermath (a killed process, backends
 				// exiting) pass, so it does not land on this one.
 				time.Sleep(50 * time.Millisecond)
-			} else if _, err := r.sample(ctx, b); err != nil { // warm up, untimed
-				return fmt.Errorf("%s: %w", r.Name, err)
+			} else if moved {
+				if _, err := r.sample(ctx, b); err != nil { // the first after a move: untimed
+					return fmt.Errorf("%s: %w", r.Name, err)
+				}
 			}
 			v, err := r.sample(ctx, b)
 			if err != nil {
@@ -188,6 +269,31 @@ func measureRound(ctx context.Context, b *bench, rows []*row, settle bool) error
 		}
 	}
 	return nil
+}
+
+// warmUp runs 200 untimed passes over rows (connections set up, statements prepared,
+// caches warm), as the outside harness of issue 24 did before timing.
+func warmUp(ctx context.Context, b *bench, rows []*row) error {
+	for i := 0; i < 200; i++ {
+		for _, r := range rows {
+			if _, err := r.sample(ctx, b); err != nil {
+				return fmt.Errorf("%s: %w", r.Name, err)
+			}
+		}
+	}
+	return nil
+}
+
+// splitUnpinned returns the placed rows measured unpinned, and the others.
+func splitUnpinned(rows []*row) (free, rest []*row) {
+	for _, r := range rows {
+		if r.Placement == "unpinned" {
+			free = append(free, r)
+		} else {
+			rest = append(rest, r)
+		}
+	}
+	return free, rest
 }
 
 // passOrder returns the rows in pass i's order: grouped by placement (so threads move

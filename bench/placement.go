@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/jackc/pgx/v5"
 	"golang.org/x/sys/unix"
 )
 
@@ -31,6 +32,35 @@ func placements() []placement {
 	return ps
 }
 
+// rowQuerier is what newPlacer asks for a backend's pid: a pgx.Conn or a pgxpool.Pool.
+type rowQuerier interface {
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// choosePlacements returns the placements named in list (comma-separated), in the
+// machine's order, or all of them for "". Unpinned must be among them: it is the headline.
+func choosePlacements(list string) ([]placement, error) {
+	all := placements()
+	if strings.TrimSpace(list) == "" {
+		return all, nil
+	}
+	want := map[string]bool{}
+	for _, n := range strings.Split(list, ",") {
+		want[strings.TrimSpace(n)] = true
+	}
+	var out []placement
+	for _, pl := range all {
+		if want[pl.Name] {
+			out = append(out, pl)
+			delete(want, pl.Name)
+		}
+	}
+	if len(want) > 0 || len(out) == 0 || out[0].Name != "unpinned" {
+		return nil, fmt.Errorf("-placements %q: choose among unpinned, one core, two cores (unpinned included)", list)
+	}
+	return out, nil
+}
+
 // placer moves the client's threads and the server's processes.
 type placer struct {
 	postmaster int
@@ -39,9 +69,9 @@ type placer struct {
 
 // newPlacer finds the server's postmaster: the parent of a backend. It fails where the
 // server's processes are not this machine's to move (a remote server, no permission).
-func newPlacer(ctx context.Context, b *bench) (*placer, error) {
+func newPlacer(ctx context.Context, db rowQuerier) (*placer, error) {
 	var pid int
-	if err := b.admin.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&pid); err != nil {
+	if err := db.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&pid); err != nil {
 		return nil, err
 	}
 	pm, err := parentOf(pid)

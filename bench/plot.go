@@ -48,6 +48,7 @@ func short(name string) string {
 		"advisory Session Lock + Unlock", "Session\nLock",
 		"advisory Lock + Unlock", "Lock",
 		"advisory TryLock + Unlock", "TryLock",
+		"advisory local handoff (waiter in the same Manager)", "advisory\nlocal handoff",
 		"lease table (INSERT … ON CONFLICT … WHERE expired)", "lease INSERT",
 		"lease table (UPDATE … WHERE owner OR expired)", "lease UPDATE",
 		" (waiter in pg_advisory_lock)", "", " (polls every 5 s)", "", " (polls every 1 s)", "",

@@ -42,7 +42,7 @@ func (res results) readmeBlock() string {
 	}
 	b.WriteString("\n|---|" + strings.Repeat("---|", len(pls)) + "\n")
 	for _, k := range []string{"advisory Lock + Unlock", "advisory Lock + Unlock, cancellable ctx", "advisory TryLock + Unlock",
-		"advisory Session Lock + Unlock", handoffOurs} {
+		"advisory Session Lock + Unlock", handoffOurs, handoffLocal} {
 		if res.find(k, pls0(pls)) == nil {
 			continue
 		}

@@ -40,7 +40,7 @@ type bench struct {
 	admin      *pgxpool.Pool
 	raw1, raw2 *pgx.Conn
 	m1, m2     *advisory.Manager
-	cycles     *advisory.Manager // for the uncontended cycles alone: steady state
+	cycles     *advisory.Manager // for the uncontended cycles alone (New's defaults): steady state
 	sessions   *advisory.Manager // holds session, for the Session cycle
 	session    *advisory.Session
 	// cancellable is a ctx that can be cancelled (never is), created once, as a caller's
@@ -54,7 +54,7 @@ type bench struct {
 	seq         atomic.Int64
 }
 
-func newBench(ctx context.Context, dsn string) (*bench, error) {
+func newBench(ctx context.Context, dsn, pls string) (*bench, error) {
 	b := &bench{dsn: dsn}
 	var err error
 	if b.self, err = os.Executable(); err != nil {
@@ -78,7 +78,7 @@ func newBench(ctx context.Context, dsn string) (*bench, error) {
 	if b.m2, err = advisory.New(ctx, dsn); err != nil {
 		return nil, err
 	}
-	if b.cycles, err = advisory.New(ctx, dsn+" pool_max_conns=1"); err != nil {
+	if b.cycles, err = advisory.New(ctx, dsn); err != nil { // New's defaults, as a user's program
 		return nil, err
 	}
 	if b.sessions, err = advisory.New(ctx, dsn+" pool_max_conns=1"); err != nil {
@@ -88,8 +88,10 @@ func newBench(ctx context.Context, dsn string) (*bench, error) {
 		return nil, err
 	}
 	b.cancellable, b.stop = context.WithCancel(context.Background())
-	b.placements = placements()
-	if b.placer, err = newPlacer(ctx, b); err != nil {
+	if b.placements, err = choosePlacements(pls); err != nil {
+		return nil, err
+	}
+	if b.placer, err = newPlacer(ctx, b.admin); err != nil {
 		fmt.Fprintf(os.Stderr, "bench: cannot move the server's processes (%v): unpinned rows only\n", err)
 		b.placer, b.placements = nil, b.placements[:1]
 	}
@@ -163,7 +165,7 @@ func selectOne(_ context.Context, b *bench) (float64, error) {
 
 // waitWaiting blocks until a backend waits for key.
 func (b *bench) waitWaiting(ctx context.Context, key advisory.Key) error {
-	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(200 * time.Microsecond) {
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline) && ctx.Err() == nil; time.Sleep(200 * time.Microsecond) {
 		var n int
 		err := b.admin.QueryRow(ctx, `SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted
 			AND classid = $1 AND objid = $2 AND objsubid = 1`, uint32(uint64(key)>>32), uint32(key)).Scan(&n)
@@ -208,6 +210,37 @@ func oursHandoff(ctx context.Context, b *bench) (float64, error) {
 	if err := b.waitWaiting(ctx, l.Key()); err != nil {
 		return 0, err
 	}
+	start := time.Now()
+	if err := l.Unlock(ctx); err != nil {
+		return 0, err
+	}
+	r := <-got
+	if r.l == nil {
+		return 0, fmt.Errorf("waiter failed")
+	}
+	return ms(r.at.Sub(start)), r.l.Unlock(ctx)
+}
+
+// localHandoff is oursHandoff with the waiter in the holder's own Manager: it waits in
+// the Manager's per-key queue (or on the server behind it), and is timed the same way,
+// from the holder's unlock call to the waiter's Lock returning.
+func localHandoff(ctx context.Context, b *bench) (float64, error) {
+	name := b.key("localhandoff")
+	l, err := b.m1.Lock(ctx, name)
+	if err != nil {
+		return 0, err
+	}
+	type res struct {
+		l  *advisory.Lock
+		at time.Time
+	}
+	got := make(chan res, 1)
+	go func() { l2, _ := b.m1.Lock(ctx, name); got <- res{l2, time.Now()} }()
+	// The waiter queues on the server (the Manager sends one caller per key there) or,
+	// where the Manager hands the lock over in the process, only in it: give it 20 ms.
+	wctx, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
+	b.waitWaiting(wctx, l.Key())
+	cancel()
 	start := time.Now()
 	if err := l.Unlock(ctx); err != nil {
 		return 0, err

@@ -1,0 +1,312 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// The fleet benchmark (issue 24, item 3): tens of replicas against one server. Each
+// replica is a child process (fleet_child.go); the library and raw pgx run the same
+// workload with the same pool size per replica, uniform and with a hot-key skew, and the
+// parent measures the server around the timed window (fleet_server.go).
+
+// fleetConfig is what -fleet's flags set.
+type fleetConfig struct {
+	procs, goroutines, names int
+	duration, sweepDuration  time.Duration
+	warmup                   time.Duration
+	sweep                    bool
+	docs                     string
+}
+
+// fleetPoint is one measured configuration.
+type fleetPoint struct {
+	Impl         string  `json:"impl"` // "advisory", implKey or "raw"
+	Skew         string  `json:"skew"` // "uniform" or "hot 90/10"
+	Procs        int     `json:"procs"`
+	Goroutines   int     `json:"goroutines"`
+	Names        int     `json:"names"`
+	Conns        int     `json:"conns_per_proc"` // pool size of each replica
+	Seconds      float64 `json:"seconds"`
+	Locks        int64   `json:"locks"`
+	Errors       int64   `json:"errors"`
+	FirstError   string  `json:"first_error,omitempty"`
+	LocksPerSec  float64 `json:"locks_per_s"`
+	P50          float64 `json:"p50_ms"` // acquire latency: from the call to holding the lock
+	P99          float64 `json:"p99_ms"`
+	PeakConns    int     `json:"peak_conns"`      // client backends on the server, most seen
+	MeanActive   float64 `json:"mean_active"`     // of those, not idle (running or waiting), mean
+	ServerMemMB  float64 `json:"server_pss_mb"`   // PSS of every server process, end of the window
+	ServerMemAdd float64 `json:"server_added_mb"` // ServerMemMB minus the server's before the replicas connected
+	ClientCPU    float64 `json:"client_cpu_us_per_lock"`
+	ServerCPU    float64 `json:"server_cpu_us_per_lock"`
+	Load         string  `json:"load"` // /proc/loadavg after the point
+}
+
+// fleetResults is docs/benchmarks-fleet.json.
+type fleetResults struct {
+	Machine  string       `json:"machine"`
+	Settings string       `json:"server_settings"`
+	Load     string       `json:"load"` // at the start and at the end of the run
+	Took     string       `json:"took"`
+	Warmup   string       `json:"warmup"` // untimed before each window
+	Main     []fleetPoint `json:"main"`
+	Sweep    []fleetPoint `json:"sweep,omitempty"`
+}
+
+// fleetImpls are the headline's implementations, in table order.
+var fleetImpls = []string{"advisory", implKey, "raw"}
+
+// fleetMain returns the headline points: library and raw, uniform and skewed, interleaved
+// so that drift hits both alike.
+func fleetMain(cfg fleetConfig) []childShape {
+	var out []childShape
+	for _, hot := range []bool{false, true} {
+		for _, impl := range fleetImpls {
+			out = append(out, childShape{impl, hot, cfg.procs, cfg.goroutines, cfg.names, cfg.goroutines, cfg.duration})
+		}
+	}
+	return out
+}
+
+// childShape is one configuration to run.
+type childShape struct {
+	impl                     string
+	hot                      bool
+	procs, goroutines, names int
+	conns                    int // pool size per replica
+	duration                 time.Duration
+}
+
+// fleetSweep varies one dimension at a time around the headline shape, uniform, with
+// shorter windows.
+func fleetSweep(cfg fleetConfig) []childShape {
+	var out []childShape
+	add := func(p, g, n int) {
+		for _, impl := range []string{"advisory", "raw"} {
+			out = append(out, childShape{impl, false, p, g, n, g, cfg.sweepDuration})
+		}
+	}
+	for _, p := range []int{1, 5, 10} {
+		add(p, cfg.goroutines, cfg.names)
+	}
+	for _, g := range []int{10, 25} {
+		add(cfg.procs, g, cfg.names)
+	}
+	for _, n := range []int{10, 100, 10000} {
+		add(cfg.procs, cfg.goroutines, n)
+	}
+	// Fewer connections than callers, with the hot-key skew: what the per-key queue saves.
+	for _, c := range []int{10, 25} {
+		for _, impl := range []string{"advisory", "raw"} {
+			out = append(out, childShape{impl, true, cfg.procs, cfg.goroutines, cfg.names, c, cfg.sweepDuration})
+		}
+	}
+	return out
+}
+
+// runFleet starts a server with room for the fleet's connections, runs the points and
+// writes docs/benchmarks-fleet.json, its plots and benchmarks.md's fleet section.
+func runFleet(ctx context.Context, cfg fleetConfig, self string, log io.Writer) error {
+	start, load := time.Now(), loadAverage()
+	shapes := fleetMain(cfg)
+	if cfg.sweep {
+		shapes = append(shapes, fleetSweep(cfg)...)
+	}
+	most := 0
+	for _, sh := range shapes {
+		most = max(most, sh.procs*sh.conns)
+	}
+	srv, settings, err := startFleetServer(ctx, most+50)
+	if err != nil {
+		return err
+	}
+	defer srv.Close()
+	admin, err := pgx.Connect(ctx, srv.DSN())
+	if err != nil {
+		return err
+	}
+	defer admin.Close(context.Background())
+	sm, err := newServerMeter(ctx, admin)
+	if err != nil {
+		fmt.Fprintf(log, "bench: the server's processes cannot be read (%v): no server CPU or memory\n", err)
+	}
+	res := fleetResults{Machine: machineLine(), Settings: settings, Warmup: cfg.warmup.String()}
+	for i, sh := range shapes {
+		pt, err := runPoint(ctx, sh, cfg.warmup, self, srv.DSN(), admin, sm)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(log, "fleet %d/%d: %s %s %d×%d×%d, %d conns each: %.0f locks/s, p50 %.2f ms, p99 %.2f ms, %d conns, %d errors (%v)\n",
+			i+1, len(shapes), pt.Impl, pt.Skew, pt.Procs, pt.Goroutines, pt.Names, pt.Conns, pt.LocksPerSec, pt.P50, pt.P99,
+			pt.PeakConns, pt.Errors, time.Since(start).Round(time.Second))
+		if i < 2*len(fleetImpls) {
+			res.Main = append(res.Main, pt)
+		} else {
+			res.Sweep = append(res.Sweep, pt)
+		}
+	}
+	res.Load, res.Took = load+" → "+loadAverage(), time.Since(start).Round(time.Second).String()
+	if err := res.write(cfg.docs); err != nil {
+		return err
+	}
+	return renderFrom(cfg.docs, "")
+}
+
+// runPoint runs one configuration: starts the replicas, waits until each is connected,
+// starts them together, meters the server over the timed window and gathers the results.
+func runPoint(ctx context.Context, sh childShape, warmup time.Duration, self, dsn string, admin *pgx.Conn, sm *serverMeter) (fleetPoint, error) {
+	pt := fleetPoint{Impl: sh.impl, Skew: map[bool]string{false: "uniform", true: "hot 90/10"}[sh.hot],
+		Procs: sh.procs, Goroutines: sh.goroutines, Names: sh.names, Conns: sh.conns, Seconds: sh.duration.Seconds()}
+	base := sm.memory()
+	kids := make([]*fleetKid, 0, sh.procs)
+	defer func() {
+		for _, k := range kids {
+			k.stop()
+		}
+	}()
+	// The replicas start together; each opens its connections two at a time (a thousand
+	// connects at once time out).
+	for p := 0; p < sh.procs; p++ {
+		spec := childSpec{Impl: sh.impl, Goroutines: sh.goroutines, Names: sh.names, Hot: sh.hot, Conns: sh.conns,
+			Warmup: warmup, Duration: sh.duration, Seed: uint64(p + 1), DSNExtra: os.Getenv("BENCH_FLEET_DSN_EXTRA")}
+		k, err := startKid(self, dsn, spec)
+		if err != nil {
+			return pt, err
+		}
+		kids = append(kids, k)
+	}
+	for _, k := range kids {
+		if err := k.waitLine("READY"); err != nil {
+			return pt, err
+		}
+	}
+	for _, k := range kids {
+		fmt.Fprintln(k.stdin, "GO")
+	}
+	time.Sleep(warmup)
+	cpu0 := sm.cpu()
+	samples := sm.sampleConns(ctx, admin, sh.duration)
+	cpu1 := sm.cpu()
+	pt.ServerMemMB = sm.memory()
+	pt.ServerMemAdd = pt.ServerMemMB - base
+	hist := map[int]uint64{}
+	var clientCPU time.Duration
+	for _, k := range kids {
+		r, err := k.result()
+		if err != nil {
+			return pt, err
+		}
+		pt.Locks, pt.Errors, clientCPU = pt.Locks+r.Locks, pt.Errors+r.Errors, clientCPU+r.CPU
+		if pt.FirstError == "" {
+			pt.FirstError = r.FirstError
+		}
+		for b, n := range r.Hist {
+			hist[b] += n
+		}
+	}
+	pt.LocksPerSec = float64(pt.Locks) / sh.duration.Seconds()
+	pt.P50, pt.P99 = histQuantile(hist, 0.5), histQuantile(hist, 0.99)
+	pt.PeakConns, pt.MeanActive = samples.peak, samples.meanActive
+	if pt.Locks > 0 {
+		pt.ClientCPU = float64(clientCPU.Microseconds()) / float64(pt.Locks)
+		pt.ServerCPU = float64((cpu1-cpu0)/time.Microsecond) / float64(pt.Locks)
+	}
+	pt.Load = loadAverage()
+	for _, k := range kids {
+		k.stop()
+	}
+	kids = nil
+	return pt, sm.waitIdle(ctx, admin)
+}
+
+// histQuantile returns the q-quantile of a merged latency histogram, in ms.
+func histQuantile(h map[int]uint64, q float64) float64 {
+	var keys []int
+	var total uint64
+	for b, n := range h {
+		keys, total = append(keys, b), total+n
+	}
+	sort.Ints(keys)
+	var seen uint64
+	for _, b := range keys {
+		if seen += h[b]; float64(seen) >= q*float64(total) {
+			return histValue(b)
+		}
+	}
+	return 0
+}
+
+// fleetKid is one running replica.
+type fleetKid struct {
+	cmd   *exec.Cmd
+	stdin io.WriteCloser
+	out   *bufio.Reader
+}
+
+func startKid(self, dsn string, spec childSpec) (*fleetKid, error) {
+	b, _ := json.Marshal(spec)
+	cmd := exec.Command(self)
+	cmd.Env = append(os.Environ(), roleEnv+"=fleet", "BENCH_DSN="+dsn, fleetSpecEnv+"="+string(b))
+	cmd.Stderr = os.Stderr
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		return nil, err
+	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	return &fleetKid{cmd: cmd, stdin: in, out: bufio.NewReader(out)}, nil
+}
+
+func (k *fleetKid) waitLine(want string) error {
+	line, err := k.out.ReadString('\n')
+	if err != nil || strings.TrimSpace(line) != want {
+		return fmt.Errorf("fleet replica: %q %v", strings.TrimSpace(line), err)
+	}
+	return nil
+}
+
+func (k *fleetKid) result() (childResult, error) {
+	var r childResult
+	line, err := k.out.ReadString('\n')
+	if err != nil {
+		return r, fmt.Errorf("fleet replica: %v", err)
+	}
+	return r, json.Unmarshal([]byte(line), &r)
+}
+
+// stop closes the replica's stdin (it exits, closing its connections) and reaps it.
+func (k *fleetKid) stop() {
+	k.stdin.Close()
+	done := make(chan struct{})
+	go func() { k.cmd.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		k.cmd.Process.Kill()
+		<-done
+	}
+}
+
+func (res fleetResults) write(docs string) error {
+	b, err := json.MarshalIndent(res, "", "  ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(docs+"/benchmarks-fleet.json", append(b, '\n'), 0o644)
+}

@@ -1,0 +1,210 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+
+	"gonum.org/v1/plot/plotter"
+)
+
+// The fleet's section of docs/benchmarks.md, from docs/benchmarks-fleet.json.
+
+// loadFleet reads the fleet's results, if a fleet run wrote them.
+func loadFleet(docs string) (fleetResults, bool) {
+	var fr fleetResults
+	b, err := os.ReadFile(filepath.Join(docs, "benchmarks-fleet.json"))
+	if err != nil || json.Unmarshal(b, &fr) != nil || len(fr.Main) == 0 {
+		return fr, false
+	}
+	return fr, true
+}
+
+// base is the headline shape: the sweep varies one of its dimensions at a time.
+func (fr fleetResults) base() fleetPoint { return fr.Main[0] }
+
+// sweepSeries returns, per implementation, get against the swept dimension dim, the
+// other dimensions at the headline's (uniform, one connection per goroutine; for "conns"
+// hot 90/10), the headline's own point included.
+func (fr fleetResults) sweepSeries(dim string, get func(fleetPoint) float64) map[string]plotter.XYs {
+	b := fr.base()
+	out := map[string]plotter.XYs{}
+	for _, p := range append(append([]fleetPoint(nil), fr.Main...), fr.Sweep...) {
+		var x float64
+		ok := p.Skew == "uniform" && p.Conns == p.Goroutines
+		switch dim {
+		case "procs":
+			x, ok = float64(p.Procs), ok && p.Goroutines == b.Goroutines && p.Names == b.Names
+		case "goroutines":
+			x, ok = float64(p.Goroutines), ok && p.Procs == b.Procs && p.Names == b.Names
+		case "names":
+			x, ok = float64(p.Names), ok && p.Procs == b.Procs && p.Goroutines == b.Goroutines
+		case "conns":
+			x, ok = float64(p.Conns), p.Skew != "uniform" && p.Procs == b.Procs && p.Goroutines == b.Goroutines && p.Names == b.Names
+		}
+		if ok && p.Locks > 0 {
+			out[p.Impl] = append(out[p.Impl], plotter.XY{X: x, Y: get(p)})
+		}
+	}
+	for _, xys := range out {
+		sort.Slice(xys, func(i, j int) bool { return xys[i].X < xys[j].X })
+	}
+	if len(out["advisory"]) < 2 {
+		return nil
+	}
+	return out
+}
+
+// fleetCommand is the command that writes the fleet's figures.
+const fleetCommand = "cd bench && go run . -fleet"
+
+func (fr fleetResults) markdown(b *strings.Builder) {
+	bp := fr.base()
+	fmt.Fprintf(b, "## Fleet: %d replicas × %d goroutines over %d names\n\n", bp.Procs, bp.Goroutines, bp.Names)
+	fmt.Fprintf(b, "Written by `%s` (alone: it loads every CPU for minutes). Each replica is a child "+
+		"process of the bench binary; every goroutine loops: pick a name, take the lock (blocking), release it at once. "+
+		"**advisory**: `Manager.Lock` + `Unlock`, one Manager per replica with `pool_max_conns` = its goroutines; "+
+		"**advisory LockKey**: `Manager.LockKey(KeyOf(name))`, the same locks without the name in the statement text; "+
+		"**raw**: the same names' keys with `pg_advisory_lock($1)` + `pg_advisory_unlock($1)` on a pgxpool connection, "+
+		"pool of the same size. Hot 90/10: 90 %% of calls go to the first 10 %% of the names. Acquire latency runs from "+
+		"the call to holding the lock (pool wait included). Each replica opens all its connections before the window; "+
+		"after %s untimed, the window lasts %.0f s. Unpinned (the scheduler places every process). Server CPU is "+
+		"the run time of every server process over the window (/proc schedstat): it includes PostgreSQL's own work "+
+		"for sessions waiting on a lock (wake-ups; past deadlock_timeout, the deadlock check), which grows with "+
+		"how many wait there. Server memory is the PSS of every server process at the end of the window, minus "+
+		"the same before the replicas connected; \"not idle\" samples pg_stat_activity every 200 ms (0 where no "+
+		"sample came back). "+
+		"Machine: %s; server: %s. Load average at start → end: %s; run took %s.\n\n",
+		fleetCommand, fr.Warmup, bp.Seconds, fr.Machine, fr.Settings, fr.Load, fr.Took)
+	b.WriteString("| workload | | locks/s | p50 | p99 | connections open | not idle (mean) | server memory added (PSS) | client CPU per lock | server CPU per lock |\n" +
+		"|---|---|---|---|---|---|---|---|---|---|\n")
+	for _, skew := range []string{"uniform", "hot 90/10"} {
+		pts := map[string]*fleetPoint{}
+		for i := range fr.Main {
+			if p := &fr.Main[i]; p.Skew == skew {
+				pts[p.Impl] = p
+			}
+		}
+		raw := pts["raw"]
+		for _, impl := range fleetImpls {
+			if p := pts[impl]; p != nil {
+				fmt.Fprintf(b, "| %s | %s | %.0f | %s | %s | %d | %.1f | %.0f MB | %.0f µs | %.0f µs |\n", skew, p.Impl, p.LocksPerSec,
+					fmtVal(p.P50, "ms"), fmtVal(p.P99, "ms"), p.PeakConns, p.MeanActive, p.ServerMemAdd, p.ClientCPU, p.ServerCPU)
+			}
+		}
+		for _, impl := range fleetImpls[:2] {
+			if lib := pts[impl]; lib != nil && raw != nil {
+				fmt.Fprintf(b, "| %s | **%s / raw** | **%.2fx** | %.2fx | %.2fx | %.2fx | %.2fx | %.2fx | %.2fx | %.2fx |\n", skew, impl,
+					lib.LocksPerSec/raw.LocksPerSec, lib.P50/raw.P50, lib.P99/raw.P99, float64(lib.PeakConns)/float64(raw.PeakConns),
+					lib.MeanActive/raw.MeanActive, lib.ServerMemAdd/raw.ServerMemAdd, lib.ClientCPU/raw.ClientCPU, lib.ServerCPU/raw.ServerCPU)
+			}
+		}
+	}
+	b.WriteString("\nTarget: throughput ≥ 0.90x raw with the same connections.\n\n")
+	for _, f := range []string{"throughput", "latency", "connections", "memory", "cpu"} {
+		fmt.Fprintf(b, "![Fleet %s](benchmarks-fleet-%s.png)\n\n", f, f)
+	}
+	fr.sweepTable(b)
+}
+
+func (fr fleetResults) sweepTable(b *strings.Builder) {
+	if len(fr.Sweep) == 0 {
+		return
+	}
+	fmt.Fprintf(b, "### How the cost grows\n\nOne dimension at a time around the headline shape, %.0f s windows "+
+		"(uniform unless marked; the headline's own points are in the table above). Errors count failed calls "+
+		"(the first one's text is in benchmarks-fleet.json).\n\n", fr.Sweep[0].Seconds)
+	b.WriteString("| replicas × goroutines × names | pool per replica | workload | | locks/s | ratio | p50 | p99 | connections open | client CPU/lock | server CPU/lock | server memory added | errors |\n" +
+		"|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+	for i, p := range fr.Sweep {
+		ratio := ""
+		if p.Impl == "raw" && i > 0 && fr.Sweep[i-1].Impl == "advisory" && p.LocksPerSec > 0 {
+			ratio = fmt.Sprintf("%.2fx", fr.Sweep[i-1].LocksPerSec/p.LocksPerSec)
+		}
+		fmt.Fprintf(b, "| %d × %d × %d | %d | %s | %s | %.0f | %s | %s | %s | %d | %.0f µs | %.0f µs | %.0f MB | %d |\n",
+			p.Procs, p.Goroutines, p.Names, p.Conns, p.Skew, p.Impl, p.LocksPerSec, ratio, fmtVal(p.P50, "ms"), fmtVal(p.P99, "ms"),
+			p.PeakConns, p.ClientCPU, p.ServerCPU, p.ServerMemAdd, p.Errors)
+	}
+	b.WriteString("\n(ratio: advisory's locks/s over raw's, on the raw row.)\n\n")
+	for _, f := range []string{"procs", "goroutines", "names", "conns"} {
+		fmt.Fprintf(b, "![Fleet scaling: %s](benchmarks-fleet-scaling-%s.png)\n\n", f, f)
+	}
+}
+
+// findings writes what the tables say, computed from them: what names cost, how the
+// cost grows along each swept dimension, and which limit the fleet meets first.
+func (fr fleetResults) findings(b *strings.Builder) {
+	pts := map[string]fleetPoint{}
+	for _, p := range fr.Main {
+		pts[p.Impl+"/"+p.Skew] = p
+	}
+	lib, key, raw := pts["advisory/uniform"], pts[implKey+"/uniform"], pts["raw/uniform"]
+	if raw.LocksPerSec == 0 || key.LocksPerSec == 0 {
+		return
+	}
+	b.WriteString("### Reading the fleet\n\n")
+	fmt.Fprintf(b, "- **Names are the fleet's largest cost.** A named lock's statement carries the name (a comment, "+
+		"which `Holders` and `pgadvisory status` read back from pg_stat_activity: docs/keys.md) and, on a direct "+
+		"connection, its key as a literal: one SQL text per name, which pgx prepares once per connection and keeps in "+
+		"its statement cache (`statement_cache_capacity`, 512 by default). Over %d names, uniform, named locks reach "+
+		"%.2fx raw's locks/s; the same locks taken by key (`LockKey`, one text for every key) %.2fx. Each first use "+
+		"of a name on a connection costs a Prepare round trip; past 512 names per connection every eviction costs a "+
+		"Deallocate and the next use of that name another Prepare (server memory added, PSS: %.0f MB named, %.0f MB "+
+		"by key, %.0f MB raw: the library's backends hold more than raw's by key too, so the names' plans are not "+
+		"most of it; not analysed further). Callers with many names per Manager "+
+		"who do not need names in pg_stat_activity can lock by key (`KeyOf(name)`: the same locks). Not changed "+
+		"yet: sending named statements unprepared (one round trip, parsed each time, no plan kept). Tried from "+
+		"outside with `default_query_exec_mode=exec` in the library's connection string "+
+		"(`BENCH_FLEET_DSN_EXTRA=default_query_exec_mode=exec go run . -fleet -fleet-procs 4 -fleet-goroutines 10 "+
+		"-fleet-duration 4s -fleet-sweep=false`, one run, loaded machine): named locks went from 0.36x to 0.67x "+
+		"raw's locks/s, by key 0.88x.\n", lib.Names, lib.LocksPerSec/raw.LocksPerSec, key.LocksPerSec/raw.LocksPerSec,
+		lib.ServerMemAdd, key.ServerMemAdd, raw.ServerMemAdd)
+	for _, d := range []struct{ dim, what string }{{"procs", "replicas"}, {"goroutines", "goroutines per replica"}, {"names", "names"}} {
+		fr.growth(b, d.dim, d.what)
+	}
+	need := lib.Procs * lib.Conns
+	used := (raw.ClientCPU + raw.ServerCPU) * raw.LocksPerSec / 1e6
+	fmt.Fprintf(b, "- **The first limit is max_connections, then the CPUs.** The headline needs %d client connections "+
+		"(%d replicas × %d), against PostgreSQL's default max_connections of 100 and the test harness's 300: its "+
+		"server: %s. With the library's default pool (`DefaultMaxConns`, 16) the same fleet opens up "+
+		"to %d. The shared lock table (max_locks_per_transaction 64 × max_connections slots) is far off: the fleet "+
+		"holds at most %d session locks at once (it becomes the limit for a `Session` holding thousands). Once the "+
+		"connections are there, the CPUs are the limit: raw's client and server CPU per lock × its locks/s is %.1f "+
+		"CPU-seconds per second on this %s.\n", need, lib.Procs, lib.Conns, fr.Settings, lib.Procs*16, lib.Procs*lib.Goroutines,
+		used, fr.Machine)
+	rate := fr.sweepSeries("names", func(p fleetPoint) float64 { return p.LocksPerSec })
+	if len(rate["advisory"]) > 0 && len(rate["raw"]) > 0 && rate["raw"][0].Y > 0 {
+		fmt.Fprintf(b, "- **Few names, many callers: the per-key queue wins.** Callers of one Manager queue per key in the "+
+			"process, so at most two per key and replica reach the server, where raw pgx's each wait there in "+
+			"pg_advisory_lock (and past deadlock_timeout, 1 s, each runs the deadlock check). Over %g names the "+
+			"library takes %.2fx raw's locks/s, with the same connections; compare the not-idle column (server "+
+			"sessions running or waiting) in the hot 90/10 rows. With fewer connections than callers (the pool-size "+
+			"rows) named locks still pay for their statements.\n\n",
+			rate["advisory"][0].X, rate["advisory"][0].Y/rate["raw"][0].Y)
+	}
+}
+
+// growth writes how CPU per lock (client + server) and locks/s change along dim.
+func (fr fleetResults) growth(b *strings.Builder, dim, what string) {
+	cost := fr.sweepSeries(dim, func(p fleetPoint) float64 { return p.ClientCPU + p.ServerCPU })
+	rate := fr.sweepSeries(dim, func(p fleetPoint) float64 { return p.LocksPerSec })
+	if cost == nil {
+		return
+	}
+	fmt.Fprintf(b, "- **By %s** (CPU per lock, client + server; locks/s):", what)
+	for _, impl := range []string{"advisory", "raw"} {
+		fmt.Fprintf(b, " %s", impl)
+		for i, xy := range cost[impl] {
+			sep := ","
+			if i == 0 {
+				sep = ""
+			}
+			fmt.Fprintf(b, "%s %g → %.0f µs, %.0f/s", sep, xy.X, xy.Y, rate[impl][i].Y)
+		}
+		b.WriteString(";")
+	}
+	b.WriteString("\n")
+}
