@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sync"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -38,6 +39,9 @@ type Manager struct {
 	// maxConns is the pool's size. (pgxpool's Config() returns a deep copy: far too
 	// costly for every Lock call.)
 	maxConns int
+	// cachesStatements: the connections prepare and cache statements (pgx's default mode),
+	// so a named statement's first use on a connection is sent unprepared (see firstUse).
+	cachesStatements bool
 
 	gates   gates     // in-process queues of Lock calls, per key
 	leaders leaderHub // the LISTEN connection of leader observers
@@ -131,6 +135,8 @@ func NewWithConfig(ctx context.Context, cfg *pgxpool.Config, opts ...Option) (*M
 		return nil, fmt.Errorf("advisory: start socket poller: %w", err)
 	}
 	return &Manager{pool: pool, set: set, proxy: ps, poller: p, maxConns: int(pool.Config().MaxConns),
+		cachesStatements: cfg.ConnConfig.DefaultQueryExecMode == pgx.QueryExecModeCacheStatement &&
+			cfg.ConnConfig.StatementCacheCapacity > 0,
 		closing: make(chan struct{}), closeDone: make(chan struct{}), sessions: make(map[*pin]struct{})}, nil
 }
 

@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -126,13 +127,18 @@ func newPin(m *Manager, pc *pgxpool.Conn, t target) *pin {
 func (p *pin) row(ctx context.Context, sql string, keyInText bool) (uint32, *bool, error) {
 	p.rowPID, p.rowOK = 0, pgtype.Bool{}
 	var err error
-	switch {
+	switch unprepared := p.firstUse(sql); {
+	case p.st.direct && keyInText && unprepared:
+		p.rowPID = p.pid
+		err = p.pc.QueryRow(ctx, sql, pgx.QueryExecModeSimpleProtocol).Scan(p.dst[1:]...)
 	case p.st.direct && keyInText:
 		p.rowPID = p.pid
 		err = p.pc.QueryRow(ctx, sql).Scan(p.dst[1:]...)
 	case p.st.direct:
 		p.rowPID = p.pid
 		err = p.pc.QueryRow(ctx, sql, p.args[:1]...).Scan(p.dst[1:]...)
+	case unprepared:
+		err = p.pc.QueryRow(ctx, sql, pgx.QueryExecModeExec, p.args[0], p.args[1]).Scan(p.dst[:]...)
 	default:
 		err = p.pc.QueryRow(ctx, sql, p.args[:]...).Scan(p.dst[:]...)
 	}
