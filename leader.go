@@ -26,7 +26,9 @@ type Leader struct {
 	// pg_read_all_stats): a value is shown only when it is provably this holding's.
 	Value     string
 	Published time.Time
-	// Waiting is how many sessions wait for the lock: the candidates queued to lead next.
+	// Waiting is how many sessions wait for the lock on the server: the candidates queued
+	// to lead next. Calls queued inside a process behind one of its own (see
+	// [WithLocalHandoff] and docs/locking.md) are not counted.
 	Waiting int
 	// Err is set, and the rest is zero, when the leader could not be read (the server is
 	// unreachable, say): the leader is unknown. Observe keeps trying.
