@@ -85,6 +85,7 @@ type output struct {
 	mu      sync.Mutex
 	buf     bytes.Buffer
 	written chan struct{} // closed and replaced at every write
+	first   time.Time     // when the first write came
 }
 
 func newOutput() *output { return &output{written: make(chan struct{})} }
@@ -94,7 +95,17 @@ func (o *output) Write(p []byte) (int, error) {
 	defer o.mu.Unlock()
 	close(o.written)
 	o.written = make(chan struct{})
+	if o.first.IsZero() {
+		o.first = time.Now()
+	}
 	return o.buf.Write(p)
+}
+
+// firstWrite returns when the first write came (zero: none yet).
+func (o *output) firstWrite() time.Time {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.first
 }
 
 func (o *output) String() string {
