@@ -6,9 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-	"github.com/stretchr/testify/require"
-
 	"github.com/pgadvisory/advisory"
 )
 
@@ -22,29 +19,8 @@ import (
 // (the test server inherits the test binary's affinity) to measure both on one core.
 func BenchmarkLocalHandoffRatio(b *testing.B) {
 	ctx := context.Background()
-	h, err := pgx.Connect(ctx, dsn(b))
-	require.NoError(b, err)
-	defer h.Close(ctx)
-	w, err := pgx.Connect(ctx, dsn(b))
-	require.NoError(b, err)
-	defer w.Close(ctx)
+	raw := rawHandoff(b)
 	m := newManager(b, nil, advisory.WithLocalHandoff(16, time.Second))
-	raw := func(i int) time.Duration {
-		k := int64(advisory.KeyOf(fmt.Sprintf("%s/raw/%d", b.Name(), i)))
-		if _, err := h.Exec(ctx, "SELECT pg_advisory_lock($1)", k); err != nil {
-			b.Fatal(err)
-		}
-		got := make(chan time.Time, 1)
-		go func() { w.Exec(ctx, "SELECT pg_advisory_lock($1)", k); got <- time.Now() }()
-		waitForWaiters(b, advisory.Key(k), 1)
-		start := time.Now()
-		if _, err := h.Exec(ctx, "SELECT pg_advisory_unlock($1)", k); err != nil {
-			b.Fatal(err)
-		}
-		d := (<-got).Sub(start)
-		w.Exec(ctx, "SELECT pg_advisory_unlock($1)", k)
-		return d
-	}
 	local := func(i int) time.Duration {
 		name := fmt.Sprintf("%s/local/%d", b.Name(), i)
 		l, err := m.Lock(ctx, name)
@@ -66,18 +42,5 @@ func BenchmarkLocalHandoffRatio(b *testing.B) {
 		}
 		return d
 	}
-	var rawSum, localSum time.Duration
-	b.ResetTimer()
-	for i := 0; i < b.N; i++ {
-		if i%2 == 0 {
-			rawSum += raw(i)
-			localSum += local(i)
-		} else {
-			localSum += local(i)
-			rawSum += raw(i)
-		}
-	}
-	b.ReportMetric(float64(rawSum.Nanoseconds())/1e3/float64(b.N), "raw-µs")
-	b.ReportMetric(float64(localSum.Nanoseconds())/1e3/float64(b.N), "local-µs")
-	b.ReportMetric(float64(localSum)/float64(rawSum), "x-local")
+	alternate(b, raw, local, "local-µs", "x-local")
 }
