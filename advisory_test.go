@@ -2,7 +2,6 @@ package advisory_test
 
 import (
 	"context"
-	"fmt"
 	"os"
 	"testing"
 	"time"
@@ -27,20 +26,15 @@ func TestMain(m *testing.M) {
 }
 
 func runTests(m *testing.M) int {
-	return pgtest.Suite{Srv: &srv, Err: &startErr, Setup: setup}.Run(m)
+	return pgtest.Suite{Srv: &srv, Err: &startErr, Admin: &admin, Setup: setup}.Run(m)
 }
 
-// setup opens admin, a plain pool on the server. Internal tests (package advisory) find
-// the server through the environment, and the examples through DATABASE_URL, as a
-// user's program would.
-func setup(ctx context.Context, s *pgtest.Server) (func(), error) {
+// setup points internal tests (package advisory) at the server through the environment,
+// and the examples through DATABASE_URL, as a user's program would.
+func setup(_ context.Context, s *pgtest.Server) (func(), error) {
 	os.Setenv(pgtest.EnvDSN, s.DSN())
 	os.Setenv("DATABASE_URL", s.DSN())
-	var err error
-	if admin, err = pgxpool.New(ctx, s.DSN()); err != nil {
-		return nil, fmt.Errorf("admin pool: %w", err)
-	}
-	return admin.Close, nil
+	return nil, nil
 }
 
 // dsn returns the test server's connection string with extra key=value settings.

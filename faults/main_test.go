@@ -5,7 +5,6 @@ package faults_test
 
 import (
 	"context"
-	"fmt"
 	"os"
 	"strings"
 	"testing"
@@ -42,7 +41,7 @@ func runSuite(m *testing.M) int {
 	if netLab != nil {
 		defer netLab.close()
 	}
-	return pgtest.Suite{Srv: &srv, Err: &startErr, Start: startServer, Setup: setup}.Run(m)
+	return pgtest.Suite{Srv: &srv, Err: &startErr, Admin: &admin, Start: startServer}.Run(m)
 }
 
 // startServer starts the suite's server: one that also listens on the partition lab's
@@ -52,15 +51,6 @@ func startServer(ctx context.Context) (*pgtest.Server, error) {
 		return pgtest.Start(ctx)
 	}
 	return pgtest.StartLocal(ctx, pgtest.Options{ListenAddresses: []string{netLab.serverIP}, TrustCIDRs: []string{netLab.cidr}})
-}
-
-// setup opens admin, a plain pool on the server.
-func setup(ctx context.Context, s *pgtest.Server) (func(), error) {
-	var err error
-	if admin, err = pgxpool.New(ctx, s.DSN()); err != nil {
-		return nil, fmt.Errorf("admin pool: %w", err)
-	}
-	return admin.Close, nil
 }
 
 // dsn returns the server's DSN; without a server the test skips, or fails under CI.

@@ -2,7 +2,6 @@ package advisorygocron_test
 
 import (
 	"context"
-	"fmt"
 	"os"
 	"testing"
 	"time"
@@ -31,16 +30,7 @@ func TestMain(m *testing.M) {
 }
 
 func runTests(m *testing.M) int {
-	return pgtest.Suite{Srv: &srv, Err: &startErr, Setup: setup}.Run(m)
-}
-
-// setup opens admin, a plain pool on the server.
-func setup(ctx context.Context, s *pgtest.Server) (func(), error) {
-	var err error
-	if admin, err = pgxpool.New(ctx, s.DSN()); err != nil {
-		return nil, fmt.Errorf("admin pool: %w", err)
-	}
-	return admin.Close, nil
+	return pgtest.Suite{Srv: &srv, Err: &startErr, Admin: &admin}.Run(m)
 }
 
 // dsn returns the test server's connection string, or skips (fails under CI=true).

@@ -2,7 +2,6 @@ package advcron_test
 
 import (
 	"context"
-	"fmt"
 	"os"
 	"strings"
 	"sync"
@@ -31,20 +30,15 @@ func TestMain(m *testing.M) {
 }
 
 func runTests(m *testing.M) int {
-	return pgtest.Suite{Srv: &srv, Err: &startErr, Setup: setup}.Run(m)
+	return pgtest.Suite{Srv: &srv, Err: &startErr, Admin: &admin, Setup: setup}.Run(m)
 }
 
-// setup points the examples at the server (DATABASE_URL, unless set) and opens admin, a
-// plain pool on it.
-func setup(ctx context.Context, s *pgtest.Server) (func(), error) {
+// setup points the examples at the server (DATABASE_URL, unless set).
+func setup(_ context.Context, s *pgtest.Server) (func(), error) {
 	if os.Getenv("DATABASE_URL") == "" {
 		os.Setenv("DATABASE_URL", s.DSN())
 	}
-	var err error
-	if admin, err = pgxpool.New(ctx, s.DSN()); err != nil {
-		return nil, fmt.Errorf("admin pool: %w", err)
-	}
-	return admin.Close, nil
+	return nil, nil
 }
 
 // newManager returns a Manager on the test server, closed when the test ends.

@@ -5,6 +5,8 @@ import (
 	"flag"
 	"fmt"
 	"os"
+
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // M is the part of *testing.M a Suite runs.
@@ -18,11 +20,14 @@ type M interface{ Run() int }
 //
 // Run starts the server and sets *Srv, or sets *Err to why there is none: then database
 // tests skip (pgtest.Need), or, under CI=true, the run fails at once; examples, which
-// cannot skip, are not run. With a server, Setup runs before the tests and its cleanup
-// after them, before the server stops.
+// cannot skip, are not run. With a server, *Admin is a pool on it, and Setup runs before
+// the tests and its cleanup after them, before the server stops.
 type Suite struct {
 	Srv **Server
 	Err *error
+	// Admin, if not nil, is set to a plain pool on the server (for pg_locks and
+	// pg_terminate_backend), opened before Setup and closed after the tests.
+	Admin **pgxpool.Pool
 	// Start starts the server; nil: [Start].
 	Start func(context.Context) (*Server, error)
 	// Setup prepares the package's shared state (an admin pool, DATABASE_URL); nil: none.
@@ -51,6 +56,15 @@ func (s Suite) Run(m M) int {
 		return m.Run()
 	}
 	defer (*s.Srv).Close()
+	if s.Admin != nil {
+		admin, err := pgxpool.New(ctx, (*s.Srv).DSN())
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "FAIL: admin pool: %v\n", err)
+			return 1
+		}
+		defer admin.Close()
+		*s.Admin = admin
+	}
 	if s.Setup != nil {
 		cleanup, err := s.Setup(ctx, *s.Srv)
 		if err != nil {
