@@ -176,19 +176,14 @@ func (m *Manager) relayLeaders(ctx context.Context, pc *pgxpool.Conn) error {
 	}
 }
 
-// announceReleased tells observers that an announced lock was released. It is best
-// effort and sent from a pool connection once Unlock has returned; an observer that
-// misses it finds the change at its next re-check.
+// announceReleased tells observers that an announced lock was released, once Unlock has
+// returned, without making Unlock wait: an observer that misses it finds the change at
+// its next re-check.
 func (m *Manager) announceReleased(k gateKey) {
-	if err := m.enter(); err != nil {
+	if err := m.enter(); err != nil { // entered here, so that Close waits for the goroutine
 		return
 	}
-	go func() {
-		defer m.active.Done()
-		ctx, cancel := context.WithTimeout(context.Background(), notifyTimeout)
-		defer cancel()
-		m.pool.Exec(ctx, "SELECT pg_catalog.pg_notify($1, $2)", leaderChannel, leaderPayload(k)) // best effort
-	}()
+	go m.sendNotify(leaderChannel, leaderPayload(k))
 }
 
 // observe is Observe's goroutine: it reads the leader of t at once, after each poke and

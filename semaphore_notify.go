@@ -25,14 +25,24 @@ func (sem *Semaphore) channel() string {
 }
 
 // announce tells waiting Acquire calls of other processes that a slot was freed.
-func (sem *Semaphore) announce() {
-	if err := sem.m.enter(); err != nil {
+func (sem *Semaphore) announce() { sem.m.notify(sem.channel(), "") }
+
+// notify sends NOTIFY channel with payload from a pool connection, best effort: bounded
+// by notifyTimeout, and nothing once Close has begun. A notification only hastens a
+// listener, which re-checks on its own anyway.
+func (m *Manager) notify(channel, payload string) {
+	if err := m.enter(); err != nil {
 		return
 	}
-	defer sem.m.active.Done()
+	m.sendNotify(channel, payload)
+}
+
+// sendNotify is notify for a caller that has entered the Manager (m.enter); it leaves it.
+func (m *Manager) sendNotify(channel, payload string) {
+	defer m.active.Done()
 	ctx, cancel := context.WithTimeout(context.Background(), notifyTimeout)
 	defer cancel()
-	sem.m.pool.Exec(ctx, "SELECT pg_catalog.pg_notify($1, '')", sem.channel()) // best effort: see notifyTimeout
+	m.pool.Exec(ctx, "SELECT pg_catalog.pg_notify($1, $2)", channel, payload)
 }
 
 // A listener is the waiting Acquire's connection that LISTENs on the semaphore's channel.
