@@ -132,7 +132,7 @@ func (p *pin) publish(ctx context.Context, withValue bool, value string) error {
 	case ended != nil:
 		return ended
 	case err != nil:
-		return leaderTableError(p.m.set.leaderTable, err)
+		return withCtxErr(ctx, leaderTableError(p.m.set.leaderTable, err))
 	}
 	return nil
 }
