@@ -296,6 +296,15 @@ func TestHandoffWorkFencingAndTheConnection(t *testing.T) {
 	_, err = pgx.ConnectConfig(ctx, cfg)
 	require.ErrorIs(t, err, advisory.ErrNotHeld, "the old holding makes no new work connection")
 
+	// The refused connection's backend started before AfterConnect refused it, and exits
+	// only once pgx's close reaches it: wait for that, so that the old holder's work is
+	// the one session of its tag left for the drain to find.
+	eventually(t, 10*time.Second, func() bool {
+		var n int
+		require.NoError(t, admin.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE application_name =
+			(SELECT application_name FROM pg_stat_activity WHERE pid = $1)`, int32(oldPID)).Scan(&n))
+		return n == 1
+	}, "the refused work connection's backend is gone")
 	report, err := l2.Drain(ctx)
 	require.NoError(t, err)
 	require.Len(t, report.Sessions, 1, "the old holder's work, on the same lock backend")
