@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"sync"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -39,9 +38,11 @@ type Manager struct {
 	// maxConns is the pool's size. (pgxpool's Config() returns a deep copy: far too
 	// costly for every Lock call.)
 	maxConns int
-	// cachesStatements: the connections prepare and cache statements (pgx's default mode),
-	// so a named statement's first use on a connection is sent unprepared (see firstUse).
-	cachesStatements bool
+	// preparedBudget is how many named statements a connection may prepare: half its
+	// statement cache when it prepares and caches statements (pgx's default mode), else 0.
+	// A named statement's first use on a connection, and every use past the budget, is
+	// sent unprepared (see unprepared).
+	preparedBudget int
 
 	gates   gates     // in-process queues of Lock calls, per key
 	leaders leaderHub // the LISTEN connection of leader observers
@@ -135,9 +136,8 @@ func NewWithConfig(ctx context.Context, cfg *pgxpool.Config, opts ...Option) (*M
 		return nil, fmt.Errorf("advisory: start socket poller: %w", err)
 	}
 	return &Manager{pool: pool, set: set, proxy: ps, poller: p, maxConns: int(pool.Config().MaxConns),
-		cachesStatements: cfg.ConnConfig.DefaultQueryExecMode == pgx.QueryExecModeCacheStatement &&
-			cfg.ConnConfig.StatementCacheCapacity > 0,
-		closing: make(chan struct{}), closeDone: make(chan struct{}), sessions: make(map[*pin]struct{})}, nil
+		preparedBudget: preparedBudget(cfg.ConnConfig),
+		closing:        make(chan struct{}), closeDone: make(chan struct{}), sessions: make(map[*pin]struct{})}, nil
 }
 
 // Bounds returns the loss-detection timings the Manager's keepalive settings give. Its

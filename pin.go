@@ -127,7 +127,7 @@ func newPin(m *Manager, pc *pgxpool.Conn, t target) *pin {
 func (p *pin) row(ctx context.Context, sql string, keyInText bool) (uint32, *bool, error) {
 	p.rowPID, p.rowOK = 0, pgtype.Bool{}
 	var err error
-	switch unprepared := p.firstUse(sql); {
+	switch unprepared := p.unprepared(sql); {
 	case p.st.direct && keyInText && unprepared:
 		p.rowPID = p.pid
 		err = p.pc.QueryRow(ctx, sql, pgx.QueryExecModeSimpleProtocol).Scan(p.dst[1:]...)

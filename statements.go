@@ -56,10 +56,9 @@ var baseStatements = func() (b [2][2][2]statements) {
 // the name's comment (and on a direct connection its key) written in when it has a name.
 func statementsFor(name string, shared, pair, direct bool) statements {
 	st := baseStatements[b2i(direct)][b2i(shared)][b2i(pair)]
-	// With a name the statement text differs per name. pgx prepares and caches each text
-	// per connection (statement_cache_capacity, 512 by default): the first lock of a name on
-	// a connection costs one more round trip; later ones cost nothing extra. Sent unprepared
-	// instead, every lock would be parsed and planned again: 15-20% slower here.
+	// With a name the statement text differs per name: statements_firstuse.go says when
+	// such a text is prepared on a connection (from its second use, within a budget per
+	// connection) and when it is sent unprepared, parsed by the server each time.
 	if name != "" {
 		c := nameComment(name)
 		lock, try := st.lock, st.tryLock

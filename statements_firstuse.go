@@ -3,6 +3,8 @@ package advisory
 import (
 	"hash/maphash"
 	"strings"
+
+	"github.com/jackc/pgx/v5"
 )
 
 // A named lock's statements are texts of their own (the name's comment, and on a direct
@@ -14,9 +16,23 @@ import (
 // statement is sent unprepared, in one round trip, the first time a connection runs it,
 // and prepared from the second: a name locked again and again still runs prepared (its
 // parse and plan saved), a name seen once costs no more than one round trip.
+//
+// Prepared named texts are also bounded per connection, to half of pgx's statement cache
+// (Manager.preparedBudget): a service that locks more names than the cache holds would
+// otherwise have pgx evict a prepared name to prepare the next one, and prepare the
+// evicted one again at its next use, so that most locks cost two round trips
+// (BenchmarkCycleManyNames, 1,000 names on one connection: 1.57x the raw floor). Once a
+// connection has prepared its budget, further names stay unprepared: one round trip
+// each, parsed by the server, and the prepared ones are never evicted by the library's
+// own statements. The other half of the cache is left to the unnamed statements and the
+// caller's own (BeginFunc and the like).
 
-// seenKey is the connection's CustomData key of the set of named statements it ran once.
-const seenKey = "advisory.seen"
+// seenKey is the connection's CustomData key of the set of named statements it ran once;
+// preparedKey that of the named statements it prepared (never reset: pgx keeps them).
+const (
+	seenKey     = "advisory.seen"
+	preparedKey = "advisory.prepared"
+)
 
 // maxSeen bounds that set per connection; when full it starts again (a text forgotten
 // is sent unprepared once more).
@@ -24,24 +40,46 @@ const maxSeen = 2048
 
 var seenSeed = maphash.MakeSeed()
 
-// firstUse reports whether sql, a lock statement about to run on p's connection, is a
-// named statement the connection has not run yet: then it is sent unprepared. It records
-// the use. Unnamed statements, one text for every key, are always
-// prepared; so is everything when the connection's own mode does not cache statements.
-func (p *pin) firstUse(sql string) bool {
-	if !p.m.cachesStatements || !strings.HasPrefix(sql, commentPrefix) {
+// unprepared reports whether sql, a lock statement about to run on p's connection, is
+// to be sent unprepared: a named statement the connection has not run yet, or one it has
+// but may not prepare, its budget of prepared names spent. It records the use. Unnamed
+// statements, one text for every key, are always prepared; so is everything when the
+// connection's own mode does not cache statements.
+func (p *pin) unprepared(sql string) bool {
+	if p.m.preparedBudget == 0 || !strings.HasPrefix(sql, commentPrefix) {
 		return false
 	}
 	data := p.pg.CustomData()
+	h := maphash.String(seenSeed, sql)
+	prepared, _ := data[preparedKey].(map[uint64]struct{})
+	if _, ok := prepared[h]; ok {
+		return false
+	}
 	seen, _ := data[seenKey].(map[uint64]struct{})
 	if seen == nil || len(seen) >= maxSeen {
 		seen = make(map[uint64]struct{})
 		data[seenKey] = seen
 	}
-	h := maphash.String(seenSeed, sql)
-	if _, ok := seen[h]; ok {
-		return false
+	if _, ok := seen[h]; !ok {
+		seen[h] = struct{}{}
+		return true
 	}
-	seen[h] = struct{}{}
-	return true
+	if len(prepared) >= p.m.preparedBudget {
+		return true
+	}
+	if prepared == nil {
+		prepared = make(map[uint64]struct{})
+		data[preparedKey] = prepared
+	}
+	prepared[h] = struct{}{}
+	return false
+}
+
+// preparedBudget returns how many named statements a connection of cfg may prepare (see
+// Manager.preparedBudget).
+func preparedBudget(cfg *pgx.ConnConfig) int {
+	if cfg.DefaultQueryExecMode != pgx.QueryExecModeCacheStatement {
+		return 0
+	}
+	return cfg.StatementCacheCapacity / 2
 }

@@ -2,9 +2,11 @@ package advisory_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/pgadvisory/advisory"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -38,4 +40,51 @@ func TestNamedStatementsArePreparedFromTheirSecondUse(t *testing.T) {
 	l, err := m.TryLock(ctx, a)
 	require.NoError(t, err)
 	require.NoError(t, l.Unlock(context.Background()))
+}
+
+// TestPreparedNamesAreBoundedPerConnection: a connection prepares at most half its
+// statement cache of named statements (here 4 of 8) and keeps those; names past the
+// budget run unprepared. Ten names locked round-robin, more than the cache holds: without
+// the budget pgx evicts a prepared name to prepare the next, so the prepared set changes
+// every round and most locks pay a prepare again.
+func TestPreparedNamesAreBoundedPerConnection(t *testing.T) {
+	t.Parallel()
+	ctx := ctxT(t)
+	m := newManager(t, []string{"pool_max_conns=1", "statement_cache_capacity=8"})
+	preparedNames := func() []string {
+		// LockKey's statements carry no name, and the query goes by the simple protocol:
+		// neither adds to what it reads.
+		l, err := m.LockKey(ctx, advisory.KeyOf(t.Name()))
+		require.NoError(t, err)
+		defer l.Unlock(ctx)
+		var texts []string
+		require.NoError(t, l.BeginFunc(ctx, func(tx pgx.Tx) error {
+			rows, err := tx.Query(ctx, `SELECT statement FROM pg_prepared_statements
+				WHERE statement LIKE '/* advisory lock %' ORDER BY statement`, pgx.QueryExecModeSimpleProtocol)
+			if err != nil {
+				return err
+			}
+			texts, err = pgx.CollectRows(rows, pgx.RowTo[string])
+			return err
+		}))
+		return texts
+	}
+	var first []string
+	for round := 1; round <= 5; round++ {
+		for i := 0; i < 10; i++ {
+			l, err := m.Lock(ctx, fmt.Sprintf("%s/%d", t.Name(), i))
+			require.NoError(t, err)
+			require.NoError(t, l.Unlock(ctx))
+		}
+		got := preparedNames()
+		switch {
+		case round == 1:
+			assert.Empty(t, got, "round %d: a name's first lock is not prepared", round)
+		case round == 2:
+			assert.Len(t, got, 4, "round %d: the budget, half of the cache, is spent", round)
+			first = got
+		default:
+			assert.Equal(t, first, got, "round %d: the prepared names are kept, none prepared again", round)
+		}
+	}
 }
