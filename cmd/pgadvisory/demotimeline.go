@@ -12,8 +12,8 @@ import (
 )
 
 // The demo acts on what its workers print (a SIGKILL, a pg_terminate_backend) and says in
-// plain words what their lines mean. It reads the lines of run (see run.go and drain.go)
-// and of demo-migrate.
+// plain words what their lines mean. It reads the lines of run (see run.go, runacquire.go
+// and drain.go) and of demo-migrate.
 
 // drainMarker starts the session part of run's report of a drained session (reportDrain).
 const drainMarker = "an earlier holder's session was still running: backend pid "
