@@ -26,6 +26,8 @@ type fleetConfig struct {
 	duration, sweepDuration  time.Duration
 	warmup                   time.Duration
 	sweep                    bool
+	hold                     time.Duration // the connections question's work under the lock (fleet_conns.go)
+	conns                    bool          // also ask it
 	docs                     string
 }
 
@@ -36,7 +38,8 @@ type fleetPoint struct {
 	Procs        int     `json:"procs"`
 	Goroutines   int     `json:"goroutines"`
 	Names        int     `json:"names"`
-	Conns        int     `json:"conns_per_proc"` // pool size of each replica
+	Conns        int     `json:"conns_per_proc"`    // pool size of each replica
+	HoldMS       float64 `json:"hold_ms,omitempty"` // work under the lock: the holder sleeps this long
 	Seconds      float64 `json:"seconds"`
 	Locks        int64   `json:"locks"`
 	Errors       int64   `json:"errors"`
@@ -62,6 +65,7 @@ type fleetResults struct {
 	Warmup   string       `json:"warmup"` // untimed before each window
 	Main     []fleetPoint `json:"main"`
 	Sweep    []fleetPoint `json:"sweep,omitempty"`
+	Conns    []fleetPoint `json:"conns,omitempty"` // the connections question (fleet_conns.go)
 }
 
 // fleetImpls are the headline's implementations, in table order.
@@ -73,7 +77,8 @@ func fleetMain(cfg fleetConfig) []childShape {
 	var out []childShape
 	for _, hot := range []bool{false, true} {
 		for _, impl := range fleetImpls {
-			out = append(out, childShape{impl, hot, cfg.procs, cfg.goroutines, cfg.names, cfg.goroutines, cfg.duration})
+			out = append(out, childShape{impl: impl, hot: hot, procs: cfg.procs, goroutines: cfg.goroutines, names: cfg.names,
+				conns: cfg.goroutines, duration: cfg.duration, group: "main"})
 		}
 	}
 	return out
@@ -86,6 +91,8 @@ type childShape struct {
 	procs, goroutines, names int
 	conns                    int // pool size per replica
 	duration                 time.Duration
+	hold                     time.Duration // work under the lock
+	group                    string        // "main", "sweep" or "conns": where its point is reported
 }
 
 // fleetSweep varies one dimension at a time around the headline shape, uniform, with
@@ -94,7 +101,8 @@ func fleetSweep(cfg fleetConfig) []childShape {
 	var out []childShape
 	add := func(p, g, n int) {
 		for _, impl := range []string{"advisory", "raw"} {
-			out = append(out, childShape{impl, false, p, g, n, g, cfg.sweepDuration})
+			out = append(out, childShape{impl: impl, procs: p, goroutines: g, names: n, conns: g,
+				duration: cfg.sweepDuration, group: "sweep"})
 		}
 	}
 	for _, p := range []int{1, 5, 10} {
@@ -109,7 +117,8 @@ func fleetSweep(cfg fleetConfig) []childShape {
 	// Fewer connections than callers, with the hot-key skew: what the per-key queue saves.
 	for _, c := range []int{10, 25} {
 		for _, impl := range []string{"advisory", "raw"} {
-			out = append(out, childShape{impl, true, cfg.procs, cfg.goroutines, cfg.names, c, cfg.sweepDuration})
+			out = append(out, childShape{impl: impl, hot: true, procs: cfg.procs, goroutines: cfg.goroutines,
+				names: cfg.names, conns: c, duration: cfg.sweepDuration, group: "sweep"})
 		}
 	}
 	return out
@@ -122,6 +131,9 @@ func runFleet(ctx context.Context, cfg fleetConfig, self string, log io.Writer) 
 	shapes := fleetMain(cfg)
 	if cfg.sweep {
 		shapes = append(shapes, fleetSweep(cfg)...)
+	}
+	if cfg.conns {
+		shapes = append(shapes, fleetConnsShapes(cfg)...)
 	}
 	most := 0
 	for _, sh := range shapes {
@@ -147,13 +159,16 @@ func runFleet(ctx context.Context, cfg fleetConfig, self string, log io.Writer) 
 		if err != nil {
 			return err
 		}
-		fmt.Fprintf(log, "fleet %d/%d: %s %s %d×%d×%d, %d conns each: %.0f locks/s, p50 %.2f ms, p99 %.2f ms, %d conns, %d errors (%v)\n",
-			i+1, len(shapes), pt.Impl, pt.Skew, pt.Procs, pt.Goroutines, pt.Names, pt.Conns, pt.LocksPerSec, pt.P50, pt.P99,
-			pt.PeakConns, pt.Errors, time.Since(start).Round(time.Second))
-		if i < 2*len(fleetImpls) {
+		fmt.Fprintf(log, "fleet %d/%d: %s %s %d×%d×%d, %d conns each, hold %v: %.0f locks/s, p50 %.2f ms, p99 %.2f ms, %d conns, %.1f not idle, %d errors (%v)\n",
+			i+1, len(shapes), pt.Impl, pt.Skew, pt.Procs, pt.Goroutines, pt.Names, pt.Conns, sh.hold, pt.LocksPerSec, pt.P50, pt.P99,
+			pt.PeakConns, pt.MeanActive, pt.Errors, time.Since(start).Round(time.Second))
+		switch sh.group {
+		case "main":
 			res.Main = append(res.Main, pt)
-		} else {
+		case "sweep":
 			res.Sweep = append(res.Sweep, pt)
+		default:
+			res.Conns = append(res.Conns, pt)
 		}
 	}
 	res.Load, res.Took = load+" → "+loadAverage(), time.Since(start).Round(time.Second).String()
@@ -167,7 +182,8 @@ func runFleet(ctx context.Context, cfg fleetConfig, self string, log io.Writer) 
 // starts them together, meters the server over the timed window and gathers the results.
 func runPoint(ctx context.Context, sh childShape, warmup time.Duration, self, dsn string, admin *pgx.Conn, sm *serverMeter) (fleetPoint, error) {
 	pt := fleetPoint{Impl: sh.impl, Skew: map[bool]string{false: "uniform", true: "hot 90/10"}[sh.hot],
-		Procs: sh.procs, Goroutines: sh.goroutines, Names: sh.names, Conns: sh.conns, Seconds: sh.duration.Seconds()}
+		Procs: sh.procs, Goroutines: sh.goroutines, Names: sh.names, Conns: sh.conns, Seconds: sh.duration.Seconds(),
+		HoldMS: float64(sh.hold) / float64(time.Millisecond)}
 	base := sm.memory()
 	kids := make([]*fleetKid, 0, sh.procs)
 	defer func() {
@@ -179,7 +195,7 @@ func runPoint(ctx context.Context, sh childShape, warmup time.Duration, self, ds
 	// connects at once time out).
 	for p := 0; p < sh.procs; p++ {
 		spec := childSpec{Impl: sh.impl, Goroutines: sh.goroutines, Names: sh.names, Hot: sh.hot, Conns: sh.conns,
-			Warmup: warmup, Duration: sh.duration, Seed: uint64(p + 1), DSNExtra: os.Getenv("BENCH_FLEET_DSN_EXTRA")}
+			Warmup: warmup, Duration: sh.duration, Hold: sh.hold, Seed: uint64(p + 1), DSNExtra: os.Getenv("BENCH_FLEET_DSN_EXTRA")}
 		k, err := startKid(self, dsn, spec)
 		if err != nil {
 			return pt, err

@@ -40,6 +40,7 @@ type childSpec struct {
 	Conns      int           // pool size (pool_max_conns / MaxConns)
 	Warmup     time.Duration // untimed, after GO
 	Duration   time.Duration // timed
+	Hold       time.Duration // work under the lock: the holder sleeps this long before it releases
 	Seed       uint64
 	DSNExtra   string // appended to the library's connection string (an experiment's settings)
 }
@@ -227,6 +228,9 @@ func fleetWork(ctx context.Context, spec childSpec, lock locker) childResult {
 				err := lock(ctx, pickName(rng, spec), func() {
 					if timed {
 						hist[histBucket(time.Since(t0))]++
+					}
+					if spec.Hold > 0 {
+						time.Sleep(spec.Hold)
 					}
 				})
 				switch {

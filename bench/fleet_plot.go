@@ -49,6 +49,9 @@ func (fr fleetResults) plot(dir string) error {
 			return err
 		}
 	}
+	if err := fr.plotConns(dir); err != nil {
+		return err
+	}
 	return fr.plotSweeps(dir)
 }
 

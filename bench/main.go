@@ -72,6 +72,8 @@ func main() {
 	flag.DurationVar(&fc.warmup, "fleet-warmup", 3*time.Second, "fleet: untimed run before each window")
 	flag.BoolVar(&fc.sweep, "fleet-sweep", true, "fleet: also the scaling sweep (processes, goroutines, names)")
 	flag.DurationVar(&fc.sweepDuration, "fleet-sweep-duration", 10*time.Second, "fleet: timed window of each sweep point")
+	flag.BoolVar(&fc.conns, "fleet-conns", true, "fleet: also the connections question (pool sizes with work under the lock)")
+	flag.DurationVar(&fc.hold, "fleet-hold", 2*time.Millisecond, "fleet: the connections question's work under the lock")
 	flag.Parse()
 	if *fleet {
 		fc.docs = *docs
