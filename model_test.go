@@ -24,12 +24,15 @@ func TestModel(t *testing.T) {
 
 // TestModelChecked is TestModel, for a third of its time, with every connection keeping
 // the per-statement ownership check (the statements a connection through a proxy or NAT
-// runs), so that the model also drives those statements and their clean-ups.
+// runs), so that the model also drives those statements and their clean-ups. Its
+// connections cache 4 statements, so a connection's budget of prepared names is 2 and
+// the model's names run prepared, unprepared on first use and unprepared past the budget.
 func TestModelChecked(t *testing.T) {
 	if testing.Short() {
 		t.Skip("model-based randomized test: skipped with -short")
 	}
 	cfg := modelConfig(t, advisory.WithCheckedStatementsForTest())
+	cfg.DSN = tinyStatementCache(cfg.DSN)
 	requireCheckedStatements(t, cfg)
 	cfg.Duration /= 3
 	modelcheck.Run(t, cfg)
@@ -39,7 +42,8 @@ func TestModelChecked(t *testing.T) {
 // every Manager (a short bound, so that runs end often), so that the model's calls of one
 // Manager on one name pass the lock between them: the judge's checks (one live handle
 // per backend, every live Lock granted in pg_locks, a terminated holder told, nothing
-// left held or pinned) then hold across handoffs. It fails if the run made none.
+// left held or pinned) then hold across handoffs. It fails if the run made none. Like
+// TestModelChecked's, its connections cache 4 statements (the direct statements' paths).
 func TestModelHandoff(t *testing.T) {
 	if testing.Short() {
 		t.Skip("model-based randomized test: skipped with -short")
@@ -51,6 +55,7 @@ func TestModelHandoff(t *testing.T) {
 		}
 	}})
 	cfg := modelConfig(t, advisory.WithLocalHandoff(3, time.Minute), count)
+	cfg.DSN = tinyStatementCache(cfg.DSN)
 	cfg.Duration /= 2
 	cfg.Handoffs = true
 	modelcheck.Run(t, cfg)
@@ -78,4 +83,12 @@ func requireCheckedStatements(t *testing.T, cfg modelcheck.Config) {
 	var q string
 	require.NoError(t, admin.QueryRow(ctx, "SELECT query FROM pg_stat_activity WHERE pid = $1", int32(l.PID())).Scan(&q))
 	require.Contains(t, q, "pg_catalog.current_setting('advisory.owner', true) OPERATOR(pg_catalog.=) $2")
+}
+
+// tinyStatementCache returns dsn with every connection's statement cache at 4 (see
+// statements_firstuse.go: half of it is the budget of prepared named statements).
+func tinyStatementCache(dsn func(testing.TB, ...string) string) func(testing.TB, ...string) string {
+	return func(t testing.TB, extra ...string) string {
+		return dsn(t, append(extra, "statement_cache_capacity=4")...)
+	}
 }

@@ -53,6 +53,7 @@ func Run(t *testing.T, cfg Config) {
 		w.runStep()
 	}
 	w.finish()
+	pgtest.SettleReaders(context.Background(), cfg.Admin)
 	leak.Goroutines(t, before)
 	t.Logf("seed %d: %d steps, %d calls in %v (%v in calls, %v settling); slowest return after a ctx ended: %v\n%s",
 		seed, w.step, w.calls, time.Since(start).Round(time.Second), w.inCalls.Round(time.Second),
