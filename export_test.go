@@ -17,3 +17,12 @@ func QueuedForTest(m *Manager, key Key) int {
 	}
 	return 0
 }
+
+// WithPrepareNamedAtForTest makes a connection prepare a named statement at its n-th use
+// on that connection instead of its prepareNamedAt-th (see statements_firstuse.go).
+func WithPrepareNamedAtForTest(n int) Option {
+	return Option{apply: func(s *settings) error { s.prepareNamedAt = n; return nil }}
+}
+
+// PrepareNamedAt is the use of a named statement on one connection at which it is prepared.
+const PrepareNamedAt = prepareNamedAt

@@ -1,6 +1,7 @@
 package advisory
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"sync"
@@ -39,10 +40,10 @@ type Manager struct {
 	// costly for every Lock call.)
 	maxConns int
 	// preparedBudget is how many named statements a connection may prepare: half its
-	// statement cache when it prepares and caches statements (pgx's default mode), else 0.
-	// A named statement's first use on a connection, and every use past the budget, is
-	// sent unprepared (see unprepared).
-	preparedBudget int
+	// statement cache when it prepares and caches statements (pgx's default mode), else 0;
+	// prepareAt is the use on one connection at which a named statement is prepared. Uses
+	// before it, and every use past the budget, are sent unprepared (see unprepared).
+	preparedBudget, prepareAt int
 
 	gates   gates     // in-process queues of Lock calls, per key
 	leaders leaderHub // the LISTEN connection of leader observers
@@ -136,8 +137,8 @@ func NewWithConfig(ctx context.Context, cfg *pgxpool.Config, opts ...Option) (*M
 		return nil, fmt.Errorf("advisory: start socket poller: %w", err)
 	}
 	return &Manager{pool: pool, set: set, proxy: ps, poller: p, maxConns: int(pool.Config().MaxConns),
-		preparedBudget: preparedBudget(cfg.ConnConfig),
-		closing:        make(chan struct{}), closeDone: make(chan struct{}), sessions: make(map[*pin]struct{})}, nil
+		preparedBudget: preparedBudget(cfg.ConnConfig), prepareAt: cmp.Or(set.prepareNamedAt, prepareNamedAt),
+		closing: make(chan struct{}), closeDone: make(chan struct{}), sessions: make(map[*pin]struct{})}, nil
 }
 
 // Bounds returns the loss-detection timings the Manager's keepalive settings give. Its

@@ -25,13 +25,14 @@ func TestModel(t *testing.T) {
 // TestModelChecked is TestModel, for a third of its time, with every connection keeping
 // the per-statement ownership check (the statements a connection through a proxy or NAT
 // runs), so that the model also drives those statements and their clean-ups. Its
-// connections cache 4 statements, so a connection's budget of prepared names is 2 and
-// the model's names run prepared, unprepared on first use and unprepared past the budget.
+// connections cache 4 statements and prepare a name at its second use, so a connection's
+// budget of prepared names is 2 and the model's names run prepared, unprepared on first
+// use and unprepared past the budget.
 func TestModelChecked(t *testing.T) {
 	if testing.Short() {
 		t.Skip("model-based randomized test: skipped with -short")
 	}
-	cfg := modelConfig(t, advisory.WithCheckedStatementsForTest())
+	cfg := modelConfig(t, advisory.WithCheckedStatementsForTest(), advisory.WithPrepareNamedAtForTest(2))
 	cfg.DSN = tinyStatementCache(cfg.DSN)
 	requireCheckedStatements(t, cfg)
 	cfg.Duration /= 3
@@ -54,7 +55,7 @@ func TestModelHandoff(t *testing.T) {
 			handoffs.Add(1)
 		}
 	}})
-	cfg := modelConfig(t, advisory.WithLocalHandoff(3, time.Minute), count)
+	cfg := modelConfig(t, advisory.WithLocalHandoff(3, time.Minute), count, advisory.WithPrepareNamedAtForTest(2))
 	cfg.DSN = tinyStatementCache(cfg.DSN)
 	cfg.Duration /= 2
 	cfg.Handoffs = true

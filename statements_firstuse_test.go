@@ -11,12 +11,13 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// TestNamedStatementsArePreparedFromTheirSecondUse: on one connection (a pool of one), a
-// name's first lock is sent unprepared and its second prepares it: a fleet that locks
-// many names from many connections pays one round trip per lock, not a prepare as well,
-// and a name locked again and again still runs prepared. Seen from the holding session
-// itself, in pg_prepared_statements.
-func TestNamedStatementsArePreparedFromTheirSecondUse(t *testing.T) {
+// TestNamedStatementsArePreparedOnceUsedOften: on one connection (a pool of one), a name's
+// lock is sent unprepared until the connection has run it advisory.PrepareNamedAt times,
+// and prepared from then on: a fleet that locks many names from many connections pays
+// one round trip per lock, never a prepare that its few further uses would not repay, and
+// a name locked again and again still runs prepared. Seen from the holding session itself,
+// in pg_prepared_statements.
+func TestNamedStatementsArePreparedOnceUsedOften(t *testing.T) {
 	t.Parallel()
 	ctx := ctxT(t)
 	m := newManager(t, []string{"pool_max_conns=1"})
@@ -32,11 +33,13 @@ func TestNamedStatementsArePreparedFromTheirSecondUse(t *testing.T) {
 		return n
 	}
 	a, b := t.Name()+"/a", t.Name()+"/b"
-	assert.Equal(t, 0, prepared(a), "a's first lock is not prepared")
+	for use := 1; use < advisory.PrepareNamedAt; use++ {
+		require.Equal(t, 0, prepared(a), "a's lock number %d is not prepared", use)
+	}
 	assert.Equal(t, 0, prepared(b), "b's first lock is not prepared")
-	assert.Equal(t, 1, prepared(a), "a's second lock prepared it")
+	assert.Equal(t, 1, prepared(a), "a's lock number %d prepared it", advisory.PrepareNamedAt)
 	assert.Equal(t, 1, prepared(a), "and runs it")
-	assert.Equal(t, 1, prepared(b))
+	assert.Equal(t, 0, prepared(b), "b's second lock is not prepared")
 	l, err := m.TryLock(ctx, a)
 	require.NoError(t, err)
 	require.NoError(t, l.Unlock(context.Background()))
@@ -44,13 +47,13 @@ func TestNamedStatementsArePreparedFromTheirSecondUse(t *testing.T) {
 
 // TestPreparedNamesAreBoundedPerConnection: a connection prepares at most half its
 // statement cache of named statements (here 4 of 8) and keeps those; names past the
-// budget run unprepared. Ten names locked round-robin, more than the cache holds: without
-// the budget pgx evicts a prepared name to prepare the next, so the prepared set changes
-// every round and most locks pay a prepare again.
+// budget run unprepared. Ten names locked round-robin, more than the cache holds, each
+// prepared at its second use: without the budget pgx evicts a prepared name to prepare
+// the next, so the prepared set changes every round and most locks pay a prepare again.
 func TestPreparedNamesAreBoundedPerConnection(t *testing.T) {
 	t.Parallel()
 	ctx := ctxT(t)
-	m := newManager(t, []string{"pool_max_conns=1", "statement_cache_capacity=8"})
+	m := newManager(t, []string{"pool_max_conns=1", "statement_cache_capacity=8"}, advisory.WithPrepareNamedAtForTest(2))
 	preparedNames := func() []string {
 		// LockKey's statements carry no name, and the query goes by the simple protocol:
 		// neither adds to what it reads.
