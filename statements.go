@@ -57,7 +57,7 @@ var baseStatements = func() (b [2][2][2]statements) {
 func statementsFor(name string, shared, pair, direct bool) statements {
 	st := baseStatements[b2i(direct)][b2i(shared)][b2i(pair)]
 	// With a name the statement text differs per name: statements_firstuse.go says when
-	// such a text is prepared on a connection (from its second use, within a budget per
+	// such a text is prepared on a connection (from its 32nd use, within a budget per
 	// connection) and when it is sent unprepared, parsed by the server each time.
 	if name != "" {
 		c := nameComment(name)

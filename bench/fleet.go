@@ -66,6 +66,7 @@ type fleetResults struct {
 	Main     []fleetPoint `json:"main"`
 	Sweep    []fleetPoint `json:"sweep,omitempty"`
 	Conns    []fleetPoint `json:"conns,omitempty"` // the connections question (fleet_conns.go)
+	Note     string       `json:"note,omitempty"`  // set by hand when rows come from different runs
 }
 
 // fleetImpls are the headline's implementations, in table order.

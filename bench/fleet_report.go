@@ -79,6 +79,9 @@ func (fr fleetResults) markdown(b *strings.Builder) {
 		"sample came back). "+
 		"Machine: %s; server: %s. Load average at start → end: %s; run took %s.\n\n",
 		fleetCommand, fr.Warmup, bp.Seconds, fr.Machine, fr.Settings, fr.Load, fr.Took)
+	if fr.Note != "" {
+		fmt.Fprintf(b, "%s\n\n", fr.Note)
+	}
 	b.WriteString("| workload | | locks/s | p50 | p99 | connections open | not idle (mean) | server memory added (PSS) | client CPU per lock | server CPU per lock |\n" +
 		"|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, skew := range []string{"uniform", "hot 90/10"} {
@@ -152,18 +155,18 @@ func (fr fleetResults) findings(b *strings.Builder) {
 		"connection, its key as a literal: one SQL text per name. pgx prepares each text once per connection (a "+
 		"round trip of its own) and caches it (`statement_cache_capacity`, 512 by default); over 1,000 names, "+
 		"prepared on first use, named locks reached 0.26x raw's locks/s (an earlier run of this table). The "+
-		"library now sends a name's statement unprepared the first time a connection runs it (one round trip, "+
-		"parsed there) and prepares it from the second, up to half the statement cache per connection; names past "+
-		"that run unprepared, so that none is evicted and prepared again (statements_firstuse.go; one connection "+
-		"cycling 1,000 names, `BenchmarkCycleManyNames`: 1.57x the raw floor before the budget, 1.17x with it). "+
-		"In this table's window a connection meets most of %d names for the first time, so most named locks are "+
-		"parsed by the server: named locks reach %.2fx raw's locks/s, uniform, and the same locks taken by key "+
-		"(`LockKey`, one text for every key) %.2fx; server CPU per lock %.0f µs named, %.0f µs by key, %.0f µs raw. "+
-		"Once the names have been met (measured apart: 1 replica × 50 goroutines × 1,000 names, 25 s warm-up, "+
-		"10 s window) the budget keeps them prepared: named 0.79x raw, server CPU per lock 62 µs named, 57 µs by key, "+
-		"54 µs raw, where the same shape without the warm-up gave 95, 60 and 62 µs. Server memory added (PSS): "+
+		"library now sends a name's statement unprepared (one round trip, parsed there) until a connection has run "+
+		"it 32 times, and prepares it from then on, up to half the statement cache per connection; names past "+
+		"that run unprepared, so that none is evicted and prepared again (statements_firstuse.go, which gives the "+
+		"measurements behind 32: a use that prepares costs about three unprepared ones; one connection cycling "+
+		"1,000 names, `BenchmarkCycleManyNames`: 1.57x the raw floor before the budget, 1.17x with it). "+
+		"Named locks reach %.2fx raw's locks/s, uniform, and the same locks taken by key "+
+		"(`LockKey`, one text for every key) %.2fx; server CPU per lock %.0f µs named, %.0f µs by key, %.0f µs raw: "+
+		"on one connection an unprepared statement costs the server only 2-7 µs more than a prepared one "+
+		"(statements_firstuse.go), so most of that difference at this scale is something else, not analysed yet. "+
+		"Server memory added (PSS): "+
 		"%.0f MB named, %.0f MB by key, %.0f MB raw. Callers with many names per Manager who do not need names "+
-		"in pg_stat_activity can lock by key (`KeyOf(name)`: the same locks).\n", lib.Names,
+		"in pg_stat_activity can lock by key (`KeyOf(name)`: the same locks).\n",
 		lib.LocksPerSec/raw.LocksPerSec, key.LocksPerSec/raw.LocksPerSec, lib.ServerCPU, key.ServerCPU, raw.ServerCPU,
 		lib.ServerMemAdd, key.ServerMemAdd, raw.ServerMemAdd)
 	for _, d := range []struct{ dim, what string }{{"procs", "replicas"}, {"goroutines", "goroutines per replica"}, {"names", "names"}} {
