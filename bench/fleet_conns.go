@@ -93,10 +93,7 @@ func (fr fleetResults) connsTable(b *strings.Builder) {
 	b.WriteString("| names | pool per replica | | locks/s | ratio | p50 | p99 | connections open | not idle (mean) | errors |\n" +
 		"|---|---|---|---|---|---|---|---|---|---|\n")
 	for i, p := range fr.Conns {
-		ratio := ""
-		if p.Impl == "raw" && i > 0 && fr.Conns[i-1].Impl == "advisory" && p.LocksPerSec > 0 {
-			ratio = fmt.Sprintf("%.2fx", fr.Conns[i-1].LocksPerSec/p.LocksPerSec)
-		}
+		ratio := ratioToAdvisory(fr.Conns, i)
 		fmt.Fprintf(b, "| %d | %d | %s | %.0f | %s | %s | %s | %d | %.1f | %d |\n", p.Names, p.Conns, p.Impl, p.LocksPerSec,
 			ratio, fmtVal(p.P50, "ms"), fmtVal(p.P99, "ms"), p.PeakConns, p.MeanActive, p.Errors)
 	}
@@ -152,4 +149,14 @@ func (fr fleetResults) plotConns(dir string) error {
 		}
 	}
 	return nil
+}
+
+// ratioToAdvisory returns, on a raw row that follows the library's row of the same
+// shape, the library's locks/s over raw's ("" on every other row).
+func ratioToAdvisory(pts []fleetPoint, i int) string {
+	p := pts[i]
+	if p.Impl != "raw" || i == 0 || pts[i-1].Impl != "advisory" || p.LocksPerSec == 0 {
+		return ""
+	}
+	return fmt.Sprintf("%.2fx", pts[i-1].LocksPerSec/p.LocksPerSec)
 }

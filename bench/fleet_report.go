@@ -124,10 +124,7 @@ func (fr fleetResults) sweepTable(b *strings.Builder) {
 	b.WriteString("| replicas × goroutines × names | pool per replica | workload | | locks/s | ratio | p50 | p99 | connections open | client CPU/lock | server CPU/lock | server memory added | errors |\n" +
 		"|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for i, p := range fr.Sweep {
-		ratio := ""
-		if p.Impl == "raw" && i > 0 && fr.Sweep[i-1].Impl == "advisory" && p.LocksPerSec > 0 {
-			ratio = fmt.Sprintf("%.2fx", fr.Sweep[i-1].LocksPerSec/p.LocksPerSec)
-		}
+		ratio := ratioToAdvisory(fr.Sweep, i)
 		fmt.Fprintf(b, "| %d × %d × %d | %d | %s | %s | %.0f | %s | %s | %s | %d | %.0f µs | %.0f µs | %.0f MB | %d |\n",
 			p.Procs, p.Goroutines, p.Names, p.Conns, p.Skew, p.Impl, p.LocksPerSec, ratio, fmtVal(p.P50, "ms"), fmtVal(p.P99, "ms"),
 			p.PeakConns, p.ClientCPU, p.ServerCPU, p.ServerMemAdd, p.Errors)
