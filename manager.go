@@ -40,7 +40,7 @@ type Manager struct {
 	// costly for every Lock call.)
 	maxConns int
 	// preparedBudget is how many named statements a connection may prepare: half its
-	// statement cache when it prepares and caches statements (pgx's default mode), else 0;
+	// statement cache when it prepares and caches statements (pgx's default mode), else -1;
 	// prepareAt is the use on one connection at which a named statement is prepared. Uses
 	// before it, and every use past the budget, are sent unprepared (see unprepared).
 	preparedBudget, prepareAt int

@@ -55,7 +55,7 @@ var seenSeed = maphash.MakeSeed()
 // use. Unnamed statements, one text for every key, are always prepared; so is everything
 // when the connection's own mode does not cache statements.
 func (p *pin) unprepared(sql string) bool {
-	if p.m.preparedBudget == 0 || !strings.HasPrefix(sql, commentPrefix) {
+	if p.m.preparedBudget < 0 || !strings.HasPrefix(sql, commentPrefix) {
 		return false
 	}
 	data := p.pg.CustomData()
@@ -83,10 +83,12 @@ func (p *pin) unprepared(sql string) bool {
 }
 
 // preparedBudget returns how many named statements a connection of cfg may prepare (see
-// Manager.preparedBudget).
+// Manager.preparedBudget), or -1 when its mode does not prepare and cache statements: then
+// the library leaves every statement to that mode. A cache of one statement gives 0: no
+// named statement is prepared.
 func preparedBudget(cfg *pgx.ConnConfig) int {
-	if cfg.DefaultQueryExecMode != pgx.QueryExecModeCacheStatement {
-		return 0
+	if cfg.DefaultQueryExecMode != pgx.QueryExecModeCacheStatement || cfg.StatementCacheCapacity <= 0 {
+		return -1
 	}
 	return cfg.StatementCacheCapacity / 2
 }

@@ -91,3 +91,27 @@ func TestPreparedNamesAreBoundedPerConnection(t *testing.T) {
 		}
 	}
 }
+
+// TestCacheOfOneStatementPreparesNoName: a statement cache of one leaves no room for a
+// name (half of one is none): a name locked again and again stays unprepared, so that it
+// never evicts the unlock statement and is never prepared again. Read on the holding
+// session right after its third lock, by the simple protocol, which touches no cache.
+func TestCacheOfOneStatementPreparesNoName(t *testing.T) {
+	t.Parallel()
+	ctx := ctxT(t)
+	m := newManager(t, []string{"pool_max_conns=1", "statement_cache_capacity=1"}, advisory.WithPrepareNamedAtForTest(2))
+	for i := 0; i < 2; i++ {
+		l, err := m.Lock(ctx, t.Name())
+		require.NoError(t, err)
+		require.NoError(t, l.Unlock(ctx))
+	}
+	l, err := m.Lock(ctx, t.Name())
+	require.NoError(t, err)
+	defer l.Unlock(ctx)
+	var n int
+	require.NoError(t, l.BeginFunc(ctx, func(tx pgx.Tx) error {
+		return tx.QueryRow(ctx, `SELECT count(*) FROM pg_prepared_statements WHERE statement LIKE '/* advisory lock %'`,
+			pgx.QueryExecModeSimpleProtocol).Scan(&n)
+	}))
+	assert.Zero(t, n, "no name prepared")
+}
