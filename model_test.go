@@ -32,8 +32,7 @@ func TestModelChecked(t *testing.T) {
 	if testing.Short() {
 		t.Skip("model-based randomized test: skipped with -short")
 	}
-	cfg := modelConfig(t, advisory.WithCheckedStatementsForTest(), advisory.WithPrepareNamedAtForTest(2))
-	cfg.DSN = tinyStatementCache(cfg.DSN)
+	cfg := namesPreparedSoon(modelConfig(t, advisory.WithCheckedStatementsForTest()))
 	requireCheckedStatements(t, cfg)
 	cfg.Duration /= 3
 	modelcheck.Run(t, cfg)
@@ -55,8 +54,7 @@ func TestModelHandoff(t *testing.T) {
 			handoffs.Add(1)
 		}
 	}})
-	cfg := modelConfig(t, advisory.WithLocalHandoff(3, time.Minute), count, advisory.WithPrepareNamedAtForTest(2))
-	cfg.DSN = tinyStatementCache(cfg.DSN)
+	cfg := namesPreparedSoon(modelConfig(t, advisory.WithLocalHandoff(3, time.Minute), count))
 	cfg.Duration /= 2
 	cfg.Handoffs = true
 	modelcheck.Run(t, cfg)
@@ -86,10 +84,15 @@ func requireCheckedStatements(t *testing.T, cfg modelcheck.Config) {
 	require.Contains(t, q, "pg_catalog.current_setting('advisory.owner', true) OPERATOR(pg_catalog.=) $2")
 }
 
-// tinyStatementCache returns dsn with every connection's statement cache at 4 (see
-// statements_firstuse.go: half of it is the budget of prepared named statements).
-func tinyStatementCache(dsn func(testing.TB, ...string) string) func(testing.TB, ...string) string {
-	return func(t testing.TB, extra ...string) string {
+// namesPreparedSoon returns cfg with every connection's statement cache at 4 and names
+// prepared at their second use (see statements_firstuse.go: half the cache is the budget
+// of prepared named statements), so that the model's few names reach every path: prepared,
+// unprepared before their second use, and unprepared past the budget.
+func namesPreparedSoon(cfg modelcheck.Config) modelcheck.Config {
+	dsn := cfg.DSN
+	cfg.DSN = func(t testing.TB, extra ...string) string {
 		return dsn(t, append(extra, "statement_cache_capacity=4")...)
 	}
+	cfg.Options = append(cfg.Options, advisory.WithPrepareNamedAtForTest(2))
+	return cfg
 }
