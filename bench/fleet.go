@@ -1,15 +1,10 @@
 package main
 
 import (
-	"bufio"
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
-	"sort"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -28,6 +23,8 @@ type fleetConfig struct {
 	sweep                    bool
 	hold                     time.Duration // the connections question's work under the lock (fleet_conns.go)
 	conns                    bool          // also ask it
+	rate                     float64       // the cost question's offered locks/s, whole fleet (fleet_rate.go); 0: not asked
+	rounds                   int           // the headline's rounds (each runs every headline point once)
 	docs                     string
 }
 
@@ -38,8 +35,10 @@ type fleetPoint struct {
 	Procs        int     `json:"procs"`
 	Goroutines   int     `json:"goroutines"`
 	Names        int     `json:"names"`
-	Conns        int     `json:"conns_per_proc"`    // pool size of each replica
-	HoldMS       float64 `json:"hold_ms,omitempty"` // work under the lock: the holder sleeps this long
+	Conns        int     `json:"conns_per_proc"`          // pool size of each replica
+	HoldMS       float64 `json:"hold_ms,omitempty"`       // work under the lock: the holder sleeps this long
+	Offered      float64 `json:"offered_per_s,omitempty"` // paced: locks/s asked of the whole fleet (0: as fast as it can)
+	Round        int     `json:"round,omitempty"`         // the headline's round (from 0)
 	Seconds      float64 `json:"seconds"`
 	Locks        int64   `json:"locks"`
 	Errors       int64   `json:"errors"`
@@ -53,7 +52,8 @@ type fleetPoint struct {
 	ServerMemAdd float64 `json:"server_added_mb"` // ServerMemMB minus the server's before the replicas connected
 	ClientCPU    float64 `json:"client_cpu_us_per_lock"`
 	ServerCPU    float64 `json:"server_cpu_us_per_lock"`
-	Load         string  `json:"load"` // /proc/loadavg after the point
+	Load         string  `json:"load"`                 // /proc/loadavg after the point
+	PerSecond    []int64 `json:"per_second,omitempty"` // locks in each second from GO, warm-up included
 }
 
 // fleetResults is docs/benchmarks-fleet.json.
@@ -66,6 +66,7 @@ type fleetResults struct {
 	Main     []fleetPoint `json:"main"`
 	Sweep    []fleetPoint `json:"sweep,omitempty"`
 	Conns    []fleetPoint `json:"conns,omitempty"` // the connections question (fleet_conns.go)
+	Rate     []fleetPoint `json:"rate,omitempty"`  // the cost question (fleet_rate.go)
 	Note     string       `json:"note,omitempty"`  // set by hand when rows come from different runs
 }
 
@@ -73,13 +74,18 @@ type fleetResults struct {
 var fleetImpls = []string{"advisory", implKey, "raw"}
 
 // fleetMain returns the headline points: library and raw, uniform and skewed, interleaved
-// so that drift hits both alike.
+// so that drift hits both alike, cfg.rounds times over. One window of this fleet is one
+// sample: on a 2-CPU machine raw pgx's own locks/s moved by 12-30 % between runs, so
+// every point is taken in several rounds, each round running every point once, and the
+// report gives each round's ratios and their spread.
 func fleetMain(cfg fleetConfig) []childShape {
 	var out []childShape
-	for _, hot := range []bool{false, true} {
-		for _, impl := range fleetImpls {
-			out = append(out, childShape{impl: impl, hot: hot, procs: cfg.procs, goroutines: cfg.goroutines, names: cfg.names,
-				conns: cfg.goroutines, duration: cfg.duration, group: "main"})
+	for r := range max(cfg.rounds, 1) {
+		for _, hot := range []bool{false, true} {
+			for _, impl := range fleetImpls {
+				out = append(out, childShape{impl: impl, hot: hot, procs: cfg.procs, goroutines: cfg.goroutines, names: cfg.names,
+					conns: cfg.goroutines, duration: cfg.duration, round: r, group: "main"})
+			}
 		}
 	}
 	return out
@@ -93,7 +99,9 @@ type childShape struct {
 	conns                    int // pool size per replica
 	duration                 time.Duration
 	hold                     time.Duration // work under the lock
-	group                    string        // "main", "sweep" or "conns": where its point is reported
+	rate                     float64       // offered locks/s, whole fleet; 0: every goroutine as fast as it can
+	round                    int           // the headline's round
+	group                    string        // "main", "sweep", "conns" or "rate": where its point is reported
 }
 
 // fleetSweep varies one dimension at a time around the headline shape, uniform, with
@@ -136,6 +144,9 @@ func runFleet(ctx context.Context, cfg fleetConfig, self string, log io.Writer) 
 	if cfg.conns {
 		shapes = append(shapes, fleetConnsShapes(cfg)...)
 	}
+	if cfg.rate > 0 {
+		shapes = append(shapes, fleetRateShapes(cfg)...)
+	}
 	most := 0
 	for _, sh := range shapes {
 		most = max(most, sh.procs*sh.conns)
@@ -155,6 +166,16 @@ func runFleet(ctx context.Context, cfg fleetConfig, self string, log io.Writer) 
 		fmt.Fprintf(log, "bench: the server's processes cannot be read (%v): no server CPU or memory\n", err)
 	}
 	res := fleetResults{Machine: machineLine(), Settings: settings, Warmup: cfg.warmup.String()}
+	// The first point after the server started ran at 0.68x and 0.86x of the same point's
+	// later rounds (advisory, uniform, 3 rounds): one untimed point first, not reported.
+	if len(shapes) > 0 {
+		prime := shapes[0]
+		prime.duration = cfg.warmup
+		if _, err := runPoint(ctx, prime, cfg.warmup, self, srv.DSN(), admin, sm); err != nil {
+			return err
+		}
+		fmt.Fprintf(log, "fleet: primed the server with an untimed %s point (%v)\n", prime.impl, time.Since(start).Round(time.Second))
+	}
 	for i, sh := range shapes {
 		pt, err := runPoint(ctx, sh, cfg.warmup, self, srv.DSN(), admin, sm)
 		if err != nil {
@@ -163,16 +184,20 @@ func runFleet(ctx context.Context, cfg fleetConfig, self string, log io.Writer) 
 		fmt.Fprintf(log, "fleet %d/%d: %s %s %d×%d×%d, %d conns each, hold %v: %.0f locks/s, p50 %.2f ms, p99 %.2f ms, %d conns, %.1f not idle, %d errors (%v)\n",
 			i+1, len(shapes), pt.Impl, pt.Skew, pt.Procs, pt.Goroutines, pt.Names, pt.Conns, sh.hold, pt.LocksPerSec, pt.P50, pt.P99,
 			pt.PeakConns, pt.MeanActive, pt.Errors, time.Since(start).Round(time.Second))
+		fmt.Fprintf(log, "  CPU per lock: client %.0f µs, server %.0f µs; locks per 5 s: %v\n", pt.ClientCPU, pt.ServerCPU, perFive(pt.PerSecond))
 		switch sh.group {
 		case "main":
 			res.Main = append(res.Main, pt)
 		case "sweep":
 			res.Sweep = append(res.Sweep, pt)
+		case "rate":
+			res.Rate = append(res.Rate, pt)
 		default:
 			res.Conns = append(res.Conns, pt)
 		}
 	}
 	res.Load, res.Took = load+" → "+loadAverage(), time.Since(start).Round(time.Second).String()
+	res.carryOver(cfg)
 	if err := res.write(cfg.docs); err != nil {
 		return err
 	}
@@ -184,7 +209,7 @@ func runFleet(ctx context.Context, cfg fleetConfig, self string, log io.Writer) 
 func runPoint(ctx context.Context, sh childShape, warmup time.Duration, self, dsn string, admin *pgx.Conn, sm *serverMeter) (fleetPoint, error) {
 	pt := fleetPoint{Impl: sh.impl, Skew: map[bool]string{false: "uniform", true: "hot 90/10"}[sh.hot],
 		Procs: sh.procs, Goroutines: sh.goroutines, Names: sh.names, Conns: sh.conns, Seconds: sh.duration.Seconds(),
-		HoldMS: float64(sh.hold) / float64(time.Millisecond)}
+		HoldMS: float64(sh.hold) / float64(time.Millisecond), Offered: sh.rate, Round: sh.round}
 	base := sm.memory()
 	kids := make([]*fleetKid, 0, sh.procs)
 	defer func() {
@@ -196,7 +221,7 @@ func runPoint(ctx context.Context, sh childShape, warmup time.Duration, self, ds
 	// connects at once time out).
 	for p := 0; p < sh.procs; p++ {
 		spec := childSpec{Impl: sh.impl, Goroutines: sh.goroutines, Names: sh.names, Hot: sh.hot, Conns: sh.conns,
-			Warmup: warmup, Duration: sh.duration, Hold: sh.hold, Seed: uint64(p + 1), DSNExtra: os.Getenv("BENCH_FLEET_DSN_EXTRA")}
+			Warmup: warmup, Duration: sh.duration, Hold: sh.hold, Rate: sh.rate / float64(sh.procs), Seed: uint64(p + 1), DSNExtra: os.Getenv("BENCH_FLEET_DSN_EXTRA")}
 		k, err := startKid(self, dsn, spec)
 		if err != nil {
 			return pt, err
@@ -231,6 +256,12 @@ func runPoint(ctx context.Context, sh childShape, warmup time.Duration, self, ds
 		for b, n := range r.Hist {
 			hist[b] += n
 		}
+		for i, n := range r.PerSecond {
+			if i >= len(pt.PerSecond) {
+				pt.PerSecond = append(pt.PerSecond, 0)
+			}
+			pt.PerSecond[i] += n
+		}
 	}
 	pt.LocksPerSec = float64(pt.Locks) / sh.duration.Seconds()
 	pt.P50, pt.P99 = histQuantile(hist, 0.5), histQuantile(hist, 0.99)
@@ -245,85 +276,4 @@ func runPoint(ctx context.Context, sh childShape, warmup time.Duration, self, ds
 	}
 	kids = nil
 	return pt, sm.waitIdle(ctx, admin)
-}
-
-// histQuantile returns the q-quantile of a merged latency histogram, in ms.
-func histQuantile(h map[int]uint64, q float64) float64 {
-	var keys []int
-	var total uint64
-	for b, n := range h {
-		keys, total = append(keys, b), total+n
-	}
-	sort.Ints(keys)
-	var seen uint64
-	for _, b := range keys {
-		if seen += h[b]; float64(seen) >= q*float64(total) {
-			return histValue(b)
-		}
-	}
-	return 0
-}
-
-// fleetKid is one running replica.
-type fleetKid struct {
-	cmd   *exec.Cmd
-	stdin io.WriteCloser
-	out   *bufio.Reader
-}
-
-func startKid(self, dsn string, spec childSpec) (*fleetKid, error) {
-	b, _ := json.Marshal(spec)
-	cmd := exec.Command(self)
-	cmd.Env = append(os.Environ(), roleEnv+"=fleet", "BENCH_DSN="+dsn, fleetSpecEnv+"="+string(b))
-	cmd.Stderr = os.Stderr
-	in, err := cmd.StdinPipe()
-	if err != nil {
-		return nil, err
-	}
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		return nil, err
-	}
-	if err := cmd.Start(); err != nil {
-		return nil, err
-	}
-	return &fleetKid{cmd: cmd, stdin: in, out: bufio.NewReader(out)}, nil
-}
-
-func (k *fleetKid) waitLine(want string) error {
-	line, err := k.out.ReadString('\n')
-	if err != nil || strings.TrimSpace(line) != want {
-		return fmt.Errorf("fleet replica: %q %v", strings.TrimSpace(line), err)
-	}
-	return nil
-}
-
-func (k *fleetKid) result() (childResult, error) {
-	var r childResult
-	line, err := k.out.ReadString('\n')
-	if err != nil {
-		return r, fmt.Errorf("fleet replica: %v", err)
-	}
-	return r, json.Unmarshal([]byte(line), &r)
-}
-
-// stop closes the replica's stdin (it exits, closing its connections) and reaps it.
-func (k *fleetKid) stop() {
-	k.stdin.Close()
-	done := make(chan struct{})
-	go func() { k.cmd.Wait(); close(done) }()
-	select {
-	case <-done:
-	case <-time.After(10 * time.Second):
-		k.cmd.Process.Kill()
-		<-done
-	}
-}
-
-func (res fleetResults) write(docs string) error {
-	b, err := json.MarshalIndent(res, "", "  ")
-	if err != nil {
-		return err
-	}
-	return os.WriteFile(docs+"/benchmarks-fleet.json", append(b, '\n'), 0o644)
 }

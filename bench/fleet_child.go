@@ -41,6 +41,7 @@ type childSpec struct {
 	Warmup     time.Duration // untimed, after GO
 	Duration   time.Duration // timed
 	Hold       time.Duration // work under the lock: the holder sleeps this long before it releases
+	Rate       float64       // paced: this replica's locks/s, spread evenly over its goroutines; 0: as fast as each can
 	Seed       uint64
 	DSNExtra   string // appended to the library's connection string (an experiment's settings)
 }
@@ -52,6 +53,7 @@ type childResult struct {
 	FirstError string         `json:"first_error,omitempty"`
 	CPU        time.Duration  `json:"cpu"` // user + system of the whole process, timed window
 	Hist       map[int]uint64 `json:"hist"`
+	PerSecond  []int64        `json:"per_second"` // locks taken in each second from GO, warm-up included
 }
 
 const fleetSpecEnv = "ADVISORY_BENCH_FLEET"
@@ -209,6 +211,7 @@ func fleetWork(ctx context.Context, spec childSpec, lock locker) childResult {
 		wg     sync.WaitGroup
 		cpu0   time.Duration
 		cpuSet sync.Once
+		perSec = make([]atomic.Int64, int((spec.Warmup+spec.Duration)/time.Second)+2)
 	)
 	for g := 0; g < spec.Goroutines; g++ {
 		wg.Add(1)
@@ -216,7 +219,9 @@ func fleetWork(ctx context.Context, spec childSpec, lock locker) childResult {
 			defer wg.Done()
 			rng := rand.New(rand.NewPCG(spec.Seed, uint64(g)))
 			hist := map[int]uint64{}
+			pace := newPacer(spec, g, start)
 			for {
+				pace.wait()
 				t0 := time.Now()
 				if t0.After(until) {
 					break
@@ -245,6 +250,9 @@ func fleetWork(ctx context.Context, spec childSpec, lock locker) childResult {
 				case err == nil && timed:
 					locks.Add(1)
 				}
+				if sec := int(time.Since(start) / time.Second); err == nil && sec < len(perSec) {
+					perSec[sec].Add(1)
+				}
 			}
 			mu.Lock()
 			for b, n := range hist {
@@ -255,6 +263,9 @@ func fleetWork(ctx context.Context, spec childSpec, lock locker) childResult {
 	}
 	wg.Wait()
 	res.Locks, res.Errors, res.CPU = locks.Load(), errs.Load(), processCPU()-cpu0
+	for i := range perSec {
+		res.PerSecond = append(res.PerSecond, perSec[i].Load())
+	}
 	return res
 }
 

@@ -22,7 +22,7 @@ var implColor = map[string]color.Color{
 func (fr fleetResults) plot(dir string) error {
 	main := func(get func(fleetPoint) float64) map[string][]float64 {
 		out := map[string][]float64{}
-		for _, p := range fr.Main {
+		for _, p := range fr.headline() {
 			out[p.Impl] = append(out[p.Impl], get(p))
 		}
 		return out

@@ -26,13 +26,44 @@ func loadFleet(docs string) (fleetResults, bool) {
 // base is the headline shape: the sweep varies one of its dimensions at a time.
 func (fr fleetResults) base() fleetPoint { return fr.Main[0] }
 
+// headline returns one point per workload and implementation, in the headline's order:
+// of its rounds, the one with the median locks/s (the lower middle of an even count),
+// a point measured as it is rather than averages of several.
+func (fr fleetResults) headline() []fleetPoint {
+	var order []string
+	byRow := map[string][]fleetPoint{}
+	for _, p := range fr.Main {
+		k := p.Skew + "/" + p.Impl
+		if byRow[k] == nil {
+			order = append(order, k)
+		}
+		byRow[k] = append(byRow[k], p)
+	}
+	out := make([]fleetPoint, 0, len(order))
+	for _, k := range order {
+		pts := byRow[k]
+		sort.SliceStable(pts, func(i, j int) bool { return pts[i].LocksPerSec < pts[j].LocksPerSec })
+		out = append(out, pts[(len(pts)-1)/2])
+	}
+	return out
+}
+
+// rounds returns how many rounds the headline ran.
+func (fr fleetResults) rounds() int {
+	n := 0
+	for _, p := range fr.Main {
+		n = max(n, p.Round+1)
+	}
+	return n
+}
+
 // sweepSeries returns, per implementation, get against the swept dimension dim, the
 // other dimensions at the headline's (uniform, one connection per goroutine; for "conns"
 // hot 90/10), the headline's own point included.
 func (fr fleetResults) sweepSeries(dim string, get func(fleetPoint) float64) map[string]plotter.XYs {
 	b := fr.base()
 	out := map[string]plotter.XYs{}
-	for _, p := range append(append([]fleetPoint(nil), fr.Main...), fr.Sweep...) {
+	for _, p := range append(fr.headline(), fr.Sweep...) {
 		var x float64
 		ok := p.Skew == "uniform" && p.Conns == p.Goroutines
 		switch dim {
@@ -70,8 +101,12 @@ func (fr fleetResults) markdown(b *strings.Builder) {
 		"**advisory LockKey**: `Manager.LockKey(KeyOf(name))`, the same locks without the name in the statement text; "+
 		"**raw**: the same names' keys with `pg_advisory_lock($1)` + `pg_advisory_unlock($1)` on a pgxpool connection, "+
 		"pool of the same size. Hot 90/10: 90 %% of calls go to the first 10 %% of the names. Acquire latency runs from "+
-		"the call to holding the lock (pool wait included). Each replica opens all its connections before the window; "+
-		"after %s untimed, the window lasts %.0f s. Unpinned (the scheduler places every process). Server CPU is "+
+		"the call to holding the lock (pool wait included). Each replica opens all its connections before the window, "+
+		"and one untimed point primes a freshly started server before the first (the first point after a start "+
+		"ran at 0.68x and 0.86x of the same point's later rounds); "+
+		"after %s untimed (the first five seconds after a start run at about 70 %% of the rate that follows: "+
+		"benchmarks-fleet.json keeps each point's locks in every second from the start, `per_second`), the window "+
+		"lasts %.0f s. Unpinned (the scheduler places every process). Server CPU is "+
 		"the run time of every server process over the window (/proc schedstat): it includes PostgreSQL's own work "+
 		"for sessions waiting on a lock (wake-ups; past deadlock_timeout, the deadlock check), which grows with "+
 		"how many wait there. Server memory is the PSS of every server process at the end of the window, minus "+
@@ -86,8 +121,9 @@ func (fr fleetResults) markdown(b *strings.Builder) {
 		"|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, skew := range []string{"uniform", "hot 90/10"} {
 		pts := map[string]*fleetPoint{}
-		for i := range fr.Main {
-			if p := &fr.Main[i]; p.Skew == skew {
+		head := fr.headline()
+		for i := range head {
+			if p := &head[i]; p.Skew == skew {
 				pts[p.Impl] = p
 			}
 		}
@@ -107,11 +143,13 @@ func (fr fleetResults) markdown(b *strings.Builder) {
 		}
 	}
 	b.WriteString("\nTarget: throughput ≥ 0.90x raw with the same connections.\n\n")
+	fr.roundsTable(b)
 	for _, f := range []string{"throughput", "latency", "connections", "memory", "cpu"} {
 		fmt.Fprintf(b, "![Fleet %s](benchmarks-fleet-%s.png)\n\n", f, f)
 	}
 	fr.sweepTable(b)
 	fr.connsTable(b)
+	fr.rateTable(b)
 }
 
 func (fr fleetResults) sweepTable(b *strings.Builder) {
@@ -139,7 +177,7 @@ func (fr fleetResults) sweepTable(b *strings.Builder) {
 // cost grows along each swept dimension, and which limit the fleet meets first.
 func (fr fleetResults) findings(b *strings.Builder) {
 	pts := map[string]fleetPoint{}
-	for _, p := range fr.Main {
+	for _, p := range fr.headline() {
 		pts[p.Impl+"/"+p.Skew] = p
 	}
 	lib, key, raw := pts["advisory/uniform"], pts[implKey+"/uniform"], pts["raw/uniform"]
@@ -158,14 +196,12 @@ func (fr fleetResults) findings(b *strings.Builder) {
 		"measurements behind 32: a use that prepares costs about three unprepared ones; one connection cycling "+
 		"1,000 names, `BenchmarkCycleManyNames`: 1.57x the raw floor before the budget, 1.17x with it). "+
 		"Named locks reach %.2fx raw's locks/s, uniform, and the same locks taken by key "+
-		"(`LockKey`, one text for every key) %.2fx; server CPU per lock %.0f µs named, %.0f µs by key, %.0f µs raw: "+
-		"on one connection an unprepared statement costs the server only 2-7 µs more than a prepared one "+
-		"(statements_firstuse.go), so most of that difference at this scale is something else, not analysed yet. "+
-		"Server memory added (PSS): "+
+		"(`LockKey`, one text for every key) %.2fx (the median rounds' locks/s; each round's own ratios are "+
+		"above). Server memory added (PSS): "+
 		"%.0f MB named, %.0f MB by key, %.0f MB raw. Callers with many names per Manager who do not need names "+
-		"in pg_stat_activity can lock by key (`KeyOf(name)`: the same locks).\n",
-		lib.LocksPerSec/raw.LocksPerSec, key.LocksPerSec/raw.LocksPerSec, lib.ServerCPU, key.ServerCPU, raw.ServerCPU,
-		lib.ServerMemAdd, key.ServerMemAdd, raw.ServerMemAdd)
+		"in pg_stat_activity can lock by key (`KeyOf(name)`: the same locks).%s\n",
+		lib.LocksPerSec/raw.LocksPerSec, key.LocksPerSec/raw.LocksPerSec,
+		lib.ServerMemAdd, key.ServerMemAdd, raw.ServerMemAdd, fr.rateFinding())
 	for _, d := range []struct{ dim, what string }{{"procs", "replicas"}, {"goroutines", "goroutines per replica"}, {"names", "names"}} {
 		fr.growth(b, d.dim, d.what)
 	}

@@ -69,11 +69,13 @@ func main() {
 	flag.IntVar(&fc.goroutines, "fleet-goroutines", 50, "fleet: goroutines per replica (and its pool size)")
 	flag.IntVar(&fc.names, "fleet-names", 1000, "fleet: lock names")
 	flag.DurationVar(&fc.duration, "fleet-duration", 60*time.Second, "fleet: timed window of each headline point")
-	flag.DurationVar(&fc.warmup, "fleet-warmup", 3*time.Second, "fleet: untimed run before each window")
+	flag.DurationVar(&fc.warmup, "fleet-warmup", 10*time.Second, "fleet: untimed run before each window")
 	flag.BoolVar(&fc.sweep, "fleet-sweep", true, "fleet: also the scaling sweep (processes, goroutines, names)")
 	flag.DurationVar(&fc.sweepDuration, "fleet-sweep-duration", 10*time.Second, "fleet: timed window of each sweep point")
 	flag.BoolVar(&fc.conns, "fleet-conns", true, "fleet: also the connections question (pool sizes with work under the lock)")
 	flag.DurationVar(&fc.hold, "fleet-hold", 2*time.Millisecond, "fleet: the connections question's work under the lock")
+	flag.IntVar(&fc.rounds, "fleet-rounds", 3, "fleet: rounds of the headline (each runs every headline point once, interleaved)")
+	flag.Float64Var(&fc.rate, "fleet-rate", 1200, "fleet: the cost question's offered locks/s for the whole fleet (0: skip it)")
 	flag.Parse()
 	if *fleet {
 		fc.docs = *docs
