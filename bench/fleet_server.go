@@ -33,6 +33,9 @@ func startFleetServer(ctx context.Context, conns int) (fleetServer, string, erro
 		return nil, "", fmt.Errorf("-fleet needs a server it can start and read (/proc): unset %s", pgtest.EnvDSN)
 	}
 	set := []string{fmt.Sprintf("max_connections=%d", conns)}
+	// An experiment's server settings (name=value, space-separated): they are named with
+	// the server in the results.
+	set = append(set, strings.Fields(os.Getenv("BENCH_FLEET_SERVER_SETTINGS"))...)
 	c, err := pglocal.Start(ctx, pglocal.Options{Settings: set})
 	if err != nil {
 		return nil, "", err
