@@ -81,11 +81,22 @@ var fleetImpls = []string{"advisory", implKey, "raw"}
 func fleetMain(cfg fleetConfig) []childShape {
 	var out []childShape
 	for r := range max(cfg.rounds, 1) {
-		for _, hot := range []bool{false, true} {
-			for _, impl := range fleetImpls {
-				out = append(out, childShape{impl: impl, hot: hot, procs: cfg.procs, goroutines: cfg.goroutines, names: cfg.names,
-					conns: cfg.goroutines, duration: cfg.duration, round: r, group: "main"})
-			}
+		for _, sh := range headlineRound(cfg) {
+			sh.round = r
+			out = append(out, sh)
+		}
+	}
+	return out
+}
+
+// headlineRound returns one round of the headline's points, in table order: each
+// implementation, uniform, then each with the hot-key skew.
+func headlineRound(cfg fleetConfig) []childShape {
+	var out []childShape
+	for _, hot := range []bool{false, true} {
+		for _, impl := range fleetImpls {
+			out = append(out, childShape{impl: impl, hot: hot, procs: cfg.procs, goroutines: cfg.goroutines, names: cfg.names,
+				conns: cfg.goroutines, duration: cfg.duration, group: "main"})
 		}
 	}
 	return out

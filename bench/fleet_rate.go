@@ -11,20 +11,17 @@ import (
 // lets it, and on a machine whose CPUs are the limit that figure is circular: every
 // point uses all the CPU there is, so CPU per lock is only the inverse of its own
 // throughput, shared out between client and server by the scheduler. Here every
-// replica's goroutines are paced (pacer, fleet_child.go) so that the fleet asks for the
+// replica's goroutines are paced (pacer, below) so that the fleet asks for the
 // same cfg.rate locks/s of each implementation, below what any of them can take: the
 // CPU each then uses is what its locks cost, and the acquire latency is the latency of
 // a fleet that is not saturated.
 
-// fleetRateShapes returns the cost question's points: each implementation of the
-// headline, uniform and skewed, at cfg.rate locks/s, interleaved.
+// fleetRateShapes returns the cost question's points: one round of the headline's, each
+// at cfg.rate locks/s, with the sweep's shorter windows.
 func fleetRateShapes(cfg fleetConfig) []childShape {
-	var out []childShape
-	for _, hot := range []bool{false, true} {
-		for _, impl := range fleetImpls {
-			out = append(out, childShape{impl: impl, hot: hot, procs: cfg.procs, goroutines: cfg.goroutines,
-				names: cfg.names, conns: cfg.goroutines, duration: cfg.sweepDuration, rate: cfg.rate, group: "rate"})
-		}
+	out := headlineRound(cfg)
+	for i := range out {
+		out[i].duration, out[i].rate, out[i].group = cfg.sweepDuration, cfg.rate, "rate"
 	}
 	return out
 }

@@ -119,9 +119,9 @@ func (fr fleetResults) markdown(b *strings.Builder) {
 	}
 	b.WriteString("| workload | | locks/s | p50 | p99 | connections open | not idle (mean) | server memory added (PSS) | client CPU per lock | server CPU per lock |\n" +
 		"|---|---|---|---|---|---|---|---|---|---|\n")
+	head := fr.headline()
 	for _, skew := range []string{"uniform", "hot 90/10"} {
 		pts := map[string]*fleetPoint{}
-		head := fr.headline()
 		for i := range head {
 			if p := &head[i]; p.Skew == skew {
 				pts[p.Impl] = p
