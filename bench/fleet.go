@@ -68,6 +68,9 @@ type fleetResults struct {
 	Conns    []fleetPoint `json:"conns,omitempty"` // the connections question (fleet_conns.go)
 	Rate     []fleetPoint `json:"rate,omitempty"`  // the cost question (fleet_rate.go)
 	Note     string       `json:"note,omitempty"`  // set by hand when rows come from different runs
+	// Carried names, for each question whose rows this run kept from the results file it
+	// replaced (see carryOver), the run that measured them: its time and load.
+	Carried map[string]string `json:"carried,omitempty"`
 }
 
 // fleetImpls are the headline's implementations, in table order.

@@ -114,8 +114,10 @@ func (fr fleetResults) markdown(b *strings.Builder) {
 		"sample came back). "+
 		"Machine: %s; server: %s. Load average at start → end: %s; run took %s.\n\n",
 		fleetCommand, fr.Warmup, bp.Seconds, fr.Machine, fr.Settings, fr.Load, fr.Took)
-	if fr.Note != "" {
-		fmt.Fprintf(b, "%s\n\n", fr.Note)
+	for _, note := range []string{fr.Note, fr.carriedNote()} {
+		if note != "" {
+			fmt.Fprintf(b, "%s\n\n", note)
+		}
 	}
 	b.WriteString("| workload | | locks/s | p50 | p99 | connections open | not idle (mean) | server memory added (PSS) | client CPU per lock | server CPU per lock |\n" +
 		"|---|---|---|---|---|---|---|---|---|---|\n")
