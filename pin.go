@@ -125,9 +125,15 @@ func newPin(m *Manager, pc *pgxpool.Conn, t target) *pin {
 // statementsFor), and returns only the result: the pid is the connection's own. The
 // result points into the pin: read it before the next statement.
 func (p *pin) row(ctx context.Context, sql string, keyInText bool) (uint32, *bool, error) {
+	return p.rowAs(ctx, sql, keyInText, p.unprepared(sql))
+}
+
+// rowAs is row with the choice of sending sql unprepared already made (and counted: see
+// unprepared).
+func (p *pin) rowAs(ctx context.Context, sql string, keyInText, unprepared bool) (uint32, *bool, error) {
 	p.rowPID, p.rowOK = 0, pgtype.Bool{}
 	var err error
-	switch unprepared := p.unprepared(sql); {
+	switch {
 	case p.st.direct && keyInText && unprepared:
 		p.rowPID = p.pid
 		err = p.pc.QueryRow(ctx, sql, pgx.QueryExecModeSimpleProtocol).Scan(p.dst[1:]...)

@@ -17,7 +17,7 @@ import (
 // the lock, as verified with the server or by closing the connection.
 func (p *pin) lock(ctx context.Context) error {
 	disarm := p.logWaitLater(ctx)
-	pid, owned, err := p.waitRow(ctx, p.st.lock, p.st.keyInText)
+	pid, owned, err := p.waitRow(ctx, false)
 	disarm()
 	p.setState(stateSettling)
 	interrupted := p.cancel.Settle()
@@ -61,7 +61,7 @@ func (p *pin) abandon(ctx context.Context, err error, interrupted bool) error {
 // as lock's is and the outcome made exact the same way (see abandon). On any other error
 // the connection is closed (the server frees anything it may hold).
 func (p *pin) tryLock(ctx context.Context) error {
-	pid, got, err := p.waitRow(ctx, p.st.tryLock, p.st.keyInText)
+	pid, got, err := p.waitRow(ctx, true)
 	p.setState(stateSettling)
 	interrupted := p.cancel.Settle()
 	if perr := p.checkBackend(pid, got, err); perr != nil {
@@ -132,15 +132,25 @@ func isQueryCanceled(err error) bool {
 	return errors.As(err, &pgErr) && pgErr.Code == "57014"
 }
 
-// waitRow runs one of the pin's statements (see pin.row) as a lock wait: cancelling ctx
-// interrupts it with a CancelRequest, which keeps the connection usable, instead of a
-// socket deadline, which breaks it. The mark is the connection's handler's, set only
-// while the statement runs (the pin's owner runs one statement at a time): marking the
-// ctx instead cost an allocation and a ctx.Value walk per Lock.
-func (p *pin) waitRow(ctx context.Context, sql string, keyInText bool) (uint32, *bool, error) {
+// waitRow runs the pin's lock statement, or with try its try statement (see pin.row), as
+// a lock wait: cancelling ctx interrupts it with a CancelRequest, which keeps the
+// connection usable, instead of a socket deadline, which breaks it. The mark is the
+// connection's handler's, set only while the statement runs (the pin's owner runs one
+// statement at a time): marking the ctx instead cost an allocation and a ctx.Value walk
+// per Lock. A named statement that would be sent unprepared is tried by key first (see
+// tryByKeyFirst).
+func (p *pin) waitRow(ctx context.Context, try bool) (uint32, *bool, error) {
 	p.cancel.SetWaiting(true)
 	defer p.cancel.SetWaiting(false)
-	return p.row(ctx, sql, keyInText)
+	sql := p.st.lock
+	if try {
+		sql = p.st.tryLock
+	}
+	unprepared := p.unprepared(sql)
+	if unprepared && p.st.keyInText {
+		return p.tryByKeyFirst(ctx, sql, try)
+	}
+	return p.rowAs(ctx, sql, p.st.keyInText, unprepared)
 }
 
 // handlerKey is where a connection's cancel handler is kept in PgConn.CustomData.

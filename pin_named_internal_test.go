@@ -1,0 +1,93 @@
+package advisory
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// TestNamedLockTriesByKeyFirst checks, on the server, what a named lock that its
+// connection has not prepared runs (pin_named.go): a free lock is taken by the key's
+// prepared try, and the session then shows the name's comment, so Holders names it; a
+// taken lock is waited for with the named statement, so the waiter shows its name too;
+// a TryLock of a taken lock holds nothing; shared locks go the same way.
+func TestNamedLockTriesByKeyFirst(t *testing.T) {
+	ctx, dsn, admin := serverConn(t)
+	m1, err := New(ctx, dsn)
+	require.NoError(t, err)
+	defer m1.Close()
+	m2, err := New(ctx, dsn)
+	require.NoError(t, err)
+	defer m2.Close()
+	name := t.Name()
+	holders := func() []Holder {
+		hs, err := m1.Holders(ctx, name)
+		require.NoError(t, err)
+		return hs
+	}
+
+	l1, err := m1.Lock(ctx, name)
+	require.NoError(t, err)
+	if !l1.s.st.direct {
+		t.Skip("the test server is not reached directly: named locks run the checked statements")
+	}
+	assert.Equal(t, nameComment(name), lastQuery(t, ctx, admin, l1.PID()), "a free lock: the try by key, then the comment")
+	hs := holders()
+	require.Len(t, hs, 1)
+	assert.Equal(t, Holder{Key: KeyOf(name), Name: name, Granted: true, PID: l1.PID()},
+		Holder{Key: hs[0].Key, Name: hs[0].Name, Granted: hs[0].Granted, PID: hs[0].PID})
+
+	_, err = m2.TryLock(ctx, name)
+	var locked *LockedError
+	require.ErrorAs(t, err, &locked)
+	assert.Equal(t, []uint32{l1.PID()}, heldBy(t, ctx, admin, KeyOf(name)), "a failed TryLock holds nothing")
+
+	got := make(chan *Lock, 1)
+	go func() {
+		l, err := m2.Lock(ctx, name)
+		assert.NoError(t, err)
+		got <- l
+	}()
+	var waiter Holder
+	for deadline := time.Now().Add(10 * time.Second); waiter.PID == 0; time.Sleep(time.Millisecond) {
+		require.True(t, time.Now().Before(deadline), "no session waits for %q", name)
+		for _, h := range holders() {
+			if !h.Granted {
+				waiter = h
+			}
+		}
+	}
+	assert.Equal(t, name, waiter.Name, "a waiter shows the name it waits for")
+	assert.Equal(t, statementsFor(name, false, false, true).lock, lastQuery(t, ctx, admin, waiter.PID),
+		"a taken lock is waited for with the named statement")
+	require.NoError(t, l1.Unlock(ctx))
+	var l2 *Lock
+	select {
+	case l2 = <-got:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the waiter was not granted the lock")
+	}
+	require.NotNil(t, l2)
+	assert.Equal(t, []uint32{waiter.PID}, heldBy(t, ctx, admin, KeyOf(name)))
+	hs = holders()
+	require.Len(t, hs, 1)
+	assert.Equal(t, name, hs[0].Name)
+	require.NoError(t, l2.Unlock(ctx))
+	assert.Empty(t, heldBy(t, ctx, admin, KeyOf(name)))
+
+	s1, err := m1.LockShared(ctx, name)
+	require.NoError(t, err)
+	s2, err := m2.LockShared(ctx, name)
+	require.NoError(t, err)
+	hs = holders()
+	require.Len(t, hs, 2)
+	for _, h := range hs {
+		assert.True(t, h.Granted && h.Shared, "%+v", h)
+		assert.Equal(t, name, h.Name)
+		assert.Equal(t, nameComment(name), lastQuery(t, ctx, admin, h.PID))
+	}
+	require.NoError(t, s1.Unlock(ctx))
+	require.NoError(t, s2.Unlock(ctx))
+}
