@@ -76,7 +76,20 @@ func main() {
 	flag.DurationVar(&fc.hold, "fleet-hold", 2*time.Millisecond, "fleet: the connections question's work under the lock")
 	flag.IntVar(&fc.rounds, "fleet-rounds", 3, "fleet: rounds of the headline (each runs every headline point once, interleaved)")
 	flag.Float64Var(&fc.rate, "fleet-rate", 1200, "fleet: the cost question's offered locks/s for the whole fleet (0: skip it)")
+	sc := stmtConfig{}
+	statements := flag.Bool("statements", false, "run only the statements probe (statements.go): a lock's statement at fleet scale, printed")
+	flag.IntVar(&sc.reps, "statements-reps", 5, "statements probe: windows per mode and phase, interleaved")
+	flag.DurationVar(&sc.window, "statements-window", 8*time.Second, "statements probe: each window")
+	flag.Float64Var(&sc.rate, "statements-rate", 1000, "statements probe: the paced phase's locks/s in all")
 	flag.Parse()
+	if *statements {
+		sc.conns, sc.names = fc.procs*fc.goroutines, fc.names
+		if err := runStatements(context.Background(), sc, os.Stdout); err != nil {
+			fmt.Fprintln(os.Stderr, "bench:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if *fleet {
 		fc.docs = *docs
 		self, err := os.Executable()

@@ -1,0 +1,299 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"slices"
+	"strconv"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/pgadvisory/advisory"
+)
+
+// The statements probe (-statements): what a lock costs a server with a fleet's
+// backends, by the statement that takes it, in plain pgx so that nothing else differs.
+// It asks why a named lock lags the same lock by key at fleet scale (docs/benchmarks.md,
+// "Reading the fleet"), what the alternatives would cost and buy, and what the session
+// settings every lock connection gets (manager_setup.go) cost the server. Every mode
+// unlocks with the same prepared statement; the texts are the library's (statements.go).
+
+type stmtConfig struct {
+	conns, names, reps int
+	window             time.Duration
+	rate               float64 // the paced phase's locks/s in all
+}
+
+// stmtMode is one way to take a lock; contended reports that it took a second statement.
+type stmtMode struct {
+	name     string
+	settings bool // the library's session settings on every connection
+	sockets  bool // the library's client socket options (keepalive, TCP_USER_TIMEOUT) on every connection
+	lock     func(ctx context.Context, c *pgx.Conn, key int64, name string) (contended bool, err error)
+}
+
+const (
+	stmtLockSQL   = "SELECT pg_catalog.pg_advisory_lock($1) IS NOT NULL"
+	stmtTrySQL    = "SELECT pg_catalog.pg_try_advisory_lock($1)"
+	stmtUnlockSQL = "SELECT pg_catalog.pg_advisory_unlock($1)"
+)
+
+// stmtSettings are a lock connection's session settings with the library's defaults
+// (keepalive.go: serverSettings).
+const stmtSettings = "SET tcp_keepalives_idle = 10; SET tcp_keepalives_interval = 5; SET tcp_keepalives_count = 4; " +
+	"SET tcp_user_timeout = 30000; SET lock_timeout = 0; SET statement_timeout = 0; " +
+	"SET idle_in_transaction_session_timeout = 0; SET idle_session_timeout = 0; SET client_connection_check_interval = 1000"
+
+func stmtComment(name string) string { return "/* advisory lock " + strconv.Quote(name) + " */ " }
+
+// stmtNamedSQL is the text a named lock sends until its connection has used it 32 times.
+func stmtNamedSQL(name string, key int64) string {
+	return stmtComment(name) + "SELECT pg_catalog.pg_advisory_lock('" + strconv.FormatInt(key, 10) + "'::bigint) IS NOT NULL"
+}
+
+func stmtModes() []stmtMode {
+	byKey := func(ctx context.Context, c *pgx.Conn, key int64, _ string) (bool, error) {
+		var ok bool
+		return false, c.QueryRow(ctx, stmtLockSQL, key).Scan(&ok)
+	}
+	named := func(ctx context.Context, c *pgx.Conn, key int64, name string) (bool, error) {
+		var ok bool
+		return false, c.QueryRow(ctx, stmtNamedSQL(name, key), pgx.QueryExecModeSimpleProtocol).Scan(&ok)
+	}
+	// pipelined sends a prepared statement by key and, in the same round trip, a statement
+	// that is only the name's comment: pg_stat_activity then shows the name once the lock
+	// is held, but a waiter shows the statement by key.
+	pipelined := func(ctx context.Context, c *pgx.Conn, sql string, key int64, name string) (bool, error) {
+		sd, err := c.Prepare(ctx, sql, sql)
+		if err != nil {
+			return false, err
+		}
+		b := &pgconn.Batch{}
+		b.ExecPrepared(sd.Name, [][]byte{[]byte(strconv.FormatInt(key, 10))}, nil, nil)
+		b.ExecParams(stmtComment(name), nil, nil, nil, nil)
+		res, err := c.PgConn().ExecBatch(ctx, b).ReadAll()
+		if err != nil {
+			return false, err
+		}
+		if len(res) != 2 || len(res[0].Rows) != 1 {
+			return false, fmt.Errorf("statements probe: unexpected results %v", res)
+		}
+		return string(res[0].Rows[0][0]) != "t", nil
+	}
+	return []stmtMode{
+		{name: "by key, prepared (LockKey)", lock: byKey},
+		{name: "by key, prepared, the library's session settings", settings: true, lock: byKey},
+		{name: "by key, prepared, the library's client socket options", sockets: true, lock: byKey},
+		{name: "named, simple protocol (Lock)", lock: named},
+		{name: "by key, then the name's comment, pipelined", lock: func(ctx context.Context, c *pgx.Conn, key int64, name string) (bool, error) {
+			return pipelined(ctx, c, stmtLockSQL, key, name)
+		}},
+		{name: "try by key + the name's comment; else named wait", lock: func(ctx context.Context, c *pgx.Conn, key int64, name string) (bool, error) {
+			busy, err := pipelined(ctx, c, stmtTrySQL, key, name)
+			if err != nil || !busy {
+				return false, err
+			}
+			_, err = named(ctx, c, key, name)
+			return true, err
+		}},
+	}
+}
+
+// stmtSample is one mode's window.
+type stmtSample struct {
+	rate, serverPerLock, clientPerLock, p50, contended float64 // locks/s, µs, µs, ms, share
+}
+
+// runStatements runs the probe on a throwaway cluster and prints its tables to out.
+func runStatements(ctx context.Context, cfg stmtConfig, out io.Writer) error {
+	srv, server, err := startFleetServer(ctx, cfg.conns+20)
+	if err != nil {
+		return err
+	}
+	defer srv.Close()
+	admin, err := pgx.Connect(ctx, srv.DSN())
+	if err != nil {
+		return err
+	}
+	defer admin.Close(ctx)
+	sm, err := newServerMeter(ctx, admin)
+	if err != nil {
+		return err
+	}
+	conns := make([]*pgx.Conn, cfg.conns)
+	for i := range conns {
+		if conns[i], err = pgx.Connect(ctx, srv.DSN()); err != nil {
+			return err
+		}
+		defer conns[i].Close(ctx)
+	}
+	names, keys := make([]string, cfg.names), make([]int64, cfg.names)
+	for i := range names {
+		names[i] = "fleet/" + strconv.Itoa(i)
+		keys[i] = int64(advisory.KeyOf(names[i]))
+	}
+	fmt.Fprintf(out, "statements probe: %d connections, %d names uniform, %d reps of %v per mode, interleaved (order rotated per rep); %s; %s; load %s\n",
+		cfg.conns, cfg.names, cfg.reps, cfg.window, server, machineLine(), loadAverage())
+	modes := stmtModes()
+	// Fresh backends run far slower for their first seconds (docs/benchmarks.md, "Fleet"):
+	// one untimed window first, so that the first mode of the first rep is not their victim.
+	if _, err := stmtWindow(ctx, cfg, modes[0], conns, names, keys, sm, false, -1); err != nil {
+		return err
+	}
+	for _, paced := range []bool{false, true} {
+		samples := make([][]stmtSample, len(modes))
+		for rep := range cfg.reps {
+			for j := range modes {
+				i := (j + rep) % len(modes)
+				s, err := stmtWindow(ctx, cfg, modes[i], conns, names, keys, sm, paced, rep)
+				if err != nil {
+					return fmt.Errorf("%s: %w", modes[i].name, err)
+				}
+				samples[i] = append(samples[i], s)
+			}
+		}
+		stmtTable(out, cfg, modes, samples, paced)
+	}
+	return nil
+}
+
+// stmtWindow runs one mode for one window. Saturated, every connection has a goroutine
+// that locks and unlocks as fast as it can; paced, 50 goroutines share the connections
+// round-robin and lock at even intervals, cfg.rate locks/s in all, so that each
+// connection's backend sleeps between its locks as a fleet's does.
+func stmtWindow(ctx context.Context, cfg stmtConfig, m stmtMode, conns []*pgx.Conn, names []string, keys []int64,
+	sm *serverMeter, paced bool, rep int) (stmtSample, error) {
+	setting := "RESET ALL"
+	if m.settings {
+		setting = stmtSettings
+	}
+	for _, c := range conns {
+		if _, err := c.Exec(ctx, setting); err != nil {
+			return stmtSample{}, err
+		}
+		if err := stmtSocket(c, m.sockets); err != nil {
+			return stmtSample{}, err
+		}
+	}
+	workers := len(conns)
+	if paced {
+		workers = 50
+	}
+	per := len(conns) / workers
+	var mu sync.Mutex
+	var lats []time.Duration
+	var contended int
+	var firstErr error
+	var wg sync.WaitGroup
+	c0, cl0, t0 := sm.cpu(), clientRunTime(), time.Now()
+	stop := t0.Add(cfg.window)
+	for w := range workers {
+		wg.Go(func() {
+			rng := rand.New(rand.NewPCG(uint64(rep), uint64(w)))
+			var mine []time.Duration
+			var busy int
+			var interval time.Duration
+			if paced {
+				interval = time.Duration(float64(workers) / cfg.rate * float64(time.Second))
+			}
+			next := t0.Add(interval * time.Duration(w) / time.Duration(workers))
+			var err error
+			for i := 0; err == nil && time.Now().Before(stop); i++ {
+				if paced {
+					time.Sleep(time.Until(next))
+					next = next.Add(interval)
+				}
+				c, n := conns[w*per+i%per], rng.IntN(len(names))
+				start := time.Now()
+				var more bool
+				if more, err = m.lock(ctx, c, keys[n], names[n]); err == nil {
+					mine = append(mine, time.Since(start))
+					var ok bool
+					err = c.QueryRow(ctx, stmtUnlockSQL, keys[n]).Scan(&ok)
+				}
+				if more {
+					busy++
+				}
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			lats, contended = append(lats, mine...), contended+busy
+			if err != nil && firstErr == nil {
+				firstErr = err
+			}
+		})
+	}
+	wg.Wait()
+	elapsed, server, client := time.Since(t0), sm.cpu()-c0, time.Duration(clientRunTime()-cl0)
+	if firstErr != nil || len(lats) == 0 {
+		return stmtSample{}, fmt.Errorf("no locks taken: %v", firstErr)
+	}
+	slices.Sort(lats)
+	n := float64(len(lats))
+	return stmtSample{rate: n / elapsed.Seconds(), serverPerLock: float64(server.Microseconds()) / n,
+		clientPerLock: float64(client.Microseconds()) / n,
+		p50:           float64(lats[len(lats)/2].Microseconds()) / 1000, contended: float64(contended) / n}, nil
+}
+
+// stmtTable prints one phase: per mode, the medians over reps, and its locks/s (paced: its
+// server CPU per lock) as a ratio to the first mode's in the same rep (median and range).
+func stmtTable(out io.Writer, cfg stmtConfig, modes []stmtMode, samples [][]stmtSample, paced bool) {
+	if paced {
+		fmt.Fprintf(out, "\npaced, %.0f locks/s in all (50 goroutines, each connection used about every %.1f s):\n", cfg.rate, float64(cfg.conns)/cfg.rate)
+	} else {
+		fmt.Fprintf(out, "\nsaturated (one goroutine per connection, as fast as the CPUs let it):\n")
+	}
+	what := "locks/s"
+	if paced {
+		what = "server CPU per lock" // every mode takes the same locks/s
+	}
+	fmt.Fprintf(out, "| mode | locks/s | %s / by key's (range) | server CPU per lock | client CPU per lock | p50 acquire | second statement |\n|---|---|---|---|---|---|---|\n", what)
+	for i, m := range modes {
+		var rate, cpu, cl, p50, busy, ratio []float64
+		for r, s := range samples[i] {
+			rate, cpu, cl, p50, busy = append(rate, s.rate), append(cpu, s.serverPerLock), append(cl, s.clientPerLock), append(p50, s.p50), append(busy, s.contended)
+			if paced {
+				ratio = append(ratio, s.serverPerLock/samples[0][r].serverPerLock)
+			} else {
+				ratio = append(ratio, s.rate/samples[0][r].rate)
+			}
+		}
+		fmt.Fprintf(out, "| %s | %.0f | %.2fx (%.2fx–%.2fx) | %.0f µs | %.0f µs | %.2f ms | %.0f %% |\n", m.name, median(rate), median(ratio),
+			slices.Min(ratio), slices.Max(ratio), median(cpu), median(cl), median(p50), 100*median(busy))
+	}
+}
+
+// stmtSocket gives c's socket the library's default client keepalive (keepalive.go:
+// 4 s idle, 2 s interval, 3 probes, TCP_USER_TIMEOUT their sum, 10 s) when on, and pgx's
+// defaults (keepalive after 5 min, no user timeout) when off.
+func stmtSocket(c *pgx.Conn, on bool) error {
+	tcp, ok := c.PgConn().Conn().(*net.TCPConn)
+	if !ok {
+		return fmt.Errorf("statements probe: not a TCP connection: %T", c.PgConn().Conn())
+	}
+	ka, user := net.KeepAliveConfig{Enable: true, Idle: 5 * time.Minute, Interval: 5 * time.Minute, Count: 9}, 0
+	if on {
+		ka, user = net.KeepAliveConfig{Enable: true, Idle: 4 * time.Second, Interval: 2 * time.Second, Count: 3}, 10000
+	}
+	if err := tcp.SetKeepAliveConfig(ka); err != nil {
+		return err
+	}
+	raw, err := tcp.SyscallConn()
+	if err != nil {
+		return err
+	}
+	var serr error
+	if err := raw.Control(func(fd uintptr) {
+		serr = syscall.SetsockoptInt(int(fd), syscall.IPPROTO_TCP, 0x12 /* TCP_USER_TIMEOUT */, user)
+	}); err != nil {
+		return err
+	}
+	return serr
+}
