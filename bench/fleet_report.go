@@ -192,12 +192,15 @@ func (fr fleetResults) findings(b *strings.Builder) {
 		"connection, its key as a literal: one SQL text per name. pgx prepares each text once per connection (a "+
 		"round trip of its own) and caches it (`statement_cache_capacity`, 512 by default); over 1,000 names, "+
 		"prepared on first use, named locks reached 0.26x raw's locks/s (an earlier run of this table). The "+
-		"library now sends a name's statement unprepared (one round trip, parsed there) until a connection has run "+
-		"it 32 times, and prepares it from then on, up to half the statement cache per connection; names past "+
-		"that run unprepared, so that none is evicted and prepared again (statements_firstuse.go, which gives the "+
+		"library prepares a name's statement once a connection has run it 32 times, up to half the statement "+
+		"cache per connection, so that none is evicted and prepared again (statements_firstuse.go, which gives the "+
 		"measurements behind 32: a use that prepares costs about three unprepared ones; one connection cycling "+
-		"1,000 names, `BenchmarkCycleManyNames`: 1.57x the raw floor before the budget, 1.17x with it). "+
-		"Named locks reach %.2fx raw's locks/s, uniform, and the same locks taken by key "+
+		"1,000 names, `BenchmarkCycleManyNames`: 1.57x the raw floor before the budget, 1.17x with it). Until "+
+		"then the server parses the named statement at each use, which with 1,000 backends each used rarely is "+
+		"what a name costs (the statements probe below: 1.31x the by-key statement's server CPU paced, 0.88x its "+
+		"locks/s saturated); so such a lock is first tried by key, with the name's comment in the same round "+
+		"trip, and only a lock found taken is waited for with the named statement (pin_named.go; 1.06x and "+
+		"0.94x). Named locks reach %.2fx raw's locks/s, uniform, and the same locks taken by key "+
 		"(`LockKey`, one text for every key) %.2fx (the median rounds' locks/s; each round's own ratios are "+
 		"above). Server memory added (PSS): "+
 		"%.0f MB named, %.0f MB by key, %.0f MB raw. Callers with many names per Manager who do not need names "+

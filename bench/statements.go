@@ -297,3 +297,56 @@ func stmtSocket(c *pgx.Conn, on bool) error {
 	}
 	return serr
 }
+
+// statementsNotes is the statements probe's section of docs/benchmarks.md: figures of
+// one run of -statements, typed from its output (it writes no results file).
+const statementsNotes = `## What a lock's statement costs at fleet scale (issue 24)
+
+` + "`cd bench && go run . -statements`" + ` (statements.go) takes locks in plain pgx on 1,000
+connections to one server, the fleet's shape (a throwaway cluster, max_connections 1,020;
+1,000 names, uniform), by each way of sending the lock statement; every mode unlocks with
+the same prepared statement. Modes are interleaved, their order rotated per rep, after one
+untimed window: 7 reps of 8 s, saturated (a goroutine per connection, as fast as the CPUs
+let it) and paced (1,000 locks/s in all, so each backend is used about once a second, as
+in a fleet that is not overloaded). linux/amd64, 2 CPUs, go1.26.8, unpinned, PostgreSQL 15.
+
+| mode | saturated: locks/s / by key's, median (range) | saturated: server CPU per lock | paced: server CPU per lock / by key's, median (range) | paced: p50 acquire | saturated: found taken (second statement) |
+|---|---|---|---|---|---|
+| by key, prepared (what ` + "`LockKey`" + ` sends) | 1.00x | 398 µs | 1.00x (556 µs) | 0.62 ms | |
+| by key, prepared, with the library's session settings | 1.02x (0.83x–1.20x) | 389 µs | 1.07x (0.93x–1.29x) | 0.67 ms | |
+| named, simple protocol (what ` + "`Lock`" + ` sent for a name its connection had not prepared) | 0.88x (0.85x–1.16x) | 436 µs | 1.31x (1.06x–1.46x) | 0.78 ms | |
+| by key, then the name's comment, pipelined | 0.99x (0.87x–1.18x) | 387 µs | 1.02x (0.82x–1.49x) | 0.65 ms | |
+| try by key with the name's comment; if taken, the named wait (what ` + "`Lock`" + ` sends now) | 0.94x (0.77x–1.09x) | 411 µs | 1.06x (0.80x–1.25x) | 0.63 ms | 39 % |
+
+- **A name costs the parse.** The named statement (the name's comment, which
+  pg_stat_activity shows to ` + "`Holders`" + `, ` + "`pgadvisory status`" + ` and anyone looking, and the
+  key as a literal) is a text of its own per name, parsed at each use on a connection that
+  has not prepared it. With 1,000 backends each used rarely that cost 1.31x the by-key
+  statement's server CPU per lock paced (+0.16 ms at the median acquire: the fleet's cost
+  question showed the same +0.17 ms) and 0.88x its locks/s saturated.
+- **What the library sends now.** Such a lock is first tried with the key's prepared
+  statement, with a statement that is only the name's comment in the same round trip, so
+  the holder shows its name; only a lock found taken is waited for with the named
+  statement, so that a waiter shows its name too (pin_named.go). Paced, no lock was found
+  taken: 1.06x. Saturated, 39 % were, and paid a second round trip: 0.94x, against 0.88x.
+- **The alternative that costs nothing hides waiters' names.** Sending the blocking
+  statement by key with the comment after it reached 0.99x, but a session waiting for the
+  lock would show the statement by key: ` + "`Holders`" + ` and ` + "`pgadvisory status`" + ` could no longer
+  say which name a stuck wait waits for, when that is what an operator asks. The library
+  keeps the name on waiters. ` + "`LockKey`" + ` is the choice where names are not wanted at all.
+- **The session settings cost the server nothing measurable.** Every lock connection sets
+  the server end's keepalive (` + "`tcp_keepalives_*`" + `, ` + "`tcp_user_timeout`" + `), clears four
+  timeouts and sets ` + "`client_connection_check_interval`" + ` (1 s: a backend waiting for a lock
+  notices that its client died, and is not granted the lock). Saturated 1.02x, paced
+  1.07x, both within the reps' spread. So the fleet's gap between the library by key and
+  raw pgx is on the client side: per cycle the library makes three system calls raw pgx does
+  not (two ` + "`epoll_ctl`" + ` for the loss watcher, registering the held connection and removing
+  it before the unlock, and one ` + "`MSG_PEEK`" + ` receive on each checkout, which finds a pooled
+  connection whose backend ended while it idled; strace of 2,000 cycles on one connection:
+  10.5 system calls per cycle against 7.1), and allocates the ` + "`pin`" + ` (504 bytes) that the
+  caller's ` + "`Lock`" + ` points into. In the fleet's profiles of the saturated by-key point
+  (` + "`BENCH_FLEET_CPUPROFILE`" + `, 20 replicas) those took 3.9 %, 1.6 % and 6.5 % of the
+  replicas' samples: each buys a guarantee (the holder is told first; no lock meets a dead
+  connection's error; a ` + "`Lock`" + ` stays valid after its Unlock).
+
+`
