@@ -199,8 +199,8 @@ func (fr fleetResults) findings(b *strings.Builder) {
 		"then the server parses the named statement at each use, which with 1,000 backends each used rarely is "+
 		"what a name costs (the statements probe below: 1.31x the by-key statement's server CPU paced, 0.88x its "+
 		"locks/s saturated); so such a lock is first tried by key, with the name's comment in the same round "+
-		"trip, and only a lock found taken is waited for with the named statement (pin_named.go; 1.06x and "+
-		"0.94x). Named locks reach %.2fx raw's locks/s, uniform, and the same locks taken by key "+
+		"trip, and only a lock found taken is waited for with the named statement (pin_named.go; 1.06x paced). "+
+		"Named locks reach %.2fx raw's locks/s, uniform, and the same locks taken by key "+
 		"(`LockKey`, one text for every key) %.2fx (the median rounds' locks/s; each round's own ratios are "+
 		"above). Server memory added (PSS): "+
 		"%.0f MB named, %.0f MB by key, %.0f MB raw. Callers with many names per Manager who do not need names "+

@@ -328,20 +328,30 @@ in a fleet that is not overloaded). linux/amd64, 2 CPUs, go1.26.8, unpinned, Pos
   statement, with a statement that is only the name's comment in the same round trip, so
   the holder shows its name; only a lock found taken is waited for with the named
   statement, so that a waiter shows its name too (pin_named.go). Paced, no lock was found
-  taken: 1.06x. Saturated, 39 % were, and paid a second round trip: 0.94x, against 0.88x.
+  taken: 1.06x. Saturated, 39 % were, and paid a second round trip: 0.94x against 0.88x
+  here, but a second run (5 reps, with the client socket options' row) gave 0.87x against
+  0.90x, so saturated the two are within the reps' spread. The second run's paced figures
+  agreed with the first: named 1.26x (1.10x–1.44x), tried by key first 1.06x (0.87x–1.13x),
+  p50 0.60 ms against 0.51 ms.
 - **The alternative that costs nothing hides waiters' names.** Sending the blocking
-  statement by key with the comment after it reached 0.99x, but a session waiting for the
-  lock would show the statement by key: ` + "`Holders`" + ` and ` + "`pgadvisory status`" + ` could no longer
-  say which name a stuck wait waits for, when that is what an operator asks. The library
-  keeps the name on waiters. ` + "`LockKey`" + ` is the choice where names are not wanted at all.
-- **The session settings cost the server nothing measurable.** Every lock connection sets
-  the server end's keepalive (` + "`tcp_keepalives_*`" + `, ` + "`tcp_user_timeout`" + `), clears four
-  timeouts and sets ` + "`client_connection_check_interval`" + ` (1 s: a backend waiting for a lock
-  notices that its client died, and is not granted the lock). Saturated 1.02x, paced
-  1.07x, both within the reps' spread. So the fleet's gap between the library by key and
-  raw pgx is on the client side: per cycle the library makes three system calls raw pgx does
-  not (two ` + "`epoll_ctl`" + ` for the loss watcher, registering the held connection and removing
-  it before the unlock, and one ` + "`MSG_PEEK`" + ` receive on each checkout, which finds a pooled
+  statement by key with the comment after it reached 0.99x saturated (0.90x in the second
+  run) and 1.02x paced (1.05x), but a session waiting for the lock would show the statement
+  by key: ` + "`Holders`" + ` and ` + "`pgadvisory status`" + ` could no longer say which name a stuck wait
+  waits for, when that is what an operator asks. The library keeps the name on waiters.
+  ` + "`LockKey`" + ` is the choice where names are not wanted at all.
+- **The session settings cost the server little.** Every lock connection sets the server
+  end's keepalive (` + "`tcp_keepalives_*`" + `, ` + "`tcp_user_timeout`" + `), clears four timeouts and sets
+  ` + "`client_connection_check_interval`" + ` (1 s: a backend waiting for a lock notices that its
+  client died, and is not granted the lock). Saturated 1.02x and 0.96x in the two runs;
+  paced 1.07x (0.93x–1.29x) and 1.13x (1.04x–1.43x): about a tenth more server CPU per lock
+  when each backend is used about once a second, which fits the check's timer (armed at a
+  statement's start, it fires a second later and wakes the backend once more; not
+  confirmed apart). The client socket options (keepalive 4 s/2 s/3, ` + "`TCP_USER_TIMEOUT`" + `
+  10 s) cost nothing: 0.94x (0.79x–1.56x) saturated, 0.99x paced. The rest of the fleet's
+  gap between the library by key and raw pgx is on the client side: per cycle the library
+  makes three system calls raw pgx does not (two ` + "`epoll_ctl`" + ` for the loss watcher,
+  registering the held connection and removing it before the unlock, and one
+  ` + "`MSG_PEEK`" + ` receive on each checkout, which finds a pooled
   connection whose backend ended while it idled; strace of 2,000 cycles on one connection:
   10.5 system calls per cycle against 7.1), and allocates the ` + "`pin`" + ` (504 bytes) that the
   caller's ` + "`Lock`" + ` points into. In the fleet's profiles of the saturated by-key point
