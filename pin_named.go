@@ -26,11 +26,12 @@ import (
 // comment: once it holds the lock, pg_stat_activity shows the name, as it did. Only a try
 // that finds the lock taken sends the named statement and waits, so that a waiter, too,
 // shows the name it waits for. Measured the same way: 1.06x the by-key statement's server
-// CPU paced (no lock was contended there), 0.94x its locks/s saturated, where 39 % of
-// locks found theirs taken and paid the second round trip. (Sending the blocking
-// statement by key with the comment after it measured 0.99x saturated, but a waiter
-// would then show no name.) A name a connection has prepared keeps its one prepared
-// statement: nothing is parsed there.
+// CPU paced, in two runs (no lock was contended there). Saturated, where 39 % of locks
+// found theirs taken and paid the second round trip, it took 0.94x and 0.87x the by-key
+// statement's locks/s against the named statement's 0.88x and 0.90x: no gain shown there.
+// (Sending the blocking statement by key with the comment after it measured no better,
+// 0.99x and 0.90x, and a waiter would then show no name.) A name a connection has
+// prepared keeps its one prepared statement: nothing is parsed there.
 
 // tryByKeyFirst takes the pin's named lock as above: named is the named statement (the lock
 // statement, or the try statement when try), whose use unprepared was counted. It
