@@ -63,6 +63,8 @@ func main() {
 	flag.BoolVar(&pc.warm, "probe-warm", false, "cycle probe: time each sample after an untimed run of its row")
 	flag.StringVar(&pc.placement, "probe-placement", "", "cycle probe: \"one core\" or \"two cores\" (default unpinned)")
 	flag.BoolVar(&pc.cpu, "probe-cpu", false, "cycle probe: measure CPU time per cycle (client threads, backend) instead of latency")
+	flag.BoolVar(&pc.oneManager, "probe-one-manager", false, "cycle probe: run Lock and TryLock on one Manager, as the issue's harness did (else a Manager each)")
+	flag.IntVar(&pc.draws, "probe-draws", 1, "cycle probe: split the samples between this many draws, each on new connections and Managers (new backends)")
 	fc := fleetConfig{}
 	fleet := flag.Bool("fleet", false, "run only the fleet benchmark (fleet.go): writes -docs's benchmarks-fleet.json, its plots and benchmarks.md")
 	flag.IntVar(&fc.procs, "fleet-procs", 20, "fleet: replica processes")
@@ -154,13 +156,22 @@ func run(ctx context.Context, rounds int, docs, readme string, peers bool, only 
 	// (the scheduler seldom moves a thread that keeps running), so unpinned rows timed
 	// after pinned passes measured the last placement's leftovers, not what a user's
 	// program sees (issue 24: the floor read 0.120 ms beside a fresh process's 0.099-0.110).
+	// The cycles are measured over many draws of their backends (see bench.redraw).
 	free, rest := splitUnpinned(rows)
-	if err := warmUp(ctx, b, phase(free, true)); err != nil {
-		return err
-	}
 	for r := 1; r <= rounds; r++ {
-		if err := measureRound(ctx, b, phase(free, true), false); err != nil {
-			return err
+		for d := 0; d < cycleDraws; d++ {
+			if r > 1 || d > 0 {
+				if err := b.redraw(ctx); err != nil {
+					return err
+				}
+			}
+			if err := warmUp(ctx, b, phase(free, true)); err != nil {
+				return err
+			}
+			if err := measureRound(ctx, b, phase(free, true), false); err != nil {
+				return err
+			}
+			endDraw(phase(free, true))
 		}
 		if err := measureRound(ctx, b, phase(free, false), true); err != nil { // the handoffs
 			return err
@@ -186,7 +197,7 @@ func run(ctx context.Context, rounds int, docs, readme string, peers bool, only 
 		fmt.Fprintf(os.Stderr, "round %d/%d done (%v)\n", r, rounds, time.Since(start).Round(time.Second))
 	}
 	b.placer.place(placement{Name: "unpinned"})
-	probe, err := b.outsideProbe()
+	probe, probeDraws, err := b.outsideProbe()
 	if err != nil {
 		return err
 	}
@@ -196,7 +207,7 @@ func run(ctx context.Context, rounds int, docs, readme string, peers bool, only 
 			return err
 		}
 	}
-	res := results{Machine: machine(srv), Load: load + " → " + loadAverage(), Rounds: rounds, Took: time.Since(start).Round(time.Second).String(), Rows: summarize(rows), Probe: probe, Features: features, FeaturesLoad: loadAverage()}
+	res := results{Machine: machine(srv), Load: load + " → " + loadAverage(), Rounds: rounds, Took: time.Since(start).Round(time.Second).String(), Rows: summarize(rows), Probe: probe, ProbeDraws: probeDraws, Features: features, FeaturesLoad: loadAverage()}
 	if err := res.writeJSON(filepath.Join(docs, "benchmarks.json")); err != nil {
 		return err
 	}

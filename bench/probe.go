@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"runtime/pprof"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -21,10 +22,13 @@ import (
 
 // The cycle probe is the outside harness of issue 24 written down: a plain pgx.Conn
 // running `select pg_try_advisory_lock($1)` and `select pg_advisory_unlock($1)`,
-// interleaved row by row with m.Lock+Unlock and m.TryLock+Unlock on one Manager made
-// with New's defaults, warm-ups first, then medians. Nothing else runs in the process:
-// no other pools, no placement moves, no untimed run before each sample. It is the
-// check on the main bench's cycle rows (cycles.go), which must agree with it.
+// interleaved row by row with m.Lock+Unlock and m.TryLock+Unlock on Managers made with
+// New's defaults, warm-ups first, then medians. Nothing else runs in the process: no
+// other pools, no placement moves, no untimed run before each sample. It is the check on
+// the main bench's cycle rows (cycles.go), which must agree with it. Two things make a
+// single run of it measure luck rather than code on a small machine, and both have an
+// option: one pair of connections is one draw of the scheduler's placement (draws), and
+// rows that share a backend are favoured (oneManager, the issue's harness as written).
 
 // probeConfig is what -probe's flags set.
 type probeConfig struct {
@@ -37,6 +41,16 @@ type probeConfig struct {
 	warm             bool   // before each timed sample, one untimed run of the same row (the main bench's way until issue 24)
 	placement        string // a placement's name (placements()); "" or "unpinned": none
 	cpu              bool   // measure CPU per cycle instead (probe_cpu.go)
+	// draws splits the samples between this many draws, each with a new raw connection
+	// and a new Manager, so new backends. On 2 vCPUs a cycle takes about 65 µs while the
+	// scheduler keeps the backend on the client thread's CPU and 140-190 µs while every
+	// message crosses to the other, and where a backend runs holds for hundreds of
+	// cycles at a time, per backend: one pair of connections is one draw, and its ratio
+	// says more about that draw than about the code.
+	draws int
+	// oneManager runs Lock and TryLock on one Manager, as the issue's harness did, instead
+	// of a Manager each (see probeRows).
+	oneManager bool
 }
 
 type probeRow struct {
@@ -45,25 +59,35 @@ type probeRow struct {
 	vals []float64
 }
 
+// probeConns are a draw's connections, one per row (see probeRows).
+type probeConns struct {
+	raw, raw2 *pgx.Conn
+	lock, try *advisory.Manager
+}
+
 // probeRows returns the outside harness's three rows and, with variants, the forms of the
 // floor that the main bench used before issue 24 (a literal key; two statements that are
-// each prepared once), so a run shows which difference moves the floor.
-func probeRows(raw *pgx.Conn, m *advisory.Manager, variants bool) []*probeRow {
+// each prepared once), so a run shows which difference moves the floor. Each row runs on
+// its own connection: the issue's harness ran Lock and TryLock on one Manager, whose
+// backend, serving two rows of three, was more often still on its CPU at its next cycle
+// than the floor's, serving one; that favoured them by about 0.06x (with the variant's
+// row on the floor's connection, two rows each, the ratios rose by as much).
+func probeRows(c probeConns, variants bool) []*probeRow {
 	key := int64(advisory.KeyOf("probe/raw"))
 	rows := []*probeRow{
 		{name: "raw pgx (pg_try_advisory_lock($1), pg_advisory_unlock($1))", op: func(ctx context.Context) error {
-			return rawCycle(ctx, raw, key)
+			return rawCycle(ctx, c.raw, key)
 		}},
-		{name: "advisory Lock + Unlock", op: func(ctx context.Context) error { return lockCycle(ctx, m, "probe/lock") }},
-		{name: "advisory TryLock + Unlock", op: func(ctx context.Context) error { return tryCycle(ctx, m, "probe/try") }},
+		{name: "advisory Lock + Unlock", op: func(ctx context.Context) error { return lockCycle(ctx, c.lock, "probe/lock") }},
+		{name: "advisory TryLock + Unlock", op: func(ctx context.Context) error { return tryCycle(ctx, c.try, "probe/try") }},
 	}
 	if variants {
 		rows = append(rows, &probeRow{name: "raw pgx, literal key (the old bench floor)", op: func(ctx context.Context) error {
 			var ok bool
-			if err := raw.QueryRow(ctx, "SELECT pg_try_advisory_lock(43)").Scan(&ok); err != nil || !ok {
+			if err := c.raw2.QueryRow(ctx, "SELECT pg_try_advisory_lock(43)").Scan(&ok); err != nil || !ok {
 				return fmt.Errorf("try lock: %v %v", ok, err)
 			}
-			return raw.QueryRow(ctx, "SELECT pg_advisory_unlock(43)").Scan(&ok)
+			return c.raw2.QueryRow(ctx, "SELECT pg_advisory_unlock(43)").Scan(&ok)
 		}})
 	}
 	return rows
@@ -79,6 +103,7 @@ func rawCycle(ctx context.Context, c *pgx.Conn, key int64) error {
 	return c.QueryRow(ctx, "select pg_advisory_unlock($1)", key).Scan(&ok)
 }
 
+// lockCycle is one Lock and its Unlock.
 func lockCycle(ctx context.Context, m *advisory.Manager, name string) error {
 	l, err := m.Lock(ctx, name)
 	if err != nil {
@@ -87,6 +112,7 @@ func lockCycle(ctx context.Context, m *advisory.Manager, name string) error {
 	return l.Unlock(ctx)
 }
 
+// tryCycle is one TryLock and its Unlock.
 func tryCycle(ctx context.Context, m *advisory.Manager, name string) error {
 	l, err := m.TryLock(ctx, name)
 	if err != nil {
@@ -110,6 +136,7 @@ func runProbe(ctx context.Context, cfg probeConfig, out io.Writer) error {
 type probeResult struct {
 	Samples int              `json:"samples"`
 	Warmups int              `json:"warmups"`
+	Draws   int              `json:"draws,omitempty"` // 0 or 1: one raw connection and one Manager
 	Load    string           `json:"load"`
 	Rows    []probeRowResult `json:"rows"`
 }
@@ -119,69 +146,131 @@ type probeRowResult struct {
 	Median float64 `json:"median_us"`
 	P90    float64 `json:"p90_us"`
 	Ratio  float64 `json:"ratio"` // to the first row, the raw floor
+	// DrawRatios are the row's median over the floor's in each draw (with more than one).
+	DrawRatios []float64 `json:"draw_ratios,omitempty"`
 }
 
-// probeOn runs the probe against dsn's server, prints it to out and returns it.
+// probeOn runs the probe against dsn's server, prints it to out and returns it. With
+// draws > 1 the samples are split between draws, and every draw opens its own raw
+// connection and its own Manager: new backends, placed afresh by the scheduler (see
+// draws in probeConfig).
 func probeOn(ctx context.Context, cfg probeConfig, dsn string, out io.Writer) (probeResult, error) {
-	res := probeResult{Samples: cfg.samples, Warmups: cfg.warmups}
-	raw, err := pgx.Connect(ctx, dsn)
-	if err != nil {
-		return res, err
+	draws := max(cfg.draws, 1)
+	if cfg.cpu || cfg.profile != "" || cfg.placement != "" && cfg.placement != "unpinned" {
+		draws = 1 // these look at one pair of backends
 	}
-	defer raw.Close(context.Background())
-	m, err := advisory.New(ctx, dsn)
-	if err != nil {
-		return res, err
-	}
-	defer m.Close()
-	rows := probeRows(raw, m, cfg.variants)
-	if cfg.only != "" {
-		rows = keepProbeRows(rows, cfg.only)
-	}
-	if cfg.placement != "" && cfg.placement != "unpinned" {
-		if err := placeProbe(ctx, raw, cfg.placement); err != nil {
-			return res, err
-		}
-	}
+	res := probeResult{Samples: cfg.samples, Warmups: cfg.warmups, Draws: draws}
 	load := loadAverage()
-	if err := probeRounds(ctx, rows, cfg.warmups, false, false, false); err != nil {
-		return res, err
-	}
-	if cfg.cpu {
-		return res, probeCPU(ctx, out, rows, func(i int) (int, error) { return backendOf(ctx, raw, m, i) }, 10, 500)
-	}
-	if cfg.profile != "" {
-		f, err := os.Create(cfg.profile)
+	var rows []*probeRow
+	var drawRatios [][]float64 // per row, its median over the floor's in each draw
+	for d := 0; d < draws; d++ {
+		n := cfg.samples / draws
+		if d < cfg.samples%draws {
+			n++
+		}
+		er, err := probeDraw(ctx, cfg, dsn, out, n)
 		if err != nil {
 			return res, err
 		}
-		defer f.Close()
-		if err := pprof.StartCPUProfile(f); err != nil {
-			return res, err
+		if rows == nil {
+			rows = make([]*probeRow, len(er))
+			drawRatios = make([][]float64, len(er))
+			for i, r := range er {
+				rows[i] = &probeRow{name: r.name}
+			}
 		}
-		defer pprof.StopCPUProfile()
+		floor := median(er[0].vals)
+		for i, r := range er {
+			rows[i].vals = append(rows[i].vals, r.vals...)
+			drawRatios[i] = append(drawRatios[i], median(r.vals)/floor)
+		}
 	}
-	if err := probeRounds(ctx, rows, cfg.samples, true, cfg.shuffle, cfg.warm); err != nil {
-		return res, err
+	if cfg.cpu {
+		return res, nil
 	}
 	pl := cfg.placement
 	if pl == "" {
 		pl = "unpinned"
 	}
-	fmt.Fprintf(out, "cycle probe: %d samples per row after %d warm-ups, interleaved row by row (%s order%s), %s; load average %s → %s\n",
+	drawn := map[bool]string{true: "Lock and TryLock on one Manager", false: "a connection or a Manager per row"}[cfg.oneManager]
+	if draws > 1 {
+		drawn = fmt.Sprintf("%s, %d draws of them", drawn, draws)
+	} else {
+		drawn += ", one draw of them"
+	}
+	fmt.Fprintf(out, "cycle probe: %d samples per row after %d warm-ups, interleaved row by row (%s order%s), %s, %s; load average %s → %s\n",
 		cfg.samples, cfg.warmups, map[bool]string{true: "shuffled", false: "fixed"}[cfg.shuffle],
-		map[bool]string{true: ", each sample after an untimed run of its row", false: ""}[cfg.warm], pl, load, loadAverage())
+		map[bool]string{true: ", each sample after an untimed run of its row", false: ""}[cfg.warm], pl, drawn, load, loadAverage())
 	res.Load = load + " → " + loadAverage()
 	floor := median(rows[0].vals)
-	for _, r := range rows {
+	for i, r := range rows {
 		rr := probeRowResult{Name: r.name, Median: median(r.vals), P90: quantileOf(r.vals, 0.9), Ratio: median(r.vals) / floor}
+		if draws > 1 {
+			rr.DrawRatios = drawRatios[i]
+		}
 		res.Rows = append(res.Rows, rr)
-		fmt.Fprintf(out, "  %-62s median %7.1f µs  p90 %7.1f µs  %.2fx\n", rr.Name, rr.Median, rr.P90, rr.Ratio)
+		fmt.Fprintf(out, "  %-62s median %7.1f µs  p90 %7.1f µs  %.2fx", rr.Name, rr.Median, rr.P90, rr.Ratio)
+		if draws > 1 && i > 0 {
+			s := append([]float64(nil), drawRatios[i]...)
+			sort.Float64s(s)
+			fmt.Fprintf(out, "  (draws: median %.2fx, %.2f-%.2fx)", median(s), s[0], s[len(s)-1])
+		}
+		fmt.Fprintln(out)
 		if cfg.histogram {
 			histogram(out, r.vals, 10)
 		}
 	}
 	return res, nil
+}
+
+// probeDraw opens a raw connection and a Manager, warms them up and times n samples of
+// every row on them; with cfg.cpu it prints CPU per cycle instead.
+func probeDraw(ctx context.Context, cfg probeConfig, dsn string, out io.Writer, n int) ([]*probeRow, error) {
+	var c probeConns
+	var err error
+	for _, r := range []**pgx.Conn{&c.raw, &c.raw2} {
+		if *r, err = pgx.Connect(ctx, dsn); err != nil {
+			return nil, err
+		}
+		defer (*r).Close(context.Background())
+	}
+	for _, m := range []**advisory.Manager{&c.lock, &c.try} {
+		if m == &c.try && cfg.oneManager {
+			c.try = c.lock
+			break
+		}
+		if *m, err = advisory.New(ctx, dsn); err != nil {
+			return nil, err
+		}
+		defer (*m).Close()
+	}
+	rows := probeRows(c, cfg.variants)
+	if cfg.only != "" {
+		rows = keepProbeRows(rows, cfg.only)
+	}
+	if cfg.placement != "" && cfg.placement != "unpinned" {
+		if err := placeProbe(ctx, c.raw, cfg.placement); err != nil {
+			return nil, err
+		}
+	}
+	if err := probeRounds(ctx, rows, cfg.warmups, false, false, false); err != nil {
+		return nil, err
+	}
+	if cfg.cpu {
+		return rows, probeCPU(ctx, out, rows, func(i int) (int, error) { return backendOf(ctx, c, i) }, 10, 500)
+	}
+	if cfg.profile != "" {
+		f, err := os.Create(cfg.profile)
+		if err != nil {
+			return nil, err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return nil, err
+		}
+		defer pprof.StopCPUProfile()
+	}
+	return rows, probeRounds(ctx, rows, n, true, cfg.shuffle, cfg.warm)
 }
 
 // keepProbeRows keeps the floor and the row named name.
@@ -260,11 +349,15 @@ func placeProbe(ctx context.Context, c *pgx.Conn, name string) error {
 }
 
 // backendOf returns the backend pid that row i runs on: the raw connection's for the raw
-// rows, else the Manager's pooled connection's (a lock taken and released to see it).
-func backendOf(ctx context.Context, raw *pgx.Conn, m *advisory.Manager, i int) (int, error) {
-	if i == 0 || i == 3 {
-		return int(raw.PgConn().PID()), nil
+// rows, else the row's Manager's pooled connection's (a lock taken and released to see it).
+func backendOf(ctx context.Context, c probeConns, i int) (int, error) {
+	switch i {
+	case 0:
+		return int(c.raw.PgConn().PID()), nil
+	case 3:
+		return int(c.raw2.PgConn().PID()), nil
 	}
+	m := map[int]*advisory.Manager{1: c.lock, 2: c.try}[i]
 	l, err := m.TryLock(ctx, "probe/pid")
 	if err != nil {
 		return 0, err
@@ -277,7 +370,10 @@ func backendOf(ctx context.Context, raw *pgx.Conn, m *advisory.Manager, i int) (
 // process on the main run's server, as the outside harness was, whose threads no pinned
 // pass has moved. It prints its result as JSON.
 func runProbeRole() int {
-	cfg := probeConfig{samples: 3000, warmups: 200}
+	cfg := probeConfig{samples: 3000, warmups: 200, oneManager: true} // as the issue's harness was written
+	if d, _ := strconv.Atoi(os.Getenv("BENCH_PROBE_DRAWS")); d > 1 {
+		cfg.draws, cfg.shuffle, cfg.oneManager = d, true, false
+	}
 	res, err := probeOn(context.Background(), cfg, os.Getenv("BENCH_DSN"), os.Stderr)
 	if err != nil {
 		fmt.Println("ERROR", err)
@@ -288,10 +384,23 @@ func runProbeRole() int {
 	return 0
 }
 
-// outsideProbe runs the probe in a child process on the bench's server.
-func (b *bench) outsideProbe() (*probeResult, error) {
+// probeDraws is how many draws the child's second probe splits its samples between.
+const probeDraws = 20
+
+// outsideProbe runs the probe in a child process on the bench's server: as the issue's
+// harness was written (one raw connection and one Manager, fixed order), and then over
+// probeDraws draws, a connection per row, shuffled.
+func (b *bench) outsideProbe() (one, many *probeResult, err error) {
+	if one, err = b.probeChild(1); err != nil {
+		return nil, nil, err
+	}
+	many, err = b.probeChild(probeDraws)
+	return one, many, err
+}
+
+func (b *bench) probeChild(draws int) (*probeResult, error) {
 	cmd := exec.Command(b.self)
-	cmd.Env = append(os.Environ(), roleEnv+"=probe", "BENCH_DSN="+b.dsn)
+	cmd.Env = append(os.Environ(), roleEnv+"=probe", "BENCH_DSN="+b.dsn, fmt.Sprintf("BENCH_PROBE_DRAWS=%d", draws))
 	cmd.Stderr = os.Stderr
 	out, err := cmd.Output()
 	if err != nil {
@@ -306,28 +415,40 @@ func (b *bench) outsideProbe() (*probeResult, error) {
 
 // probeSection writes the probe's rows beside the bench's own unpinned cycle rows.
 func (res results) probeSection(b *strings.Builder) {
-	p := res.Probe
+	p, pd := res.Probe, res.ProbeDraws
 	if p == nil || len(p.Rows) < 3 {
 		return
 	}
 	fmt.Fprintf(b, "## The cycle as an outside harness measures it\n\n"+
 		"`go run . -probe`'s method, run by the same command in a fresh child process on the same server after the rows "+
-		"above (load average %s): a plain pgx.Conn running `select pg_try_advisory_lock($1)` and "+
-		"`select pg_advisory_unlock($1)`, interleaved row by row (fixed order) with Lock + Unlock and TryLock + Unlock "+
-		"on one Manager with New's defaults, %d samples each after %d warm-ups, unpinned. Both harnesses' ratios:\n\n"+
-		"| cycle | outside harness (median) | ratio | this bench, unpinned (median) | ratio |\n|---|---|---|---|---|\n",
-		p.Load, p.Samples, p.Warmups)
+		"above. First as the issue's harness was written (`-probe-one-manager`; load average %s): a plain pgx.Conn running "+
+		"`select pg_try_advisory_lock($1)` and `select pg_advisory_unlock($1)`, interleaved row by row (fixed order) "+
+		"with Lock + Unlock and TryLock + Unlock on one Manager with New's defaults, %d samples each after %d warm-ups, "+
+		"unpinned: one draw of the backends, and Lock and TryLock share one.", p.Load, p.Samples, p.Warmups)
+	if pd != nil {
+		fmt.Fprintf(b, " Then, in another child (load average %s), as this bench measures (`-probe-draws %d -probe-shuffle`): "+
+			"a connection or a Manager per row, opened again for each of %d draws, %d samples per row in all, shuffled "+
+			"order; *per draw* is the median, then the range, of the rows' ratios within each draw. "+
+			"See \"Why two harnesses' floors disagreed\" for why both changes matter.", pd.Load, pd.Draws, pd.Draws, pd.Samples)
+	}
+	b.WriteString("\n\n| cycle | the issue's harness | many draws, a connection per row | per draw | " +
+		"this bench, unpinned | per draw |\n|---|---|---|---|---|---|\n")
 	kinds := []string{floorBackground, "advisory Lock + Unlock", "advisory TryLock + Unlock"}
 	for i, r := range p.Rows[:3] {
-		ours := ""
-		if o := res.find(kinds[i], "unpinned"); o != nil {
-			ratio := "1.00x"
-			if o.Ratio > 0 {
-				ratio = fmt.Sprintf("%.2fx", o.Ratio)
-			}
-			ours = fmtVal(o.Median, o.Unit) + " | " + ratio
+		many, manyDraws := "", ""
+		if pd != nil && len(pd.Rows) > i {
+			many = fmt.Sprintf("%.3f ms, %.2fx", pd.Rows[i].Median/1000, pd.Rows[i].Ratio)
+			manyDraws = drawRatiosText(pd.Rows[i].DrawRatios)
 		}
-		fmt.Fprintf(b, "| %s | %.3f ms | %.2fx | %s |\n", r.Name, r.Median/1000, r.Ratio, ours)
+		ours, oursDraws := "", ""
+		if o := res.find(kinds[i], "unpinned"); o != nil {
+			ratio := 1.0
+			if o.Ratio > 0 {
+				ratio = o.Ratio
+			}
+			ours, oursDraws = fmt.Sprintf("%s, %.2fx", fmtVal(o.Median, o.Unit), ratio), drawText(o)
+		}
+		fmt.Fprintf(b, "| %s | %.3f ms, %.2fx | %s | %s | %s | %s |\n", r.Name, r.Median/1000, r.Ratio, many, manyDraws, ours, oursDraws)
 	}
 	b.WriteString("\n")
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"os"
+	"sort"
 	"strings"
 )
 
@@ -34,7 +35,8 @@ func (res results) writeReadme(path string) error {
 func (res results) readmeBlock() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "Medians from one run of the bench program (%s; load average %s), each row named as in\n"+
-		"[docs/benchmarks.json](docs/benchmarks.json); ratios to the raw pgx floor of the same run and placement.\n\n", res.Machine, res.Load)
+		"[docs/benchmarks.json](docs/benchmarks.json); ratios to the raw pgx floor of the same run and placement; unpinned, also\n"+
+		"the median of the ratios within each draw of new connections (see docs/benchmarks.md).\n\n", res.Machine, res.Load)
 	pls := res.placementNames()
 	b.WriteString("| measurement |")
 	for _, p := range pls {
@@ -49,7 +51,13 @@ func (res results) readmeBlock() string {
 		fmt.Fprintf(&b, "| `%s` |", k)
 		for _, p := range pls {
 			if r := res.find(k, p); r != nil {
-				fmt.Fprintf(&b, " %s, %.2fx |", fmtVal(r.Median, r.Unit), r.Ratio)
+				fmt.Fprintf(&b, " %s, %.2fx", fmtVal(r.Median, r.Unit), r.Ratio)
+				if len(r.DrawRatios) > 0 {
+					s := append([]float64(nil), r.DrawRatios...)
+					sort.Float64s(s)
+					fmt.Fprintf(&b, " (per draw %.2fx)", quantile(s, 0.5))
+				}
+				b.WriteString(" |")
 			} else {
 				b.WriteString(" |")
 			}
