@@ -443,8 +443,9 @@ Acquire and Release, the whole cycle (plus the pinned-session bookkeeping, the i
 queue and the epoll registration), and, apart, the checked statement texts that a
 proxied connection sends. Timings taken while other jobs load the machine mean little:
 the load average at the start and the end of the run is printed above. On this 2-CPU
-VM a 5-round run of the same code moves a ratio by up to 0.03x unpinned and 0.05x on one
-core: read a single ❌ or ✅ near its target with that in mind.
+VM a 5-round run of the same code moves an unpinned ratio by up to 0.05x-0.08x even over
+20 draws (see "Why two harnesses' floors disagreed"), and a pinned one by up to 0.05x:
+read a single ❌ or ✅ near its target with that in mind.
 
 ## What the rows measure
 
