@@ -54,9 +54,10 @@ type probeConfig struct {
 }
 
 type probeRow struct {
-	name string
-	op   func(ctx context.Context) error
-	vals []float64
+	name    string
+	op      func(ctx context.Context) error
+	backend func(ctx context.Context) (int, error) // the pid of the backend op runs on
+	vals    []float64
 }
 
 // probeConns are a draw's connections, one per row (see probeRows).
@@ -77,9 +78,11 @@ func probeRows(c probeConns, variants bool) []*probeRow {
 	rows := []*probeRow{
 		{name: "raw pgx (pg_try_advisory_lock($1), pg_advisory_unlock($1))", op: func(ctx context.Context) error {
 			return rawCycle(ctx, c.raw, key)
-		}},
-		{name: "advisory Lock + Unlock", op: func(ctx context.Context) error { return lockCycle(ctx, c.lock, "probe/lock") }},
-		{name: "advisory TryLock + Unlock", op: func(ctx context.Context) error { return tryCycle(ctx, c.try, "probe/try") }},
+		}, backend: connBackend(c.raw)},
+		{name: "advisory Lock + Unlock", op: func(ctx context.Context) error { return lockCycle(ctx, c.lock, "probe/lock") },
+			backend: managerBackend(c.lock)},
+		{name: "advisory TryLock + Unlock", op: func(ctx context.Context) error { return tryCycle(ctx, c.try, "probe/try") },
+			backend: managerBackend(c.try)},
 	}
 	if variants {
 		rows = append(rows, &probeRow{name: "raw pgx, literal key (the old bench floor)", op: func(ctx context.Context) error {
@@ -88,9 +91,27 @@ func probeRows(c probeConns, variants bool) []*probeRow {
 				return fmt.Errorf("try lock: %v %v", ok, err)
 			}
 			return c.raw2.QueryRow(ctx, "SELECT pg_advisory_unlock(43)").Scan(&ok)
-		}})
+		}, backend: connBackend(c.raw2)})
 	}
 	return rows
+}
+
+// connBackend returns a plain connection's backend pid.
+func connBackend(c *pgx.Conn) func(context.Context) (int, error) {
+	return func(context.Context) (int, error) { return int(c.PgConn().PID()), nil }
+}
+
+// managerBackend returns the backend pid of m's pooled connection, which an uncontended
+// cycle always takes (a lock taken and released to see it).
+func managerBackend(m *advisory.Manager) func(context.Context) (int, error) {
+	return func(ctx context.Context) (int, error) {
+		l, err := m.TryLock(ctx, "probe/pid")
+		if err != nil {
+			return 0, err
+		}
+		defer l.Unlock(ctx)
+		return int(l.PID()), nil
+	}
 }
 
 // rawCycle is the floor: what a user's program sends on a plain connection to take and
@@ -169,7 +190,7 @@ func probeOn(ctx context.Context, cfg probeConfig, dsn string, out io.Writer) (p
 			n++
 		}
 		er, err := probeDraw(ctx, cfg, dsn, out, n)
-		if err != nil {
+		if err != nil || cfg.cpu {
 			return res, err
 		}
 		if rows == nil {
@@ -184,9 +205,6 @@ func probeOn(ctx context.Context, cfg probeConfig, dsn string, out io.Writer) (p
 			rows[i].vals = append(rows[i].vals, r.vals...)
 			drawRatios[i] = append(drawRatios[i], median(r.vals)/floor)
 		}
-	}
-	if cfg.cpu {
-		return res, nil
 	}
 	pl := cfg.placement
 	if pl == "" {
@@ -223,12 +241,15 @@ func probeOn(ctx context.Context, cfg probeConfig, dsn string, out io.Writer) (p
 	return res, nil
 }
 
-// probeDraw opens a raw connection and a Manager, warms them up and times n samples of
-// every row on them; with cfg.cpu it prints CPU per cycle instead.
+// probeDraw opens the rows' connections and Managers, warms them up and times n samples
+// of every row on them; with cfg.cpu it prints CPU per cycle instead.
 func probeDraw(ctx context.Context, cfg probeConfig, dsn string, out io.Writer, n int) ([]*probeRow, error) {
 	var c probeConns
 	var err error
 	for _, r := range []**pgx.Conn{&c.raw, &c.raw2} {
+		if r == &c.raw2 && !cfg.variants {
+			break
+		}
 		if *r, err = pgx.Connect(ctx, dsn); err != nil {
 			return nil, err
 		}
@@ -257,7 +278,7 @@ func probeDraw(ctx context.Context, cfg probeConfig, dsn string, out io.Writer, 
 		return nil, err
 	}
 	if cfg.cpu {
-		return rows, probeCPU(ctx, out, rows, func(i int) (int, error) { return backendOf(ctx, c, i) }, 10, 500)
+		return rows, probeCPU(ctx, out, rows, 10, 500)
 	}
 	if cfg.profile != "" {
 		f, err := os.Create(cfg.profile)
@@ -346,24 +367,6 @@ func placeProbe(ctx context.Context, c *pgx.Conn, name string) error {
 		}
 	}
 	return fmt.Errorf("no placement %q", name)
-}
-
-// backendOf returns the backend pid that row i runs on: the raw connection's for the raw
-// rows, else the row's Manager's pooled connection's (a lock taken and released to see it).
-func backendOf(ctx context.Context, c probeConns, i int) (int, error) {
-	switch i {
-	case 0:
-		return int(c.raw.PgConn().PID()), nil
-	case 3:
-		return int(c.raw2.PgConn().PID()), nil
-	}
-	m := map[int]*advisory.Manager{1: c.lock, 2: c.try}[i]
-	l, err := m.TryLock(ctx, "probe/pid")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Unlock(ctx)
-	return int(l.PID()), nil
 }
 
 // runProbeRole is the probe as a child process of the main run (roleEnv=probe): a fresh

@@ -16,12 +16,12 @@ import (
 // comes from /proc/*/schedstat (nanoseconds, exact, unlike rusage's ticks).
 
 // probeCPU prints, per row, the client's and the backend's CPU time per cycle, blocks
-// rounds of n cycles each, interleaved by block; pidOf returns a row's backend pid.
-func probeCPU(ctx context.Context, out io.Writer, rows []*probeRow, pidOf func(i int) (int, error), blocks, n int) error {
+// rounds of n cycles each, interleaved by block.
+func probeCPU(ctx context.Context, out io.Writer, rows []*probeRow, blocks, n int) error {
 	client, server, wall := make([]float64, len(rows)), make([]float64, len(rows)), make([]float64, len(rows))
 	for b := 0; b < blocks; b++ {
 		for i, r := range rows {
-			pid, err := pidOf(i)
+			pid, err := r.backend(ctx)
 			if err != nil {
 				return err
 			}

@@ -357,8 +357,9 @@ factors below, ` + "`-probe-cpuprofile`" + ` a pprof profile). What differed, me
   for hundreds of cycles at a time, per backend, and changes rarely: a row's median
   lands in the mode its own backend settled in. Split into draws (every draw new
   connections and new Managers, the same 3,000 samples in all), one run of the outside
-  harness showed per-draw ratios of Lock + Unlock from 0.41x to 2.64x; with one draw, five
-  runs in one sitting gave 0.97x, 1.02x, 1.07x, 1.14x and 1.19x. So did the two harnesses:
+  harness in 30 draws showed per-draw ratios of Lock + Unlock from 0.41x to 2.64x; with
+  one draw, five runs in one sitting gave 0.97x, 1.02x, 1.07x, 1.14x and 1.19x. So did
+  the two harnesses:
   each ran on one set of connections for its whole run (the bench's child and the bench's
   process, "0.105 ms against 0.170 ms" above, were two draws). Both now measure over
   many draws: the bench opens the cycles' connections again 4 times a round (20 draws in
