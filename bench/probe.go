@@ -71,7 +71,7 @@ type probeConns struct {
 // each prepared once), so a run shows which difference moves the floor. Each row runs on
 // its own connection: the harness ran Lock and TryLock on one Manager, whose
 // backend, serving two rows of three, was more often still on its CPU at its next cycle
-// than the floor's, serving one; that favoured them by about 0.06x (with the variant's
+// than the floor's, serving one; that favoured them by about 0.03-0.06x (with the variant's
 // row on the floor's connection, two rows each, the ratios rose by as much).
 func probeRows(c probeConns, variants bool) []*probeRow {
 	key := int64(advisory.KeyOf("probe/raw"))

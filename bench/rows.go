@@ -62,7 +62,7 @@ type bench struct {
 	// own: a backend that runs two rows' cycles is more often still on its CPU when its
 	// next cycle comes, and a row on it is timed faster (issue 24: the outside harness's
 	// floor had a backend to itself while Lock and TryLock shared one, which favoured
-	// them by about 0.06x).
+	// them by about 0.03-0.06x).
 	cycleRaw [2]*pgx.Conn
 	cycles   [3]*advisory.Manager
 	sessions *advisory.Manager
