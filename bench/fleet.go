@@ -68,6 +68,9 @@ type fleetResults struct {
 	Conns    []fleetPoint `json:"conns,omitempty"` // the connections question (fleet_conns.go)
 	Rate     []fleetPoint `json:"rate,omitempty"`  // the cost question (fleet_rate.go)
 	Note     string       `json:"note,omitempty"`  // set by hand when rows come from different runs
+	// Rotated says the headline's rounds each began with another implementation (see
+	// headlineRound); before stop 30 every round ran them in table order.
+	Rotated bool `json:"rotated,omitempty"`
 	// Carried names, for each question whose rows this run kept from the results file it
 	// replaced (see carryOver), the run that measured them: its time and load.
 	Carried map[string]string `json:"carried,omitempty"`
@@ -84,7 +87,7 @@ var fleetImpls = []string{"advisory", implKey, "raw"}
 func fleetMain(cfg fleetConfig) []childShape {
 	var out []childShape
 	for r := range max(cfg.rounds, 1) {
-		for _, sh := range headlineRound(cfg) {
+		for _, sh := range headlineRound(cfg, r) {
 			sh.round = r
 			out = append(out, sh)
 		}
@@ -92,12 +95,19 @@ func fleetMain(cfg fleetConfig) []childShape {
 	return out
 }
 
-// headlineRound returns one round of the headline's points, in table order: each
-// implementation, uniform, then each with the hot-key skew.
-func headlineRound(cfg fleetConfig) []childShape {
+// headlineRound returns round r of the headline's points: each implementation, uniform,
+// then each with the hot-key skew, the implementations' order rotated by r. A round's
+// points run one after the other, and a fixed order would give each implementation the
+// same place in every round: in one run of stop 30, round 1 in table order measured
+// named 2,255, LockKey 2,310 and raw 3,334 locks/s: whether the last place helped, one
+// round cannot tell, and a fixed order cannot separate the two. Rotated, every
+// implementation runs first, second and third equally often in any multiple of three
+// rounds.
+func headlineRound(cfg fleetConfig, r int) []childShape {
 	var out []childShape
 	for _, hot := range []bool{false, true} {
-		for _, impl := range fleetImpls {
+		for i := range fleetImpls {
+			impl := fleetImpls[(i+r)%len(fleetImpls)]
 			out = append(out, childShape{impl: impl, hot: hot, procs: cfg.procs, goroutines: cfg.goroutines, names: cfg.names,
 				conns: cfg.goroutines, duration: cfg.duration, group: "main"})
 		}
@@ -179,7 +189,7 @@ func runFleet(ctx context.Context, cfg fleetConfig, self string, log io.Writer) 
 	if err != nil {
 		fmt.Fprintf(log, "bench: the server's processes cannot be read (%v): no server CPU or memory\n", err)
 	}
-	res := fleetResults{Machine: machineLine(), Settings: settings, Warmup: cfg.warmup.String()}
+	res := fleetResults{Machine: machineLine(), Settings: settings, Warmup: cfg.warmup.String(), Rotated: true}
 	// The first point after the server started ran at 0.68x and 0.86x of the same point's
 	// later rounds (advisory, uniform, 3 rounds): one untimed point first, not reported.
 	if len(shapes) > 0 {

@@ -19,7 +19,7 @@ import (
 // fleetRateShapes returns the cost question's points: one round of the headline's, each
 // at cfg.rate locks/s, with the sweep's shorter windows.
 func fleetRateShapes(cfg fleetConfig) []childShape {
-	out := headlineRound(cfg)
+	out := headlineRound(cfg, 0)
 	for i := range out {
 		out[i].duration, out[i].rate, out[i].group = cfg.sweepDuration, cfg.rate, "rate"
 	}

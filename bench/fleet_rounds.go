@@ -14,9 +14,13 @@ func (fr fleetResults) roundsTable(b *strings.Builder) {
 	if n < 2 {
 		return
 	}
-	fmt.Fprintf(b, "Each row above is the median of %d rounds by locks/s; each round ran every point once, in the "+
-		"order of the table, so that drift reaches every implementation alike. Per round, with the ratios taken "+
-		"within the round:\n\n", n)
+	order := "in the order of the table"
+	if fr.Rotated {
+		order = "each round beginning with the next implementation (advisory, LockKey, raw in the first)"
+	}
+	fmt.Fprintf(b, "Each row above is the median of %d rounds by locks/s; each round ran every point once, %s, "+
+		"so that drift reaches every implementation alike. Per round, with the ratios taken "+
+		"within the round:\n\n", n, order)
 	b.WriteString("| round | workload | advisory | advisory LockKey | raw | advisory / raw | LockKey / raw |\n|---|---|---|---|---|---|---|\n")
 	ratios := map[string][]float64{}
 	for r := range n {
