@@ -109,7 +109,9 @@ func (l *Lock) File() (*os.File, error) {
 // If ctx ends first, the error satisfies errors.Is(err, ctx.Err()), promptly, and the lock
 // is not held (a grant that raced the cancel is released first); it also wraps
 // [ErrPoolExhausted] if every connection stayed pinned by this Manager. An invalid name
-// wraps [ErrInvalidKey]; a closed Manager, [ErrClosed].
+// wraps [ErrInvalidKey]; a closed Manager, [ErrClosed]. A connection found dead, or a
+// session the server ends before Lock returns (pg_terminate_backend while it waits), holds
+// nothing: Lock tries once more on a fresh connection, and returns a second such failure.
 //
 // Goroutines of one Manager that Lock the same name queue in the process, first come first
 // served, pinning at most two connections; across processes the order is the server's

@@ -99,7 +99,7 @@ func (m *Manager) attempt(ctx context.Context, t target, mode attemptMode) (*Loc
 		switch {
 		case errors.As(err, &locked):
 			return nil, m.notAcquired(ctx, t, try, start, err)
-		case attempt > 0 || !staleConn(ctx, err):
+		case attempt > 0 || !retryable(ctx, err):
 			return nil, m.notAcquired(ctx, t, try, start, lockError(op, t, err))
 		}
 	}
@@ -116,11 +116,16 @@ func (m *Manager) notAcquired(ctx context.Context, t target, try bool, start tim
 	return err
 }
 
-// staleConn reports whether err says a pooled connection was already dead when a
-// statement was sent on it (the server restarted, say): nothing reached the server, so
-// the call is tried once more on a fresh connection.
-func staleConn(ctx context.Context, err error) bool {
-	return ctx.Err() == nil && pgconn.SafeToRetry(err)
+// retryable reports whether a Lock or TryLock that failed with err is tried once more on
+// a fresh connection, ctx permitting. Either nothing reached the server (a pooled
+// connection already dead: the server restarted, say), or the server ended the session
+// before the call returned: a termination while the call waited, or one that landed
+// between the grant and the end of the call's statements (a named lock tried by key runs
+// the name's comment after the grant: see pin_named.go). A session that has ended holds
+// nothing and waits for nothing, and nobody was told it held the lock, so trying again
+// leaves nothing behind. A second failure is returned.
+func retryable(ctx context.Context, err error) bool {
+	return ctx.Err() == nil && (pgconn.SafeToRetry(err) || serverEnded(err))
 }
 
 func lockError(op string, t target, err error) error {

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -220,4 +221,74 @@ func TestFileRetiresTheConnection(t *testing.T) {
 	assert.NotEqual(t, a.PID(), b.PID(), "the later lock landed on the backend whose socket was handed out")
 	requireHeldBy(t, advisory.KeyOf(t.Name()+"/b"), b.PID())
 	require.NoError(t, b.Unlock(ctxT(t)))
+}
+
+// TestLockWhoseSessionTheServerEndsIsTriedOnce: a Lock whose session the server ends
+// before the call returns (here while it waits; in the model, between the grant and the
+// end of a named lock's statements) holds nothing and waits for nothing there, so it is
+// tried once more on a fresh connection; a second ending is returned, and nothing is left
+// held, waited for or pinned.
+func TestLockWhoseSessionTheServerEndsIsTriedOnce(t *testing.T) {
+	t.Parallel()
+	m, rival := newManager(t, nil), newManager(t, nil)
+	ctx := ctxT(t)
+	key := advisory.KeyOf(t.Name())
+	waiterPID := func(not uint32) uint32 {
+		var pid uint32
+		eventually(t, 10*time.Second, func() bool {
+			for _, r := range lockRows(t, key) {
+				if !r.Granted && r.PID != not {
+					pid = r.PID
+					return true
+				}
+			}
+			return false
+		}, "a waiter on key %d other than pid %d", key, not)
+		return pid
+	}
+	type result struct {
+		l   *advisory.Lock
+		err error
+	}
+	lockAsync := func() chan result {
+		out := make(chan result, 1)
+		go func() { l, err := m.Lock(ctx, t.Name()); out <- result{l, err} }()
+		return out
+	}
+
+	h, err := rival.Lock(ctx, t.Name())
+	require.NoError(t, err)
+	got := lockAsync()
+	first := waiterPID(0)
+	terminate(t, first)
+	second := waiterPID(first) // tried again: a new backend waits
+	select {
+	case r := <-got:
+		t.Fatalf("Lock returned while it should wait again: %v", r.err)
+	default:
+	}
+	require.NoError(t, h.Unlock(ctx))
+	r := <-got
+	require.NoError(t, r.err, "the first ending is not the caller's business: the call is tried again")
+	require.Equal(t, second, r.l.PID())
+	requireHeldBy(t, key, second)
+	require.NoError(t, r.l.Unlock(ctx))
+
+	// Twice in one call: the second ending is returned, and nothing of the call is left.
+	h, err = rival.Lock(ctx, t.Name())
+	require.NoError(t, err)
+	got = lockAsync()
+	first = waiterPID(0)
+	terminate(t, first)
+	terminate(t, waiterPID(first))
+	r = <-got
+	require.Error(t, r.err)
+	require.Nil(t, r.l)
+	var pgErr *pgconn.PgError
+	require.ErrorAs(t, r.err, &pgErr)
+	require.Equal(t, "57P01", pgErr.Code, "the server's own reason is in the error")
+	requireHeldBy(t, key, h.PID())
+	require.NoError(t, h.Unlock(ctx))
+	requireFree(t, key)
+	requireNoAcquired(t, m)
 }
