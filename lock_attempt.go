@@ -3,6 +3,7 @@ package advisory
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
@@ -102,6 +103,8 @@ func (m *Manager) attempt(ctx context.Context, t target, mode attemptMode) (*Loc
 		case attempt > 0 || !retryable(ctx, err):
 			return nil, m.notAcquired(ctx, t, try, start, lockError(op, t, err))
 		}
+		s.log(slog.LevelWarn, "advisory: the lock call's session ended before it returned; trying once more",
+			slog.String("cause", err.Error()))
 	}
 }
 

@@ -3,6 +3,7 @@ package advisory_test
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"testing"
 	"time"
 
@@ -230,7 +231,8 @@ func TestFileRetiresTheConnection(t *testing.T) {
 // held, waited for or pinned.
 func TestLockWhoseSessionTheServerEndsIsTriedOnce(t *testing.T) {
 	t.Parallel()
-	m, rival := newManager(t, nil), newManager(t, nil)
+	rec := &recorder{}
+	m, rival := newManager(t, nil, advisory.WithLogger(slog.New(rec))), newManager(t, nil)
 	ctx := ctxT(t)
 	key := advisory.KeyOf(t.Name())
 	waiterPID := func(not uint32) uint32 {
@@ -272,6 +274,10 @@ func TestLockWhoseSessionTheServerEndsIsTriedOnce(t *testing.T) {
 	require.NoError(t, r.err, "the first ending is not the caller's business: the call is tried again")
 	require.Equal(t, second, r.l.PID())
 	requireHeldBy(t, key, second)
+	retried := rec.find("advisory: the lock call's session ended before it returned; trying once more")
+	require.NotNil(t, retried, "the retry is logged")
+	assert.Equal(t, slog.LevelWarn, retried["level"])
+	assert.Contains(t, retried["cause"], "57P01")
 	require.NoError(t, r.l.Unlock(ctx))
 
 	// Twice in one call: the second ending is returned, and nothing of the call is left.

@@ -9,7 +9,9 @@ import (
 
 // WithLogger makes the Manager report lock events to logger: "lock acquired" and "lock
 // released" (Debug), "waiting for lock" with the holders when a Lock has waited 1 s
-// (Info), and "lock lost" with its cause (Warn). Every record carries the lock's key and,
+// (Info), "lock lost" with its cause (Warn), and a Lock or TryLock tried once more because
+// its connection was found dead or its session ended before it returned (Warn, with the
+// cause). Every record carries the lock's key and,
 // when it has one, its name and the backend pid. The default is no logging. It panics if
 // logger is nil. A panic in the logger's handler is recovered and dropped: the library
 // goes on as if the record had been written.
