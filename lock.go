@@ -154,7 +154,7 @@ func (m *Manager) LockKeyShared(ctx context.Context, key Key) (*Lock, error) {
 // connecting and the round trip; if ctx ends during the round trip the statement is
 // cancelled, as a Lock's wait is, and the lock is not held when TryLock returns: a grant
 // that raced the cancel is released first. Invalid names and a closed Manager fail as for
-// [Manager.Lock].
+// [Manager.Lock], and a dead connection or an ended session is tried once more as there.
 func (m *Manager) TryLock(ctx context.Context, name string) (*Lock, error) {
 	t, err := m.named(name, false)
 	if err != nil {
