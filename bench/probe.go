@@ -222,16 +222,15 @@ func probeOn(ctx context.Context, cfg probeConfig, dsn string, out io.Writer) (p
 	res.Load = load + " → " + loadAverage()
 	floor := median(rows[0].vals)
 	for i, r := range rows {
-		rr := probeRowResult{Name: r.name, Median: median(r.vals), P90: quantileOf(r.vals, 0.9), Ratio: median(r.vals) / floor}
+		med := median(r.vals)
+		rr := probeRowResult{Name: r.name, Median: med, P90: quantileOf(r.vals, 0.9), Ratio: med / floor}
 		if draws > 1 {
 			rr.DrawRatios = drawRatios[i]
 		}
 		res.Rows = append(res.Rows, rr)
 		fmt.Fprintf(out, "  %-62s median %7.1f µs  p90 %7.1f µs  %.2fx", rr.Name, rr.Median, rr.P90, rr.Ratio)
 		if draws > 1 && i > 0 {
-			s := append([]float64(nil), drawRatios[i]...)
-			sort.Float64s(s)
-			fmt.Fprintf(out, "  (draws: median %.2fx, %.2f-%.2fx)", median(s), s[0], s[len(s)-1])
+			fmt.Fprintf(out, "  (per draw %s)", drawRatiosText(drawRatios[i]))
 		}
 		fmt.Fprintln(out)
 		if cfg.histogram {
@@ -245,25 +244,28 @@ func probeOn(ctx context.Context, cfg probeConfig, dsn string, out io.Writer) (p
 // of every row on them; with cfg.cpu it prints CPU per cycle instead.
 func probeDraw(ctx context.Context, cfg probeConfig, dsn string, out io.Writer, n int) ([]*probeRow, error) {
 	var c probeConns
+	conns, managers := []**pgx.Conn{&c.raw}, []**advisory.Manager{&c.lock}
+	if cfg.variants {
+		conns = append(conns, &c.raw2)
+	}
+	if !cfg.oneManager {
+		managers = append(managers, &c.try)
+	}
 	var err error
-	for _, r := range []**pgx.Conn{&c.raw, &c.raw2} {
-		if r == &c.raw2 && !cfg.variants {
-			break
-		}
+	for _, r := range conns {
 		if *r, err = pgx.Connect(ctx, dsn); err != nil {
 			return nil, err
 		}
 		defer (*r).Close(context.Background())
 	}
-	for _, m := range []**advisory.Manager{&c.lock, &c.try} {
-		if m == &c.try && cfg.oneManager {
-			c.try = c.lock
-			break
-		}
+	for _, m := range managers {
 		if *m, err = advisory.New(ctx, dsn); err != nil {
 			return nil, err
 		}
 		defer (*m).Close()
+	}
+	if cfg.oneManager {
+		c.try = c.lock
 	}
 	rows := probeRows(c, cfg.variants)
 	if cfg.only != "" {

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"fmt"
 	"os"
-	"sort"
 	"strings"
 )
 
@@ -53,9 +52,7 @@ func (res results) readmeBlock() string {
 			if r := res.find(k, p); r != nil {
 				fmt.Fprintf(&b, " %s, %.2fx", fmtVal(r.Median, r.Unit), r.Ratio)
 				if len(r.DrawRatios) > 0 {
-					s := append([]float64(nil), r.DrawRatios...)
-					sort.Float64s(s)
-					fmt.Fprintf(&b, " (per draw %.2fx)", quantile(s, 0.5))
+					fmt.Fprintf(&b, " (per draw %.2fx)", median(r.DrawRatios))
 				}
 				b.WriteString(" |")
 			} else {
