@@ -39,7 +39,12 @@ func newPartitionLab() (*partitionLab, error) {
 			return nil, fmt.Errorf("a real partition needs %s (Debian packages iproute2, nftables): %w", tool, err)
 		}
 	}
-	pid, subnet := os.Getpid(), os.Getpid()%250+1
+	clearStaleLabs()
+	pid := os.Getpid()
+	subnet, err := freeSubnet(pid)
+	if err != nil {
+		return nil, err
+	}
 	lab := &partitionLab{
 		ns: fmt.Sprintf("advp%d", pid), hostIf: fmt.Sprintf("advh%d", pid), nsIf: fmt.Sprintf("advc%d", pid),
 		serverIP: fmt.Sprintf("10.231.%d.1", subnet), clientIP: fmt.Sprintf("10.231.%d.2", subnet),
@@ -62,6 +67,54 @@ func newPartitionLab() (*partitionLab, error) {
 		}
 	}
 	return lab, nil
+}
+
+// clearStaleLabs deletes the namespaces and veth ends of labs whose test process is gone
+// (a run killed before its cleanup): they would otherwise keep their addresses and routes,
+// and a later run could collide with them.
+func clearStaleLabs() {
+	out, _ := exec.Command("ip", "-o", "link", "show").Output()
+	nsOut, _ := exec.Command("ip", "netns", "list").Output()
+	for _, f := range strings.Fields(string(out) + " " + string(nsOut)) {
+		f = strings.TrimSuffix(strings.SplitN(f, "@", 2)[0], ":")
+		for _, prefix := range []string{"advp", "advh"} {
+			pid, err := strconv.Atoi(strings.TrimPrefix(f, prefix))
+			if !strings.HasPrefix(f, prefix) || err != nil || pid == os.Getpid() || processAlive(pid) {
+				continue
+			}
+			if prefix == "advp" {
+				run("ip", "netns", "del", f)
+			} else {
+				run("ip", "link", "del", f)
+			}
+		}
+	}
+}
+
+func processAlive(pid int) bool {
+	_, err := os.Stat(fmt.Sprintf("/proc/%d", pid))
+	return err == nil
+}
+
+// freeSubnet picks a 10.231.N.0/30 that no address or route on the host uses, starting
+// from one derived from the pid so that concurrent runs spread out.
+func freeSubnet(pid int) (int, error) {
+	addrs, err := exec.Command("ip", "-o", "-4", "addr", "show").Output()
+	if err != nil {
+		return 0, fmt.Errorf("ip -4 addr show: %w", err)
+	}
+	routes, err := exec.Command("ip", "-4", "route", "show", "table", "all").Output()
+	if err != nil {
+		return 0, fmt.Errorf("ip -4 route show: %w", err)
+	}
+	used := string(addrs) + string(routes)
+	for i := 0; i < 250; i++ {
+		n := (pid+i)%250 + 1
+		if !strings.Contains(used, fmt.Sprintf("10.231.%d.", n)) {
+			return n, nil
+		}
+	}
+	return 0, errors.New("no free 10.231.N.0/30 subnet on this host for the partition lab")
 }
 
 func run(args ...string) error {
@@ -246,4 +299,49 @@ func TestInvertedSettingsAreRefused(t *testing.T) {
 		advisory.WithClientKeepalive(advisory.TCPKeepalive{Idle: 4 * time.Second, Interval: time.Second, Count: 3}),
 		advisory.WithServerKeepalive(advisory.TCPKeepalive{Idle: 2 * time.Second, Interval: time.Second, Count: 3}))
 	require.ErrorIs(t, err, advisory.ErrInvalidOption)
+}
+
+// TestPartitionLabAvoidsLeftovers: a lab left by a killed run (its process gone) is
+// cleared, and a subnet that an address on this host uses is never chosen, so one killed
+// run cannot make the next one's partition tests time out.
+func TestPartitionLabAvoidsLeftovers(t *testing.T) {
+	if netLab == nil {
+		if pgtest.InCI() {
+			t.Fatalf("the partition lab must be made in CI: %v", labErr)
+		}
+		t.Skipf("skipped: %v", labErr)
+	}
+	dead := 1
+	for processAlive(dead) || dead == 1 { // pid 1 is always alive; find a free pid above it
+		dead = 4_000_000 + rand.IntN(100_000)
+	}
+	ns, host, peer := fmt.Sprintf("advp%d", dead), fmt.Sprintf("advh%d", dead), fmt.Sprintf("advc%d", dead)
+	pid := 4_100_000 + rand.IntN(100_000)
+	want, err := freeSubnet(pid)
+	require.NoError(t, err)
+	for _, s := range [][]string{
+		{"ip", "netns", "add", ns},
+		{"ip", "link", "add", host, "type", "veth", "peer", "name", peer},
+		{"ip", "link", "set", peer, "netns", ns},
+		{"ip", "addr", "add", fmt.Sprintf("10.231.%d.1/30", want), "dev", host},
+	} {
+		require.NoError(t, run(s...))
+	}
+	t.Cleanup(func() { run("ip", "netns", "del", ns); run("ip", "link", "del", host) })
+
+	got, err := freeSubnet(pid)
+	require.NoError(t, err)
+	assert.NotEqual(t, want, got, "a subnet in use on this host is skipped")
+
+	clearStaleLabs()
+	links, err := exec.Command("ip", "-o", "link", "show").Output()
+	require.NoError(t, err)
+	assert.NotContains(t, string(links), host, "the dead run's veth end is gone")
+	spaces, err := exec.Command("ip", "netns", "list").Output()
+	require.NoError(t, err)
+	assert.NotContains(t, string(spaces), ns, "the dead run's namespace is gone")
+	assert.Contains(t, string(spaces), netLab.ns, "this run's own namespace stays")
+	again, err := freeSubnet(pid)
+	require.NoError(t, err)
+	assert.Equal(t, want, again, "the subnet is free again")
 }
