@@ -104,8 +104,9 @@ func (m *Manager) succeed(old, next *pin) bool {
 //
 // The connection stays registered with the poller: the registration moves to the new
 // pin (sockwatch.Watcher.Move), which is cheaper than removing and adding it, and leaves
-// no instant unwatched. Only while the poller watches it (not a reader goroutine) is the
-// connection certainly idle and unread. An idle held connection has nothing to read; if
+// no instant unwatched; a holding still queued in the armer passes its place to the new
+// one. Only while the poller watches it or the armer has it queued (not a reader
+// goroutine) is the connection certainly idle and unread. An idle held connection has nothing to read; if
 // it has (a FATAL from pg_terminate_backend or a shutdown, an end of file, a notice),
 // the lock is not passed on: the ordinary unlock reads it, and reports a loss to this
 // holder. A loss still in flight, not yet received, reaches the next holder (its Done).
@@ -114,7 +115,7 @@ func (p *pin) passOn() bool {
 		return false
 	}
 	p.mu.Lock()
-	if p.watch != watchPolled || p.closing || sockfd.Pending(p.pg.Conn(), p.fd) {
+	if (p.watch != watchPolled && p.watch != watchArming) || p.closing || sockfd.Pending(p.pg.Conn(), p.fd) {
 		p.mu.Unlock()
 		return false
 	}
@@ -136,23 +137,32 @@ func (p *pin) passOn() bool {
 }
 
 // holdMoved makes a handed-off session held, with the registration of its connection
-// moved to it (see passOn), or, if the registration fired meanwhile, with a reader
-// goroutine that reads what came. It refuses, with the connection unwatched, once Close
-// has begun.
+// moved to it (see passOn); if the old holding was still queued in the armer (see
+// loss_armer.go), the new one is queued instead; if the registration fired meanwhile, a
+// reader goroutine reads what came. It refuses, with the connection unwatched, once
+// Close has begun.
 func (p *pin) holdMoved(reg sockwatch.Registration) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	unregistered := reg == sockwatch.Registration{}
 	p.polled, p.watch = reg, watchPolled // before the move: an event after it finds p watching
-	if p.closing || !p.m.poller.Move(reg, p) {
-		p.m.poller.Remove(&p.polled)
+	moved := !unregistered && !p.closing && p.m.poller.Move(reg, p)
+	if !moved {
+		p.m.poller.Remove(&p.polled) // nothing for the zero Registration
 		p.watch = watchNone
-		if p.closing {
-			return false
-		}
-		p.state, p.heldSince = stateHeld, time.Now()
+	}
+	if p.closing {
+		return false
+	}
+	p.heldSince = time.Now()
+	switch {
+	case moved:
+		p.state = stateHeld
+	case unregistered:
+		p.watchIdle()
+	default:
+		p.state = stateHeld
 		p.startReader() // the registration fired: something came, read it
-	} else {
-		p.state, p.heldSince = stateHeld, time.Now()
 	}
 	if p.beat == nil && p.m.set.heartbeat > 0 {
 		p.startHeartbeat()

@@ -20,6 +20,7 @@ const (
 	watchPolled            // the Manager's poller (epoll); no goroutine of its own
 	watchReading           // the session's readUntilLoss goroutine
 	watchHangup            // the poller, for a hang-up only, while a transaction runs
+	watchArming            // held, queued in the Manager's armer: the poller watches it from its next tick
 )
 
 // aLongTimeAgo is a read deadline in the past: it wakes a blocked read at once.
@@ -41,7 +42,21 @@ func (p *pin) hold() bool {
 	return true
 }
 
-// watchIdle makes the session held and starts its watcher. The caller holds p.mu.
+// watchIdle makes the session held and starts its watcher: where there is a poller, it
+// queues the session in the Manager's armer, which registers it within armDelay unless it
+// has been released by then (see loss_armer.go). The caller holds p.mu.
+func (p *pin) watchIdle() {
+	p.state = stateHeld
+	if p.m.armer != nil {
+		p.watch = watchArming
+		p.m.armer.queue(p)
+		return
+	}
+	p.register()
+}
+
+// register has the poller watch the held session, or, without one, a reader goroutine.
+// The caller holds p.mu.
 //
 // The poller's registration is one-shot: the first event hands the session to its
 // reader. Descriptor numbers are reused as soon as a socket is closed, so the poller must
@@ -50,9 +65,10 @@ func (p *pin) hold() bool {
 // mode nobody reads from or closes its connection (the poller does no I/O on it). Both
 // ways out of watchPolled, SocketEvent and stopWatch, remove the registration under p.mu
 // before anyone else may touch the connection. The reader goroutine, which may see the
-// connection fail and close it, starts only after that.
-func (p *pin) watchIdle() {
-	p.state = stateHeld
+// connection fail and close it, starts only after that. (watchArming holds the same rule
+// without a registration: nobody reads or closes the connection, and the armer
+// registers it only under p.mu, while the session is still in that mode.)
+func (p *pin) register() {
 	if p.m.poller != nil {
 		if reg, err := p.m.poller.Add(p.fd, p); err == nil {
 			p.polled, p.watch = reg, watchPolled

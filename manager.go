@@ -36,6 +36,7 @@ type Manager struct {
 	set    settings
 	proxy  *proxyState
 	poller *sockwatch.Watcher // watches held idle sessions; nil where epoll is not available
+	armer  *armer             // registers held sessions with the poller late (loss_armer.go); nil without a poller
 	// maxConns is the pool's size. (pgxpool's Config() returns a deep copy: far too
 	// costly for every Lock call.)
 	maxConns int
@@ -136,7 +137,11 @@ func NewWithConfig(ctx context.Context, cfg *pgxpool.Config, opts ...Option) (*M
 		pool.Close()
 		return nil, fmt.Errorf("advisory: start socket poller: %w", err)
 	}
-	return &Manager{pool: pool, set: set, proxy: ps, poller: p, maxConns: int(pool.Config().MaxConns),
+	var a *armer
+	if p != nil {
+		a = newArmer(armDelay)
+	}
+	return &Manager{pool: pool, set: set, proxy: ps, poller: p, armer: a, maxConns: int(pool.Config().MaxConns),
 		preparedBudget: preparedBudget(cfg.ConnConfig), prepareAt: cmp.Or(set.prepareNamedAt, prepareNamedAt),
 		closing: make(chan struct{}), closeDone: make(chan struct{}), sessions: make(map[*pin]struct{})}, nil
 }
@@ -176,6 +181,9 @@ func (m *Manager) Close() {
 		s.shutdown()
 	}
 	m.active.Wait()
+	if m.armer != nil {
+		m.armer.close()
+	}
 	if m.poller != nil {
 		m.poller.Stop()
 	}

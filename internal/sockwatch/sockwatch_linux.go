@@ -138,6 +138,14 @@ func (w *Watcher) register(fd int, h Handler, events uint32) (Registration, erro
 	return Registration{id: id, fd: fd}, nil
 }
 
+// Registered returns how many registrations (Add, AddHangup) the Watcher has made in its
+// life: each cost an epoll_ctl ADD.
+func (w *Watcher) Registered() uint64 {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.next
+}
+
 // Remove stops watching (also a one-shot registration that already fired, which stays in
 // the epoll set until removed) and sets *r to the zero Registration. It does nothing for
 // the zero Registration, on a nil Watcher too. The descriptor must still be the one

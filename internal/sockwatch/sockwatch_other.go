@@ -28,5 +28,8 @@ func (w *Watcher) Remove(*Registration) {}
 // Move reports false: no registration is ever made on this platform.
 func (w *Watcher) Move(Registration, Handler) bool { return false }
 
+// Registered returns 0: no registration is ever made on this platform.
+func (w *Watcher) Registered() uint64 { return 0 }
+
 // Stop does nothing.
 func (w *Watcher) Stop() {}
