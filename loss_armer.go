@@ -49,10 +49,15 @@ func (a *armer) queue(p *pin) {
 	a.pending = append(a.pending, p)
 	a.mu.Unlock()
 	if first {
-		select {
-		case a.wake <- struct{}{}:
-		default:
-		}
+		a.poke()
+	}
+}
+
+// poke wakes run if it is parked; a wake already pending is enough.
+func (a *armer) poke() {
+	select {
+	case a.wake <- struct{}{}:
+	default:
 	}
 }
 
@@ -89,10 +94,7 @@ func (a *armer) run() {
 		more := len(a.pending) > 0
 		a.mu.Unlock()
 		if more {
-			select {
-			case a.wake <- struct{}{}:
-			default:
-			}
+			a.poke()
 		}
 	}
 }

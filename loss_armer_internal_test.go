@@ -4,16 +4,12 @@ package advisory
 
 import (
 	"context"
-	"errors"
-	"os"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-
-	"github.com/pgadvisory/advisory/internal/pgtest"
 )
 
 // armerManager is a Manager whose armer ticks every delay instead of armDelay, and an
@@ -21,21 +17,10 @@ import (
 // "released before it" certain, whatever the machine's load.
 func armerManager(t *testing.T, delay time.Duration, opts ...Option) (*Manager, *pgxpool.Pool) {
 	t.Helper()
-	dsn := os.Getenv(pgtest.EnvDSN)
-	if dsn == "" {
-		pgtest.Need(t, nil, errors.New("TestMain found no server"))
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	m, err := New(ctx, dsn, opts...)
-	require.NoError(t, err)
-	t.Cleanup(m.Close)
+	m, admin := internalManager(t, opts...)
 	require.NotNil(t, m.armer, "Linux has a poller, so an armer")
 	m.armer.close() // nothing is held yet
 	m.armer = newArmer(delay)
-	admin, err := pgxpool.New(ctx, dsn)
-	require.NoError(t, err)
-	t.Cleanup(admin.Close)
 	return m, admin
 }
 

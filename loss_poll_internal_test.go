@@ -15,7 +15,7 @@ import (
 	"github.com/pgadvisory/advisory/internal/pgtest"
 )
 
-func internalManager(t *testing.T) (*Manager, *pgxpool.Pool) {
+func internalManager(t *testing.T, opts ...Option) (*Manager, *pgxpool.Pool) {
 	t.Helper()
 	dsn := os.Getenv(pgtest.EnvDSN)
 	if dsn == "" {
@@ -23,7 +23,7 @@ func internalManager(t *testing.T) (*Manager, *pgxpool.Pool) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	m, err := New(ctx, dsn)
+	m, err := New(ctx, dsn, opts...)
 	require.NoError(t, err)
 	t.Cleanup(m.Close)
 	admin, err := pgxpool.New(ctx, dsn)
