@@ -16,9 +16,12 @@ import (
 //
 // What it costs: a loss in a holding's first armDelay is seen when the armer registers
 // the socket (epoll reports what already came at once), not the moment it comes: Done
-// closes up to armDelay later. Every bound of docs/guarantees.md is seconds (keepalive)
-// or the server's own (a terminated session frees its locks before its client can hear
-// of it), so none moves; an Unlock meanwhile reads the loss itself, as before.
+// closes up to armDelay later. The keepalive bounds are seconds and do not move. A
+// session the server ends (a termination, a restart) sends its FATAL before its backend
+// frees the lock, a few hundred µs to a few ms later; for an ending in the holding's
+// first armDelay the lock may be free before Done closes (docs/guarantees.md, "A holding
+// is watched from its first millisecond"). An Unlock meanwhile reads the loss itself, as
+// before.
 
 // armDelay is the longest a held session waits in the armer before the poller watches
 // it.
@@ -29,7 +32,7 @@ type armer struct {
 	delay   time.Duration // armDelay; longer in tests
 	mu      sync.Mutex
 	pending []*pin // queued since the last tick; some may have left watchArming since
-	spare   []*pin // the previous tick's slice, reused
+	spare   []*pin // the previous tick's slice, reused; nil while run works through it
 	wake    chan struct{}
 	stop    chan struct{}
 	done    chan struct{}
@@ -88,9 +91,7 @@ func (a *armer) run() {
 			batch[i] = nil // the slice is reused: let ended sessions go
 		}
 		a.mu.Lock()
-		if a.spare == nil {
-			a.spare = batch[:0]
-		}
+		a.spare = batch[:0]
 		more := len(a.pending) > 0
 		a.mu.Unlock()
 		if more {

@@ -77,7 +77,6 @@ func TestShortHoldingsNeverRegisterWithThePoller(t *testing.T) {
 
 	m.armer.close() // the control: without the armer, each holding is registered at once
 	m.armer = nil
-	t.Cleanup(func() { m.armer = newArmer(time.Hour) }) // Close closes it
 	for range 3 {
 		l, err := m.Lock(ctx, t.Name())
 		require.NoError(t, err)

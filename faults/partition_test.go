@@ -311,8 +311,8 @@ func TestPartitionLabAvoidsLeftovers(t *testing.T) {
 		}
 		t.Skipf("skipped: %v", labErr)
 	}
-	dead := 1
-	for processAlive(dead) || dead == 1 { // pid 1 is always alive; find a free pid above it
+	dead := 4_000_000 + rand.IntN(100_000) // a pid no process has: a run that is gone
+	for processAlive(dead) {
 		dead = 4_000_000 + rand.IntN(100_000)
 	}
 	ns, host, peer := fmt.Sprintf("advp%d", dead), fmt.Sprintf("advh%d", dead), fmt.Sprintf("advc%d", dead)
