@@ -45,6 +45,8 @@ type Manager struct {
 	// prepareAt is the use on one connection at which a named statement is prepared. Uses
 	// before it, and every use past the budget, are sent unprepared (see unprepared).
 	preparedBudget, prepareAt int
+	// ownPrepared: the direct key statements run through ownRow (see pin_prepared.go).
+	ownPrepared bool
 
 	gates   gates     // in-process queues of Lock calls, per key
 	leaders leaderHub // the LISTEN connection of leader observers
@@ -143,7 +145,8 @@ func NewWithConfig(ctx context.Context, cfg *pgxpool.Config, opts ...Option) (*M
 	}
 	return &Manager{pool: pool, set: set, proxy: ps, poller: p, armer: a, maxConns: int(pool.Config().MaxConns),
 		preparedBudget: preparedBudget(cfg.ConnConfig), prepareAt: cmp.Or(set.prepareNamedAt, prepareNamedAt),
-		closing: make(chan struct{}), closeDone: make(chan struct{}), sessions: make(map[*pin]struct{})}, nil
+		ownPrepared: useOwnPrepared(cfg.ConnConfig),
+		closing:     make(chan struct{}), closeDone: make(chan struct{}), sessions: make(map[*pin]struct{})}, nil
 }
 
 // Bounds returns the loss-detection timings the Manager's keepalive settings give. Its

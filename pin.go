@@ -48,6 +48,9 @@ type pin struct {
 	dst    [2]any
 	rowPID uint32
 	rowOK  pgtype.Bool
+	// keyBuf is $1 encoded for ownRow, and params the parameter list pointing at it.
+	keyBuf [8]byte
+	params [1][]byte
 	// polled is the poller's registration of fd, or of txFD in a transaction; zero while
 	// not registered (see watchIdle, watchForHangup).
 	polled sockwatch.Registration
@@ -115,6 +118,7 @@ func newPin(m *Manager, pc *pgxpool.Conn, t target) *pin {
 	}
 	s.args = [2]any{int64(t.key), tok}
 	s.dst = [2]any{&s.rowPID, &s.rowOK}
+	s.params[0] = s.keyBuf[:]
 	return s
 }
 
@@ -140,6 +144,9 @@ func (p *pin) rowAs(ctx context.Context, sql string, keyInText, unprepared bool)
 	case p.st.direct && keyInText:
 		p.rowPID = p.pid
 		err = p.pc.QueryRow(ctx, sql).Scan(p.dst[1:]...)
+	case p.st.direct && p.m.ownPrepared && ownNames[sql] != "":
+		p.rowPID = p.pid
+		err = p.ownRow(ctx, sql)
 	case p.st.direct:
 		p.rowPID = p.pid
 		err = p.pc.QueryRow(ctx, sql, p.args[:1]...).Scan(p.dst[1:]...)

@@ -71,15 +71,21 @@ func (o *op) call(ctx context.Context) {
 	r := &o.res
 	switch o.kind {
 	case opLock:
-		if o.shared {
+		switch {
+		case o.shared:
 			r.lock, r.err = o.m.LockShared(ctx, o.full[0])
-		} else {
+		case o.byKey:
+			r.lock, r.err = o.m.LockKey(ctx, advisory.KeyOf(o.full[0]))
+		default:
 			r.lock, r.err = o.m.Lock(ctx, o.full[0])
 		}
 	case opTryLock:
-		if o.shared {
+		switch {
+		case o.shared:
 			r.lock, r.err = o.m.TryLockShared(ctx, o.full[0])
-		} else {
+		case o.byKey:
+			r.lock, r.err = o.m.TryLockKey(ctx, advisory.KeyOf(o.full[0]))
+		default:
 			r.lock, r.err = o.m.TryLock(ctx, o.full[0])
 		}
 	case opUnlock:

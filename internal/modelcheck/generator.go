@@ -150,6 +150,9 @@ func (w *world) genManagerCall(o *op, focus *op, batch []*op) {
 	}
 	o.names = []string{w.pickName(focus)}
 	o.shared = (o.kind == opLock || o.kind == opTryLock) && w.rng.IntN(3) == 0
+	// An exclusive Lock or TryLock is made by key (LockKey of the name's key: the same
+	// lock, without the name's statement text) one time in three.
+	o.byKey = (o.kind == opLock || o.kind == opTryLock) && !o.shared && w.rng.IntN(3) == 0
 	if o.kind == opDo || o.kind == opLead {
 		o.fn = fnKind(w.pickWeighted([]int{30, 25, 20, 25}))
 		o.fnWait = time.Duration(w.rng.IntN(80)) * time.Millisecond

@@ -75,6 +75,7 @@ type op struct {
 	full   []string // the same, as lock names
 	keys   []advisory.Key
 	shared bool
+	byKey  bool // opLock, opTryLock: LockKey or TryLockKey of the name's key
 	plan   ctxPlan
 	fn     fnKind
 	fnWait time.Duration
@@ -135,11 +136,14 @@ func (o *op) String() string {
 	var call string
 	switch o.kind {
 	case opLock, opTryLock:
-		shared := ""
-		if o.shared {
-			shared = "Shared"
+		mode := ""
+		switch {
+		case o.shared:
+			mode = "Shared"
+		case o.byKey:
+			mode = "Key"
 		}
-		call = fmt.Sprintf("%s.%s%s(%s)", o.slot, o.kind, shared, o.names[0])
+		call = fmt.Sprintf("%s.%s%s(%s)", o.slot, o.kind, mode, o.names[0])
 	case opUnlock:
 		call = fmt.Sprintf("%v[%v].Unlock", o.lh, o.pre)
 	case opSession:
