@@ -222,7 +222,7 @@ func (fr fleetResults) findings(b *strings.Builder) {
 		used, fr.Machine)
 	rate := fr.sweepSeries("names", func(p fleetPoint) float64 { return p.LocksPerSec })
 	if len(rate["advisory"]) > 0 && len(rate["raw"]) > 0 && rate["raw"][0].Y > 0 {
-		fmt.Fprintf(b, "- **Few names, many callers: the per-key queue wins.** Callers of one Manager queue per key in the "+
+		fmt.Fprintf(b, "- **Few names, many callers: the per-key queue.** Callers of one Manager queue per key in the "+
 			"process, so at most two per key and replica reach the server, where raw pgx's each wait there in "+
 			"pg_advisory_lock (and past deadlock_timeout, 1 s, each runs the deadlock check). Over %g names the "+
 			"library takes %.2fx raw's locks/s, with the same connections; compare the not-idle column (server "+
