@@ -437,7 +437,7 @@ columns hold fixed. The fleet's cost of names is another matter: see "Fleet" abo
   interleaved on one plain connection, 3000 iterations, that check alone costs the server
   1.07-1.08x of a raw cycle (the token's current_setting and text parameter 1.07x, the pid
   column 1.02x).
-- **Allocations**: 9 per named Lock or TryLock cycle and 5 by key (11 and 11 before the
+- **Allocations**: 9 per named Lock or TryLock cycle and 5 by key (11 for either before the
   key's statements left pgx's query layer, pin_prepared.go; 44 and 47 before issue 14, 19
   before the statement-text cache and the peek on the setup's descriptor), 13 per Session
   Lock + Unlock (16 before; 38 before its unlock bound became a socket deadline). Raw pgx
