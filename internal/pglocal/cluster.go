@@ -26,6 +26,9 @@ type Cluster struct {
 	cmd  *exec.Cmd
 	exit chan struct{} // closed when cmd has been waited for
 	dog  *watchdog     // removes dir if the caller dies without Close
+	// floors holds, for a standby, the primary's values of the settings it may not set
+	// lower (see standbyFloors).
+	floors map[string]int
 }
 
 // DSN returns a keyword/value connection string for the superuser postgres over TCP on
@@ -118,10 +121,15 @@ func (c *Cluster) start(ctx context.Context) error {
 	args := []string{"-D", filepath.Join(c.dir, "data"), "-p", strconv.Itoa(c.port), "-k", c.dir,
 		"-c", "listen_addresses=" + strings.Join(append([]string{"127.0.0.1"}, c.opts.ListenAddresses...), ","),
 		"-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off",
-		"-c", "max_connections=300", "-c", "shared_buffers=64MB",
+		"-c", "max_connections=" + c.atLeast("max_connections", 300), "-c", "shared_buffers=64MB",
 		// What a streaming standby (Options.BaseBackupFrom) needs of its primary; initdb's
 		// pg_hba.conf already admits replication from 127.0.0.1 with -A trust.
-		"-c", "wal_level=replica", "-c", "max_wal_senders=10"}
+		"-c", "wal_level=replica", "-c", "max_wal_senders=" + c.atLeast("max_wal_senders", 10)}
+	for _, name := range []string{"max_worker_processes", "max_prepared_transactions", "max_locks_per_transaction"} {
+		if v, ok := c.floors[name]; ok {
+			args = append(args, "-c", name+"="+strconv.Itoa(v))
+		}
+	}
 	for _, kv := range c.opts.Settings { // later -c options win
 		args = append(args, "-c", kv)
 	}
@@ -133,6 +141,12 @@ func (c *Cluster) start(ctx context.Context) error {
 	c.cmd, c.exit = cmd, make(chan struct{})
 	go func(exit chan struct{}) { cmd.Wait(); close(exit) }(c.exit)
 	return c.waitReady(ctx)
+}
+
+// atLeast returns v, or the primary's value of the setting name if the server is a
+// standby and that is higher (see standbyFloors).
+func (c *Cluster) atLeast(name string, v int) string {
+	return strconv.Itoa(max(v, c.floors[name]))
 }
 
 // errPortTaken means another process listened on the cluster's port first.

@@ -26,6 +26,8 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+
+	"github.com/jackc/pgx/v5"
 )
 
 // EnvPGBin names the environment variable that points at a directory of PostgreSQL server
@@ -175,12 +177,42 @@ func (c *Cluster) initdb(ctx context.Context) error {
 	return nil
 }
 
-// basebackup copies the primary into dir/data as a standby.
+// basebackup copies the primary into dir/data as a standby, and reads the primary's
+// settings that a hot standby may not set lower (see standbyFloors).
 func (c *Cluster) basebackup(ctx context.Context, primaryDSN string) error {
 	cmd := c.command(ctx, "pg_basebackup", "-D", filepath.Join(c.dir, "data"), "-R", "-X", "stream",
 		"-c", "fast", "--no-sync", "-d", primaryDSN)
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return fmt.Errorf("pg_basebackup: %w: %s", err, out)
 	}
-	return nil
+	floors, err := standbyFloors(ctx, primaryDSN)
+	c.floors = floors
+	return err
+}
+
+// standbyFloors returns the primary's values of the settings a hot standby refuses to
+// recover with if its own are lower ("recovery aborted because of insufficient parameter
+// settings"), as name → value. A primary not made by this package (a developer's server
+// in ADVISORY_TEST_DSN, with max_connections raised for a benchmark) may exceed the
+// values start passes.
+func standbyFloors(ctx context.Context, primaryDSN string) (map[string]int, error) {
+	conn, err := pgx.Connect(ctx, primaryDSN)
+	if err != nil {
+		return nil, fmt.Errorf("read the primary's settings: %w", err)
+	}
+	defer conn.Close(ctx)
+	rows, err := conn.Query(ctx, `SELECT name, setting::int FROM pg_settings WHERE name IN
+		('max_connections', 'max_worker_processes', 'max_wal_senders',
+		 'max_prepared_transactions', 'max_locks_per_transaction')`)
+	if err != nil {
+		return nil, fmt.Errorf("read the primary's settings: %w", err)
+	}
+	floors := map[string]int{}
+	var name string
+	var v int
+	_, err = pgx.ForEachRow(rows, []any{&name, &v}, func() error { floors[name] = v; return nil })
+	if err != nil {
+		return nil, fmt.Errorf("read the primary's settings: %w", err)
+	}
+	return floors, nil
 }
