@@ -3,6 +3,8 @@ package advisory
 import (
 	"errors"
 	"strings"
+
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // Errors returned by this package. Test for them with [errors.Is]; returned errors wrap
@@ -159,4 +161,14 @@ func describe(key Key, name string, pair bool) string {
 		return pairOf(key).String()
 	}
 	return key.String()
+}
+
+// sqlState returns the SQLSTATE of the server's error in err's chain, or "" if it holds
+// none (a network error, a ctx's).
+func sqlState(err error) string {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		return pgErr.Code
+	}
+	return ""
 }

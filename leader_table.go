@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // As everywhere (see statements.go), every function, type and operator is qualified with
@@ -139,8 +138,7 @@ func (p *pin) publish(ctx context.Context, withValue bool, value string) error {
 
 // leaderTableError wraps err with ErrNoLeaderTable if it says the table does not exist.
 func leaderTableError(table string, err error) error {
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) && pgErr.Code == "42P01" {
+	if sqlState(err) == "42P01" {
 		return fmt.Errorf("%w: %s: %w", ErrNoLeaderTable, table, err)
 	}
 	return err

@@ -128,8 +128,7 @@ func usable(pg *pgconn.PgConn, err error) bool {
 }
 
 func isQueryCanceled(err error) bool {
-	var pgErr *pgconn.PgError
-	return errors.As(err, &pgErr) && pgErr.Code == "57014"
+	return sqlState(err) == "57014"
 }
 
 // waitRow runs the pin's lock statement, or with try its try statement (see pin.row), as

@@ -40,22 +40,39 @@ import (
 func (p *pin) tryByKeyFirst(ctx context.Context, named string, try bool) (uint32, *bool, error) {
 	p.rowPID, p.rowOK = p.pid, pgtype.Bool{}
 	byKey := baseStatements[1][b2i(p.shared)][0].tryLock // direct, this mode, one bigint
-	sd, err := p.pc.Conn().Prepare(ctx, byKey, byKey)
-	if err != nil {
-		return p.pid, nil, err
+	for again := false; ; again = true {
+		sd, err := p.byKeyStatement(ctx, byKey)
+		if err != nil {
+			return p.pid, nil, err
+		}
+		b := &pgconn.Batch{}
+		b.ExecPrepared(sd.Name, [][]byte{strconv.AppendInt(nil, int64(p.key), 10)}, nil, nil)
+		b.ExecParams(leadingComment(named), nil, nil, nil, nil)
+		got, err := readTry(p.pg.ExecBatch(ctx, b))
+		switch {
+		case err != nil && !again && p.m.ownPrepared && sqlState(err) == "26000":
+			// Deallocated since it was prepared (see ownRow): the batch stopped at its
+			// Bind, before anything ran. Prepare it again and run the batch once more.
+			p.forgetOwn(byKey)
+			continue
+		case err != nil:
+			return p.pid, nil, err
+		case got || try:
+			p.rowOK = pgtype.Bool{Bool: got, Valid: true}
+			return p.pid, &p.rowOK.Bool, nil
+		}
+		return p.rowAs(ctx, named, true, true)
 	}
-	b := &pgconn.Batch{}
-	b.ExecPrepared(sd.Name, [][]byte{strconv.AppendInt(nil, int64(p.key), 10)}, nil, nil)
-	b.ExecParams(leadingComment(named), nil, nil, nil, nil)
-	got, err := readTry(p.pg.ExecBatch(ctx, b))
-	switch {
-	case err != nil:
-		return p.pid, nil, err
-	case got || try:
-		p.rowOK = pgtype.Bool{Bool: got, Valid: true}
-		return p.pid, &p.rowOK.Bool, nil
+}
+
+// byKeyStatement returns the key's try statement prepared on p's connection: the
+// library's own (see ownStatement), which TryLockKey runs too, or where that path is off,
+// pgx's, named by its text as its statement cache would.
+func (p *pin) byKeyStatement(ctx context.Context, byKey string) (*pgconn.StatementDescription, error) {
+	if p.m.ownPrepared {
+		return p.ownStatement(ctx, byKey)
 	}
-	return p.rowAs(ctx, named, true, true)
+	return p.pc.Conn().Prepare(ctx, byKey, byKey)
 }
 
 // leadingComment returns the name's comment that starts a named statement (see

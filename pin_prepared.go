@@ -3,7 +3,6 @@ package advisory
 import (
 	"context"
 	"encoding/binary"
-	"errors"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -81,14 +80,20 @@ func (p *pin) ownRow(ctx context.Context, sql string) error {
 			}
 		}
 		_, err = rr.Close()
-		var pgErr *pgconn.PgError
-		if !again && errors.As(err, &pgErr) && pgErr.Code == "26000" {
-			stmts, _ := p.pg.CustomData()[ownPreparedKey].(map[string]*pgconn.StatementDescription)
-			delete(stmts, sql)
+		if !again && sqlState(err) == "26000" {
+			p.forgetOwn(sql)
 			continue
 		}
 		return err
 	}
+}
+
+// forgetOwn drops sql from the statements p's connection has prepared for ownRow (the
+// server no longer has it: 26000, invalid_sql_statement_name), so that its next use
+// prepares it again.
+func (p *pin) forgetOwn(sql string) {
+	stmts, _ := p.pg.CustomData()[ownPreparedKey].(map[string]*pgconn.StatementDescription)
+	delete(stmts, sql)
 }
 
 // ownStatement returns sql's description on p's connection, prepared now if it is not yet.

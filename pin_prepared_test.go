@@ -2,6 +2,7 @@ package advisory_test
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -14,12 +15,15 @@ import (
 )
 
 // preparedOn returns the prepared statements of the held lock's own session (name →
-// text), read in a transaction on its connection.
+// text), read in a transaction on its connection (by the simple protocol, so it adds none).
 func preparedOn(t *testing.T, l *advisory.Lock) map[string]string {
 	t.Helper()
 	out := map[string]string{}
 	require.NoError(t, l.BeginFunc(ctxT(t), func(tx pgx.Tx) error {
-		rows, err := tx.Query(ctxT(t), "SELECT name, statement FROM pg_prepared_statements")
+		// The simple protocol: this query prepares nothing, and works after a DEALLOCATE ALL
+		// that pgx's statement cache did not see.
+		rows, err := tx.Query(ctxT(t), "SELECT name, statement FROM pg_prepared_statements",
+			pgx.QueryExecModeSimpleProtocol)
 		if err != nil {
 			return err
 		}
@@ -177,4 +181,55 @@ func TestTracedConnectionsRunEveryStatementThroughPgx(t *testing.T) {
 		require.False(t, strings.HasPrefix(name, "advisory_"), "the own path ran: %v", got)
 	}
 	require.Len(t, got, 2, "pgx's cache prepared the lock and unlock statements: %v", got)
+}
+
+// tryStatements returns the names of prepared's statements whose text is the key's try
+// lock statement.
+func tryStatements(prepared map[string]string) []string {
+	var out []string
+	for name, text := range prepared {
+		if strings.Contains(text, "pg_catalog.pg_try_advisory_lock($1)") {
+			out = append(out, name)
+		}
+	}
+	return out
+}
+
+// TestNamedLocksTryByTheKeysOwnStatement: a named lock that a connection has not
+// prepared is tried by key first (pin_named.go), with the statement TryLockKey runs, so a
+// connection that takes both holds that text prepared once. After a caller's DEALLOCATE
+// ALL the next named lock prepares it again and takes the lock, where it failed as
+// ErrPooler before.
+func TestNamedLocksTryByTheKeysOwnStatement(t *testing.T) {
+	ctx := ctxT(t)
+	m := newManager(t, []string{"pool_max_conns=1"})
+	name := func(i int) string { return fmt.Sprintf("%s/%d", t.Name(), i) }
+
+	k, err := m.TryLockKey(ctx, advisory.KeyOf(name(0)))
+	require.NoError(t, err)
+	pid := k.PID()
+	require.NoError(t, k.Unlock(ctx))
+	l, err := m.Lock(ctx, name(1))
+	require.NoError(t, err)
+	require.Equal(t, pid, l.PID(), "one connection: the pool holds one")
+	requireHeldBy(t, advisory.KeyOf(name(1)), pid)
+	require.Equal(t, []string{"advisory_try_lock"}, tryStatements(preparedOn(t, l)),
+		"the named lock's try by key is TryLockKey's statement, prepared once")
+
+	require.NoError(t, l.BeginFunc(ctx, func(tx pgx.Tx) error {
+		_, err := tx.Exec(ctx, "DEALLOCATE ALL")
+		return err
+	}))
+	require.NoError(t, l.Unlock(ctx))
+	requireFree(t, advisory.KeyOf(name(1)))
+
+	for i := 2; i < 4; i++ { // each name new to the connection: tried by key first
+		l, err = m.Lock(ctx, name(i))
+		require.NoError(t, err, "the deallocated try statement is prepared again")
+		require.Equal(t, pid, l.PID(), "the connection was kept")
+		requireHeldBy(t, advisory.KeyOf(name(i)), pid)
+		require.Equal(t, []string{"advisory_try_lock"}, tryStatements(preparedOn(t, l)))
+		require.NoError(t, l.Unlock(ctx))
+		requireFree(t, advisory.KeyOf(name(i)))
+	}
 }

@@ -2,7 +2,6 @@ package advisory
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -58,8 +57,8 @@ func ownership(pg *pgconn.PgConn) (pid uint32, token string) {
 // (26000), or one of the same name already exists (42P05) because another client
 // prepared it on the same backend.
 func isPoolerSymptom(err error) bool {
-	var pgErr *pgconn.PgError
-	return errors.As(err, &pgErr) && (pgErr.Code == "26000" || pgErr.Code == "42P05")
+	code := sqlState(err)
+	return code == "26000" || code == "42P05"
 }
 
 // checkBackend fails the session loudly, and closes its connection, if a lock statement

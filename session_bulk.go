@@ -37,8 +37,7 @@ func classify(err error) error {
 	if err == nil {
 		return nil
 	}
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) && pgErr.Code == "53200" {
+	if sqlState(err) == "53200" {
 		return fmt.Errorf("%w: %w", ErrLockTableFull, err)
 	}
 	return err
