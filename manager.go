@@ -48,9 +48,10 @@ type Manager struct {
 	// ownPrepared: the direct key statements run through ownRow (see pin_prepared.go).
 	ownPrepared bool
 
-	gates   gates     // in-process queues of Lock calls, per key
-	leaders leaderHub // the LISTEN connection of leader observers
-	texts   textCache // statement texts of named locks
+	gates   gates      // in-process queues of Lock calls, per key
+	taken   contention // how often named locks' tries by key find them taken (pin_named.go)
+	leaders leaderHub  // the LISTEN connection of leader observers
+	texts   textCache  // statement texts of named locks
 
 	mu        sync.Mutex
 	closed    bool

@@ -140,7 +140,7 @@ func (p *pin) rowAs(ctx context.Context, sql string, keyInText, unprepared bool)
 	switch {
 	case p.st.direct && keyInText && unprepared:
 		p.rowPID = p.pid
-		err = p.pc.QueryRow(ctx, sql, pgx.QueryExecModeSimpleProtocol).Scan(p.dst[1:]...)
+		err = p.simpleRow(ctx, sql)
 	case p.st.direct && keyInText:
 		p.rowPID = p.pid
 		err = p.pc.QueryRow(ctx, sql).Scan(p.dst[1:]...)

@@ -1,6 +1,7 @@
 package advisory
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -12,7 +13,9 @@ import (
 // connection has not prepared runs (pin_named.go): a free lock is taken by the key's
 // prepared try, and the session then shows the name's comment, so Holders names it; a
 // taken lock is waited for with the named statement, so the waiter shows its name too;
-// a TryLock of a taken lock holds nothing; shared locks go the same way.
+// a TryLock of a taken lock holds nothing; shared locks go the same way, even on the
+// Manager whose Lock just waited (one wait alone does not make its Lock calls skip the
+// try: see TestContendedNamedLocksSkipTheTry).
 func TestNamedLockTriesByKeyFirst(t *testing.T) {
 	ctx, dsn, admin := serverConn(t)
 	m1, err := New(ctx, dsn)
@@ -90,4 +93,97 @@ func TestNamedLockTriesByKeyFirst(t *testing.T) {
 	}
 	require.NoError(t, s1.Unlock(ctx))
 	require.NoError(t, s2.Unlock(ctx))
+}
+
+// TestContendedNamedLocksSkipTheTry checks, on the server, the Manager's contention
+// average (pin_named.go): once its named Lock calls' tries by key have found their locks
+// taken often, a Lock sends the named statement at once (the held session shows it, not
+// the comment the try leaves), except one call in probeEvery, which tries first; once
+// those probes have found locks free often enough, every Lock tries first again.
+// Holders names every lock throughout, and every lock is the server's (pg_locks).
+func TestContendedNamedLocksSkipTheTry(t *testing.T) {
+	ctx, dsn, admin := serverConn(t)
+	m1, err := New(ctx, dsn)
+	require.NoError(t, err)
+	defer m1.Close()
+	m2, err := New(ctx, dsn)
+	require.NoError(t, err)
+	defer m2.Close()
+	n := 0
+	fresh := func() string { n++; return fmt.Sprintf("%s/%d", t.Name(), n) }
+	// lockFree takes a fresh name on m2, uncontended, and reports whether it was tried by
+	// key first (the session shows the comment) or sent the named statement at once.
+	lockFree := func() (tried bool) {
+		name := fresh()
+		l, err := m2.Lock(ctx, name)
+		require.NoError(t, err)
+		assert.Equal(t, []uint32{l.PID()}, heldBy(t, ctx, admin, KeyOf(name)))
+		hs, err := m2.Holders(ctx, name)
+		require.NoError(t, err)
+		require.Len(t, hs, 1)
+		assert.Equal(t, name, hs[0].Name)
+		q := lastQuery(t, ctx, admin, l.PID())
+		require.NoError(t, l.Unlock(ctx))
+		switch q {
+		case nameComment(name):
+			return true
+		case statementsFor(name, false, false, true).lock:
+			return false
+		}
+		t.Fatalf("the session of %q shows neither of its statements: %q", name, q)
+		return false
+	}
+
+	l, err := m2.Lock(ctx, fresh())
+	require.NoError(t, err)
+	if !l.s.st.direct {
+		t.Skip("the test server is not reached directly: named locks run the checked statements")
+	}
+	require.NoError(t, l.Unlock(ctx))
+	for range probeEvery {
+		require.True(t, lockFree(), "a Manager that has met no contention tries first")
+	}
+
+	// Contention: m2 finds each name held by m1 and waits until m1 lets go.
+	for range 12 {
+		name := fresh()
+		held, err := m1.Lock(ctx, name)
+		require.NoError(t, err)
+		got := make(chan *Lock, 1)
+		go func() {
+			l, err := m2.Lock(ctx, name)
+			assert.NoError(t, err)
+			got <- l
+		}()
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
+			require.True(t, time.Now().Before(deadline), "m2 does not wait for %q", name)
+			hs, err := m1.Holders(ctx, name)
+			require.NoError(t, err)
+			if len(hs) == 2 {
+				break
+			}
+		}
+		require.NoError(t, held.Unlock(ctx))
+		l := <-got
+		require.NotNil(t, l)
+		assert.Equal(t, []uint32{l.PID()}, heldBy(t, ctx, admin, KeyOf(name)))
+		require.NoError(t, l.Unlock(ctx))
+	}
+	require.Greater(t, m2.taken.rate.Load(), int32(contendedAbove))
+
+	tries := 0
+	for range 2 * probeEvery {
+		if lockFree() {
+			tries++
+		}
+	}
+	assert.Equal(t, 2, tries, "contended: one Lock in %d tries first", probeEvery)
+
+	for i := 0; m2.taken.rate.Load() > contendedAbove; i++ {
+		require.Less(t, i, 50*probeEvery, "the probes do not bring the average down")
+		lockFree()
+	}
+	for range probeEvery {
+		require.True(t, lockFree(), "the probes found locks free: every Lock tries first again")
+	}
 }
