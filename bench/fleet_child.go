@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -9,6 +10,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"runtime/pprof"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -44,6 +46,10 @@ type childSpec struct {
 	Rate       float64       // paced: this replica's locks/s, spread evenly over its goroutines; 0: as fast as each can
 	Seed       uint64
 	DSNExtra   string // appended to the library's connection string (an experiment's settings)
+	// Prefix names the locks Prefix/0 … Prefix/Names-1 ("fleet" when empty): replicas
+	// given different prefixes lock disjoint names, so that two groups run side by side
+	// share the server and the CPUs but contend for no lock.
+	Prefix string
 }
 
 // childResult is what a replica reports for its timed window.
@@ -282,7 +288,7 @@ func pickName(rng *rand.Rand, spec childSpec) string {
 	default:
 		i = hot + rng.IntN(n-hot)
 	}
-	return fmt.Sprintf("fleet/%d", i)
+	return cmp.Or(spec.Prefix, "fleet") + "/" + strconv.Itoa(i)
 }
 
 // processCPU is this process's user + system time so far.
