@@ -200,6 +200,9 @@ func (fr fleetResults) findings(b *strings.Builder) {
 		"what a name costs (the statements probe below: 1.31x the by-key statement's server CPU paced, 0.88x its "+
 		"locks/s saturated); so such a lock is first tried by key, with the name's comment in the same round "+
 		"trip, and only a lock found taken is waited for with the named statement (pin_named.go; 1.06x paced). "+
+		"Where more than one try in ten finds its lock taken, as in this saturated fleet, the try costs more "+
+		"than it saves, and a Manager's Lock calls then send the named statement at once (trying first once in "+
+		"eight, to keep count). "+
 		"Named locks reach %.2fx raw's locks/s, uniform, and the same locks taken by key "+
 		"(`LockKey`, one text for every key) %.2fx (the median rounds' locks/s; each round's own ratios are "+
 		"above). Server memory added (PSS): "+

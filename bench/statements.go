@@ -314,9 +314,9 @@ in a fleet that is not overloaded). linux/amd64, 2 CPUs, go1.26.8, unpinned, Pos
 |---|---|---|---|---|---|
 | by key, prepared (what ` + "`LockKey`" + ` sends) | 1.00x | 398 µs | 1.00x (556 µs) | 0.62 ms | |
 | by key, prepared, with the library's session settings | 1.02x (0.83x–1.20x) | 389 µs | 1.07x (0.93x–1.29x) | 0.67 ms | |
-| named, simple protocol (what ` + "`Lock`" + ` sent for a name its connection had not prepared) | 0.88x (0.85x–1.16x) | 436 µs | 1.31x (1.06x–1.46x) | 0.78 ms | |
+| named, simple protocol (what ` + "`Lock`" + ` sends where locks are contended, for a name its connection has not prepared) | 0.88x (0.85x–1.16x) | 436 µs | 1.31x (1.06x–1.46x) | 0.78 ms | |
 | by key, then the name's comment, pipelined | 0.99x (0.87x–1.18x) | 387 µs | 1.02x (0.82x–1.49x) | 0.65 ms | |
-| try by key with the name's comment; if taken, the named wait (what ` + "`Lock`" + ` sends now) | 0.94x (0.77x–1.09x) | 411 µs | 1.06x (0.80x–1.25x) | 0.63 ms | 39 % |
+| try by key with the name's comment; if taken, the named wait (what ` + "`Lock`" + ` sends where few locks are found taken) | 0.94x (0.77x–1.09x) | 411 µs | 1.06x (0.80x–1.25x) | 0.63 ms | 39 % |
 
 - **A name costs the parse.** The named statement (the name's comment, which
   pg_stat_activity shows to ` + "`Holders`" + `, ` + "`pgadvisory status`" + ` and anyone looking, and the
@@ -324,7 +324,7 @@ in a fleet that is not overloaded). linux/amd64, 2 CPUs, go1.26.8, unpinned, Pos
   has not prepared it. With 1,000 backends each used rarely that cost 1.31x the by-key
   statement's server CPU per lock paced (+0.16 ms at the median acquire: the fleet's cost
   question showed the same +0.17 ms) and 0.88x its locks/s saturated.
-- **What the library sends now.** Such a lock is first tried with the key's prepared
+- **What the library sends where few locks are found taken.** Such a lock is first tried with the key's prepared
   statement, with a statement that is only the name's comment in the same round trip, so
   the holder shows its name; only a lock found taken is waited for with the named
   statement, so that a waiter shows its name too (pin_named.go). Paced, no lock was found
@@ -333,6 +333,19 @@ in a fleet that is not overloaded). linux/amd64, 2 CPUs, go1.26.8, unpinned, Pos
   0.90x, so saturated the two are within the reps' spread. The second run's paced figures
   agreed with the first: named 1.26x (1.10x–1.44x), tried by key first 1.06x (0.87x–1.13x),
   p50 0.60 ms against 0.51 ms.
+- **Where locks are contended, the try loses (measured again on the fleet's machine: AMD
+  EPYC, 2 vCPUs, kernel 6.18, 3 reps).** Saturated, with 36 % found taken, the try cost
+  98 µs of server and 46 µs of client CPU per lock against the named statement's 94 and
+  40 (0.83x and 0.90x the by-key statement's locks/s); paced, with none found taken, 104
+  and 211 against 127 and 228 (server 1.07x and 1.30x the by-key statement's). Break-even
+  is near one try in ten found taken. So a Manager keeps an average of how often its
+  ` + "`Lock`" + ` calls' tries found their locks taken, and past one in ten sends the named
+  statement at once, trying first once in eight calls to keep the average current
+  (pin_named.go). In the library at fleet scale (10 replicas with the try and 10 without,
+  side by side on one server, disjoint names, 50 goroutines each, 20 s windows) skipping
+  the try took 1.12–1.22x the locks/s with the hot-key skew and 1.20x uniform, and the
+  Manager's average matched skipping it: 1.00x hot, 0.97x uniform. Paced, locks are
+  seldom found taken and the try stays, with its lower server CPU.
 - **The alternative that costs nothing hides waiters' names.** Sending the blocking
   statement by key with the comment after it reached 0.99x saturated (0.90x in the second
   run) and 1.02x paced (1.05x), but a session waiting for the lock would show the statement
