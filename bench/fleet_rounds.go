@@ -52,9 +52,12 @@ func (fr fleetResults) roundsTable(b *strings.Builder) {
 	b.WriteString("\n")
 }
 
-// spread writes the median of vs and their range.
-func spread(vs []float64) string {
+// spread writes the median of vs and their range, over the headline's rounds.
+func spread(vs []float64) string { return spreadOver(vs, "rounds") }
+
+// spreadOver writes the median of vs and their range, over as many of what as vs holds.
+func spreadOver(vs []float64, what string) string {
 	s := slices.Clone(vs)
 	slices.Sort(s)
-	return fmt.Sprintf("median %.2fx (%.2fx to %.2fx over %d rounds)", s[(len(s)-1)/2], s[0], s[len(s)-1], len(s))
+	return fmt.Sprintf("median %.2fx (%.2fx to %.2fx over %d %s)", s[(len(s)-1)/2], s[0], s[len(s)-1], len(s), what)
 }

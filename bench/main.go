@@ -78,6 +78,12 @@ func main() {
 	flag.DurationVar(&fc.hold, "fleet-hold", 2*time.Millisecond, "fleet: the connections question's work under the lock")
 	flag.IntVar(&fc.rounds, "fleet-rounds", 3, "fleet: rounds of the headline (each runs every headline point once, interleaved)")
 	flag.Float64Var(&fc.rate, "fleet-rate", 1200, "fleet: the cost question's offered locks/s for the whole fleet (0: skip it)")
+	mix := flag.String("fleet-mix", "", "run only the side-by-side fleet (fleet_mix.go): comma-separated groups "+
+		"(advisory, \"advisory LockKey\", raw; IMPL@PATH runs it with another bench build), -fleet-procs split "+
+		"between them, in one window per run, printed")
+	mc := mixConfig{}
+	flag.IntVar(&mc.runs, "fleet-mix-runs", 4, "side-by-side fleet: windows, the groups' start order rotated")
+	flag.BoolVar(&mc.hot, "fleet-mix-hot", false, "side-by-side fleet: the hot-key skew (else uniform)")
 	sc := stmtConfig{}
 	statements := flag.Bool("statements", false, "run only the statements probe (statements.go): a lock's statement at fleet scale, printed")
 	flag.IntVar(&sc.reps, "statements-reps", 5, "statements probe: windows per mode and phase, interleaved")
@@ -87,6 +93,20 @@ func main() {
 	if *statements {
 		sc.conns, sc.names = fc.procs*fc.goroutines, fc.names
 		if err := runStatements(context.Background(), sc, os.Stdout); err != nil {
+			fmt.Fprintln(os.Stderr, "bench:", err)
+			os.Exit(1)
+		}
+		return
+	}
+	if *mix != "" {
+		self, err := os.Executable()
+		if err == nil {
+			mc.groups, err = parseMix(*mix)
+		}
+		if err == nil {
+			err = runFleetMix(context.Background(), fc, mc, self, os.Stdout)
+		}
+		if err != nil {
 			fmt.Fprintln(os.Stderr, "bench:", err)
 			os.Exit(1)
 		}

@@ -147,6 +147,7 @@ move the server's processes between CPUs, on an idle machine):
 		fr.markdown(&b)
 		fr.findings(&b)
 	}
+	b.WriteString(mixNotes)
 	b.WriteString(statementsNotes)
 	b.WriteString(notes)
 	return os.WriteFile(path, []byte(b.String()), 0o644)
