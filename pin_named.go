@@ -65,7 +65,7 @@ func (p *pin) tryByKeyFirst(ctx context.Context, named string, try bool) (uint32
 		b := &pgconn.Batch{}
 		b.ExecPrepared(sd.Name, [][]byte{strconv.AppendInt(nil, int64(p.key), 10)}, nil, nil)
 		b.ExecParams(leadingComment(named), nil, nil, nil, nil)
-		got, err := readTry(p.pg.ExecBatch(ctx, b))
+		got, err := readBool(p.pg.ExecBatch(ctx, b))
 		switch {
 		case err != nil && !again && p.m.ownPrepared && sqlState(err) == "26000":
 			// Deallocated since it was prepared (see ownRow): the batch stopped at its
@@ -103,14 +103,12 @@ func leadingComment(sql string) string {
 	return sql[:strings.Index(sql, " */ ")+len(" */ ")]
 }
 
-var (
-	errTryResult       = errors.New("advisory: the try statement returned no single row")
-	errStatementResult = errors.New("advisory: the lock statement returned no single row")
-)
+var errNotOneRow = errors.New("advisory: the lock statement returned no single row")
 
-// readTry reads the results of tryByKeyFirst's batch: the try's one row, then the
-// comment's empty result.
-func readTry(mrr *pgconn.MultiResultReader) (bool, error) {
+// readBool reads the results of one round trip whose first statement returns one row of
+// one bool in text format (a lock or try statement) and whose others return no row
+// (tryByKeyFirst's comment), and returns that bool.
+func readBool(mrr *pgconn.MultiResultReader) (bool, error) {
 	got, rows, err := false, 0, error(nil)
 	for i := 0; mrr.NextResult(); i++ {
 		rr := mrr.ResultReader()
@@ -127,7 +125,7 @@ func readTry(mrr *pgconn.MultiResultReader) (bool, error) {
 		err = cerr
 	}
 	if err == nil && rows != 1 {
-		err = errTryResult
+		err = errNotOneRow
 	}
 	return got, err
 }
@@ -172,25 +170,7 @@ func (c *contention) record(taken bool) {
 // QueryRow in its simple-protocol mode sends the same, after scanning the text for
 // arguments it does not have.)
 func (p *pin) simpleRow(ctx context.Context, sql string) error {
-	mrr := p.pg.Exec(ctx, sql)
-	got, rows, err := false, 0, error(nil)
-	for mrr.NextResult() {
-		rr := mrr.ResultReader()
-		for rr.NextRow() {
-			if v := rr.Values(); len(v) == 1 {
-				got, rows = string(v[0]) == "t", rows+1
-			}
-		}
-		if _, cerr := rr.Close(); cerr != nil && err == nil {
-			err = cerr
-		}
-	}
-	if cerr := mrr.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil && rows != 1 {
-		err = errStatementResult
-	}
+	got, err := readBool(p.pg.Exec(ctx, sql))
 	if err == nil {
 		p.rowOK = pgtype.Bool{Bool: got, Valid: true}
 	}

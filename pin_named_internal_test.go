@@ -1,13 +1,28 @@
 package advisory
 
 import (
+	"context"
 	"fmt"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
+
+// twoManagers returns two Managers on the test server (two processes, as far as its
+// locks are concerned) and an admin connection, closed at the test's end.
+func twoManagers(t *testing.T) (context.Context, *pgx.Conn, *Manager, *Manager) {
+	ctx, dsn, admin := serverConn(t)
+	m1, err := New(ctx, dsn)
+	require.NoError(t, err)
+	t.Cleanup(m1.Close)
+	m2, err := New(ctx, dsn)
+	require.NoError(t, err)
+	t.Cleanup(m2.Close)
+	return ctx, admin, m1, m2
+}
 
 // TestNamedLockTriesByKeyFirst checks, on the server, what a named lock that its
 // connection has not prepared runs (pin_named.go): a free lock is taken by the key's
@@ -17,13 +32,7 @@ import (
 // Manager whose Lock just waited (one wait alone does not make its Lock calls skip the
 // try: see TestContendedNamedLocksSkipTheTry).
 func TestNamedLockTriesByKeyFirst(t *testing.T) {
-	ctx, dsn, admin := serverConn(t)
-	m1, err := New(ctx, dsn)
-	require.NoError(t, err)
-	defer m1.Close()
-	m2, err := New(ctx, dsn)
-	require.NoError(t, err)
-	defer m2.Close()
+	ctx, admin, m1, m2 := twoManagers(t)
 	name := t.Name()
 	holders := func() []Holder {
 		hs, err := m1.Holders(ctx, name)
@@ -102,13 +111,7 @@ func TestNamedLockTriesByKeyFirst(t *testing.T) {
 // those probes have found locks free often enough, every Lock tries first again.
 // Holders names every lock throughout, and every lock is the server's (pg_locks).
 func TestContendedNamedLocksSkipTheTry(t *testing.T) {
-	ctx, dsn, admin := serverConn(t)
-	m1, err := New(ctx, dsn)
-	require.NoError(t, err)
-	defer m1.Close()
-	m2, err := New(ctx, dsn)
-	require.NoError(t, err)
-	defer m2.Close()
+	ctx, admin, m1, m2 := twoManagers(t)
 	n := 0
 	fresh := func() string { n++; return fmt.Sprintf("%s/%d", t.Name(), n) }
 	// lockFree takes a fresh name on m2, uncontended, and reports whether it was tried by
