@@ -175,19 +175,14 @@ func runFleet(ctx context.Context, cfg fleetConfig, self string, log io.Writer) 
 	for _, sh := range shapes {
 		most = max(most, sh.procs*sh.conns)
 	}
-	srv, settings, err := startFleetServer(ctx, most+50)
+	ms, err := startMetered(ctx, most+50)
 	if err != nil {
 		return err
 	}
-	defer srv.Close()
-	admin, err := pgx.Connect(ctx, srv.DSN())
-	if err != nil {
-		return err
-	}
-	defer admin.Close(context.Background())
-	sm, err := newServerMeter(ctx, admin)
-	if err != nil {
-		fmt.Fprintf(log, "bench: the server's processes cannot be read (%v): no server CPU or memory\n", err)
+	defer ms.Close()
+	srv, settings, admin, sm := ms.srv, ms.settings, ms.admin, ms.meter
+	if ms.meterErr != nil {
+		fmt.Fprintf(log, "bench: the server's processes cannot be read (%v): no server CPU or memory\n", ms.meterErr)
 	}
 	res := fleetResults{Machine: machineLine(), Settings: settings, Warmup: cfg.warmup.String(), Rotated: true}
 	// The first point after the server started ran at 0.68x and 0.86x of the same point's

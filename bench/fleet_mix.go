@@ -8,8 +8,6 @@ import (
 	"os"
 	"strings"
 	"time"
-
-	"github.com/jackc/pgx/v5"
 )
 
 // The side-by-side fleet (-fleet-mix): two or more variants run as groups of replicas in
@@ -81,19 +79,14 @@ func runFleetMix(ctx context.Context, cfg fleetConfig, mc mixConfig, self string
 	if per < 1 {
 		return fmt.Errorf("-fleet-mix: %d replicas cannot be split between %d groups", cfg.procs, len(mc.groups))
 	}
-	srv, settings, err := startFleetServer(ctx, per*len(mc.groups)*cfg.goroutines+50)
+	ms, err := startMetered(ctx, per*len(mc.groups)*cfg.goroutines+50)
 	if err != nil {
 		return err
 	}
-	defer srv.Close()
-	admin, err := pgx.Connect(ctx, srv.DSN())
-	if err != nil {
-		return err
-	}
-	defer admin.Close(context.Background())
-	sm, err := newServerMeter(ctx, admin)
-	if err != nil {
-		fmt.Fprintf(out, "the server's processes cannot be read (%v): no server CPU\n", err)
+	defer ms.Close()
+	srv, settings, admin, sm := ms.srv, ms.settings, ms.admin, ms.meter
+	if ms.meterErr != nil {
+		fmt.Fprintf(out, "the server's processes cannot be read (%v): no server CPU\n", ms.meterErr)
 	}
 	skew := map[bool]string{false: "uniform", true: "hot 90/10"}[mc.hot]
 	fmt.Fprintf(out, "fleet side by side: %d groups × %d replicas × %d goroutines (pools of %d) over %d names each, %s, "+
@@ -106,10 +99,8 @@ func runFleetMix(ctx context.Context, cfg fleetConfig, mc mixConfig, self string
 		if err != nil {
 			return err
 		}
-		if sm != nil {
-			if err := sm.waitIdle(ctx, admin); err != nil {
-				return err
-			}
+		if err := sm.waitIdle(ctx, admin); err != nil {
+			return err
 		}
 		runs = append(runs, run)
 		var parts []string
@@ -171,16 +162,10 @@ func mixWindow(ctx context.Context, cfg fleetConfig, mc mixConfig, per, r int, s
 		}
 	}
 	time.Sleep(cfg.warmup)
-	var cpu0 time.Duration
-	if sm != nil {
-		cpu0 = sm.cpu()
-	}
+	cpu0 := sm.cpu() // 0 without a meter (see meteredServer)
 	time.Sleep(cfg.duration)
+	cpu1 := sm.cpu()
 	run := mixRun{locksPerSec: make([]float64, n), clientCPU: make([]float64, n)}
-	var cpu1 time.Duration
-	if sm != nil {
-		cpu1 = sm.cpu()
-	}
 	var all int64
 	for g, ks := range kids {
 		var locks int64
@@ -202,9 +187,7 @@ func mixWindow(ctx context.Context, cfg fleetConfig, mc mixConfig, per, r int, s
 		run.clientCPU[g] = float64(cpu.Microseconds()) / float64(locks)
 		all += locks
 	}
-	if sm != nil {
-		run.serverCPU = float64((cpu1-cpu0)/time.Microsecond) / float64(all)
-	}
+	run.serverCPU = float64((cpu1-cpu0)/time.Microsecond) / float64(all)
 	return run, nil
 }
 

@@ -43,6 +43,40 @@ func startFleetServer(ctx context.Context, conns int) (fleetServer, string, erro
 	return c, "local harness cluster (fsync off, shared_buffers 64MB), " + strings.Join(set, ", "), nil
 }
 
+// meteredServer is a throwaway fleet server (see startFleetServer), an admin connection to
+// it and the meter of its processes. meter is nil where they cannot be read (meterErr
+// says why): its methods then read nothing, and the server's CPU and memory come out 0.
+type meteredServer struct {
+	srv      fleetServer
+	settings string // the server's description (startFleetServer)
+	admin    *pgx.Conn
+	meter    *serverMeter
+	meterErr error
+}
+
+// startMetered starts a fleet server with room for conns client connections and connects
+// to it. Close it when done.
+func startMetered(ctx context.Context, conns int) (*meteredServer, error) {
+	srv, settings, err := startFleetServer(ctx, conns)
+	if err != nil {
+		return nil, err
+	}
+	admin, err := pgx.Connect(ctx, srv.DSN())
+	if err != nil {
+		srv.Close()
+		return nil, err
+	}
+	ms := &meteredServer{srv: srv, settings: settings, admin: admin}
+	ms.meter, ms.meterErr = newServerMeter(ctx, admin)
+	return ms, nil
+}
+
+// Close closes the admin connection and stops the server.
+func (ms *meteredServer) Close() {
+	ms.admin.Close(context.Background())
+	ms.srv.Close()
+}
+
 // serverMeter reads the server's processes: the postmaster and its children.
 type serverMeter struct {
 	postmaster int

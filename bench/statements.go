@@ -113,20 +113,15 @@ type stmtSample struct {
 
 // runStatements runs the probe on a throwaway cluster and prints its tables to out.
 func runStatements(ctx context.Context, cfg stmtConfig, out io.Writer) error {
-	srv, server, err := startFleetServer(ctx, cfg.conns+20)
+	ms, err := startMetered(ctx, cfg.conns+20)
 	if err != nil {
 		return err
 	}
-	defer srv.Close()
-	admin, err := pgx.Connect(ctx, srv.DSN())
-	if err != nil {
-		return err
+	defer ms.Close()
+	if ms.meterErr != nil {
+		return ms.meterErr
 	}
-	defer admin.Close(ctx)
-	sm, err := newServerMeter(ctx, admin)
-	if err != nil {
-		return err
-	}
+	srv, server, sm := ms.srv, ms.settings, ms.meter
 	conns := make([]*pgx.Conn, cfg.conns)
 	for i := range conns {
 		if conns[i], err = pgx.Connect(ctx, srv.DSN()); err != nil {
