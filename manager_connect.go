@@ -36,8 +36,7 @@ func checkVersion(reported string) (int, error) {
 
 // setupError explains a failure of the statement that sets up a lock connection.
 func setupError(err error, serverVersion string) error {
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) && pgErr.Code == "42704" { // undefined_object: an unknown setting
+	if sqlState(err) == "42704" { // undefined_object: an unknown setting
 		return fmt.Errorf("advisory: set up lock session: PostgreSQL %s rejected a setting every lock connection "+
 			"needs (keepalive and timeouts, see docs/keepalive.md): %w", serverVersion, err)
 	}

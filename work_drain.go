@@ -2,14 +2,11 @@ package advisory
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
 	"strings"
 	"time"
-
-	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // Work tags. A holding's tag is "pgadv/DB/KEY/PID.NONCE": the database's oid, the key
@@ -239,8 +236,7 @@ func (d *drainer) terminate(ctx context.Context, live []workSession) error {
 // terminateError explains a failed termination; for a missing privilege it says how to
 // grant it.
 func (d *drainer) terminateError(ctx context.Context, live []workSession, err error) error {
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) && pgErr.Code == "42501" {
+	if sqlState(err) == "42501" {
 		var who []string
 		for _, w := range live {
 			who = append(who, fmt.Sprintf("pid %d (role %q)", w.pid, w.user))
