@@ -14,10 +14,12 @@ type Holder struct {
 	Key  Key
 	Pair bool
 	// Name is the name the lock was taken with, when this library took it (it records the
-	// name in the statement text); "" when unknown. For a name longer than about 800
-	// bytes (less if it is not ASCII) only its start is recorded, since the server keeps
-	// only the first track_activity_query_size bytes (1024 by default) of a statement's
-	// text: Name is then that start and NameTruncated is true.
+	// name in the statement text); "" when unknown. A session whose statements show no
+	// name (a lock taken by key, or by a Manager made WithoutNamesInActivity) is given
+	// the whole name another session of the same key shows, if one does. For a name
+	// longer than about 800 bytes (less if it is not ASCII) only its start is recorded,
+	// since the server keeps only the first track_activity_query_size bytes (1024 by
+	// default) of a statement's text: Name is then that start and NameTruncated is true.
 	Name string
 	// NameTruncated reports that Name is only the start of the lock's name. Unlike a
 	// whole name, which is shown only if it hashes to Key, a start cannot be checked
@@ -120,5 +122,27 @@ func (m *Manager) holders(ctx context.Context, all bool, key Key, pair bool) ([]
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("advisory: list holders: %w", err)
 	}
+	nameByKey(out)
 	return out, nil
+}
+
+// nameByKey gives the sessions of a key whose statements show no name (a lock taken by
+// key, or by a Manager made WithoutNamesInActivity) the name another session of the key
+// shows: a whole name, which holders checked hashes to the key, so it is the lock's
+// name. A name's start (NameTruncated) cannot be checked and is not passed on. hs is in
+// holdersSQL's order: the rows of one key are together.
+func nameByKey(hs []Holder) {
+	for i := 0; i < len(hs); {
+		j, name := i, ""
+		for ; j < len(hs) && hs[j].Key == hs[i].Key && hs[j].Pair == hs[i].Pair; j++ {
+			if hs[j].Name != "" && !hs[j].NameTruncated {
+				name = hs[j].Name
+			}
+		}
+		for ; i < j; i++ {
+			if hs[i].Name == "" && !hs[i].Pair {
+				hs[i].Name = name
+			}
+		}
+	}
 }

@@ -37,6 +37,7 @@ type settings struct {
 	leaderRecheck      time.Duration
 	drainWait          time.Duration
 	noDrain            bool          // WithoutDrain: Do, DoTx, TryDo and Lead do not drain
+	noNames            bool          // WithoutNamesInActivity: named locks' statements carry no name
 	heartbeat          time.Duration // WithHeartbeat; 0: off
 	hooks              Hooks
 	handoffMax         int           // WithLocalHandoff: handoffs per run; 0: off
@@ -199,6 +200,24 @@ func WithDrainWait(d time.Duration) Option {
 // the cost of a Do of an empty function. Lock.Drain still works. The default is to drain.
 func WithoutDrain() Option {
 	return option(func(s *settings) error { s.noDrain = true; return nil })
+}
+
+// WithoutNamesInActivity makes the Manager send its named locks' statements without the
+// name: by key alone, as [Manager.LockKey] sends them. By default a named lock's statements
+// start with a comment that names it, which pg_stat_activity shows, so that Holders,
+// AllHolders and pgadvisory status, in any process, can say which name a session holds or
+// waits for (see docs/keys.md). That comment makes each name's statement a text of its
+// own, which the server parses at each use on a connection that has not prepared it: a
+// fleet that locks many names, each rarely on any one connection, pays that parse on
+// nearly every lock (docs/benchmarks.md, the fleet). With this option the locks are the
+// same (a name's key is still KeyOf of the name, with the namespace: processes with and
+// without the option exclude each other), and the process still knows every name
+// ([Lock.Name], hooks, logs and errors carry it); only sessions looking from outside
+// cannot: they see this Manager's locks and waits by key, with Holder.Name "" unless
+// another session of the same key shows the name. Transaction locks ([XactLock] and the
+// others) are not a Manager's and keep their comment. The default is to name.
+func WithoutNamesInActivity() Option {
+	return option(func(s *settings) error { s.noNames = true; return nil })
 }
 
 // WithHeartbeat makes every held Lock and Session send one cheap statement (SELECT 1) on

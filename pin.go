@@ -107,7 +107,7 @@ func newPin(m *Manager, pc *pgxpool.Conn, t target) *pin {
 	s := &pin{m: m, pc: pc, pg: pg, cancel: handlerOf(pg), pid: pid, token: token,
 		key: t.key, name: t.name, shared: t.shared, pair: t.pair, gated: t.gated,
 		handoff: t.eligible() && m.set.handoffMax > 0,
-		st:      m.texts.statements(t.name, t.shared, t.pair, isDirect(pg)),
+		st:      m.texts.statements(m.activityName(t.name), t.shared, t.pair, isDirect(pg)),
 		fd:      connFD(pg), txFD: -1, done: make(chan struct{})}
 	s.hidden.Store(t.hidden)
 	s.handle = Lock{s: s, name: t.name}

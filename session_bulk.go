@@ -131,7 +131,7 @@ func keysOf(ts []target) []int64 {
 // boxed arguments (see pin.row), and returns the row as pin.row does: the result is nil
 // if the statement ran on another client's backend, else whether the lock was granted.
 func (p *pin) takeOne(ctx context.Context, t target, try bool) (uint32, *bool, error) {
-	st := p.m.texts.statements(t.name, false, false, p.st.direct)
+	st := p.m.texts.statements(p.m.activityName(t.name), false, false, p.st.direct)
 	sql := st.lock
 	if try {
 		sql = st.tryLock

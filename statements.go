@@ -197,6 +197,15 @@ func nameFromQuery(query string) (name string, prefix bool, since time.Time, ok 
 	return name, prefix, since, err == nil
 }
 
+// activityName returns the name a lock's statements record (see nameComment): none where
+// the Manager was made WithoutNamesInActivity.
+func (m *Manager) activityName(name string) string {
+	if m.set.noNames {
+		return ""
+	}
+	return name
+}
+
 // textCache keeps the statement texts of the names a Manager locked, so that a Lock of a
 // name locked before builds no SQL text (the name's comment costs three allocations):
 // up to maxCachedNames entries of names up to maxCachedNameLen bytes. Names past either

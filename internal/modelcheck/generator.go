@@ -70,7 +70,7 @@ func (w *world) genOp(focus *op, batch []*op) *op {
 		o.fin.prefer = preferVictim(focus)
 	case opClose:
 		s := w.slots[w.rng.IntN(len(w.slots))]
-		o.slot, o.m, o.app, o.dsn = s.String(), s.m, s.app, s.dsn
+		o.slot, o.m, o.app, o.dsn, o.opts = s.String(), s.m, s.app, s.dsn, s.opts
 	default:
 		w.genSessionCall(o, focus)
 	}

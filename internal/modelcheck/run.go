@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"runtime"
+	"slices"
 	"strconv"
 	"testing"
 	"time"
@@ -33,6 +34,10 @@ type Config struct {
 	// Handoffs says that Options turn in-process handoff on (advisory.WithLocalHandoff):
 	// the model then also draws batches that make handoffs (see handoff.go).
 	Handoffs bool
+	// Extra are options added to the Manager of one slot (by index, from 0), and to the
+	// Managers that replace it: slots made differently, such as WithoutNamesInActivity,
+	// then take the same names as the others.
+	Extra map[int][]advisory.Option
 }
 
 // ManagerOptions returns the options of every Manager of the model.
@@ -97,9 +102,10 @@ func newWorld(t *testing.T, cfg Config) *world {
 	}
 	for i := range modelManagers {
 		app := fmt.Sprintf("advmodel-%d-m%d", os.Getpid(), i)
-		s := &mgrSlot{idx: i, app: app, dsn: cfg.DSN(t, "application_name="+app)}
+		s := &mgrSlot{idx: i, app: app, dsn: cfg.DSN(t, "application_name="+app),
+			opts: append(slices.Clip(w.opts), cfg.Extra[i]...)}
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		m, err := advisory.New(ctx, s.dsn, w.opts...)
+		m, err := advisory.New(ctx, s.dsn, s.opts...)
 		cancel()
 		if err != nil {
 			t.Fatalf("New: %v", err)

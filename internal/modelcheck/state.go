@@ -52,8 +52,9 @@ type mgrSlot struct {
 	idx int
 	gen int
 	app string // application_name of its connections: how pg_locks rows are traced to it
-	dsn string
-	m   *advisory.Manager
+	dsn  string
+	opts []advisory.Option // the world's, and Config.Extra's for this slot
+	m    *advisory.Manager
 }
 
 func (s *mgrSlot) String() string { return fmt.Sprintf("m%d.%d", s.idx, s.gen) }
