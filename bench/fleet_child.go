@@ -33,9 +33,13 @@ import (
 // connection, where a name's statement carries the name (see docs/keys.md).
 const implKey = "advisory LockKey"
 
+// implNoNames is the library called with names by a Manager made WithoutNamesInActivity:
+// the statements LockKey sends, the names kept in the process.
+const implNoNames = "advisory WithoutNamesInActivity"
+
 // childSpec is what the parent asks of one replica (passed as JSON in fleetSpecEnv).
 type childSpec struct {
-	Impl       string        // "advisory", implKey or "raw"
+	Impl       string        // "advisory", implKey, implNoNames or "raw"
 	Goroutines int           // concurrent callers
 	Names      int           // lock names, fleet/0 … fleet/Names-1
 	Hot        bool          // 90 % of calls on the first 10 % of the names
@@ -119,8 +123,12 @@ func runFleetChild() int {
 }
 
 func newLocker(ctx context.Context, spec childSpec, dsn string) (locker, func(), error) {
-	if spec.Impl == "advisory" || spec.Impl == implKey {
-		m, err := advisory.New(ctx, fmt.Sprintf("%s pool_max_conns=%d %s", dsn, spec.Conns, spec.DSNExtra))
+	if spec.Impl == "advisory" || spec.Impl == implKey || spec.Impl == implNoNames {
+		var opts []advisory.Option
+		if spec.Impl == implNoNames {
+			opts = append(opts, advisory.WithoutNamesInActivity())
+		}
+		m, err := advisory.New(ctx, fmt.Sprintf("%s pool_max_conns=%d %s", dsn, spec.Conns, spec.DSNExtra), opts...)
 		if err != nil {
 			return nil, nil, err
 		}

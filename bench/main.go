@@ -79,7 +79,7 @@ func main() {
 	flag.IntVar(&fc.rounds, "fleet-rounds", 3, "fleet: rounds of the headline (each runs every headline point once, interleaved)")
 	flag.Float64Var(&fc.rate, "fleet-rate", 1200, "fleet: the cost question's offered locks/s for the whole fleet (0: skip it)")
 	mix := flag.String("fleet-mix", "", "run only the side-by-side fleet (fleet_mix.go): comma-separated groups "+
-		"(advisory, \"advisory LockKey\", raw; IMPL@PATH runs it with another bench build), -fleet-procs split "+
+		"(advisory, \"advisory LockKey\", \"advisory WithoutNamesInActivity\", raw; IMPL@PATH runs it with another bench build), -fleet-procs split "+
 		"between them, in one window per run, printed")
 	mc := mixConfig{}
 	flag.IntVar(&mc.runs, "fleet-mix-runs", 4, "side-by-side fleet: windows, the groups' start order rotated")

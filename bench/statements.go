@@ -346,7 +346,8 @@ in a fleet that is not overloaded). linux/amd64, 2 CPUs, go1.26.8, unpinned, Pos
   run) and 1.02x paced (1.05x), but a session waiting for the lock would show the statement
   by key: ` + "`Holders`" + ` and ` + "`pgadvisory status`" + ` could no longer say which name a stuck wait
   waits for, when that is what an operator asks. The library keeps the name on waiters.
-  ` + "`LockKey`" + ` is the choice where names are not wanted at all.
+  A Manager made ` + "`WithoutNamesInActivity`" + ` sends the statements by key alone, for programs
+  that keep names only in the process (the side-by-side fleet above measures it).
 - **The session settings cost the server little.** Every lock connection sets the server
   end's keepalive (` + "`tcp_keepalives_*`" + `, ` + "`tcp_user_timeout`" + `), clears four timeouts and sets
   ` + "`client_connection_check_interval`" + ` (1 s: a backend waiting for a lock notices that its
