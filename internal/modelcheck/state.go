@@ -49,9 +49,9 @@ func (s hState) String() string { return [...]string{"live", "released", "lost"}
 
 // mgrSlot is one of the test's Managers; Close replaces it with a new one (gen+1).
 type mgrSlot struct {
-	idx int
-	gen int
-	app string // application_name of its connections: how pg_locks rows are traced to it
+	idx  int
+	gen  int
+	app  string // application_name of its connections: how pg_locks rows are traced to it
 	dsn  string
 	opts []advisory.Option // the world's, and Config.Extra's for this slot
 	m    *advisory.Manager
