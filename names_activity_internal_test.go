@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -13,7 +14,7 @@ import (
 // TestWithoutNamesInActivity checks, on the server, a Manager made WithoutNamesInActivity
 // beside a default one: its named locks send the statements LockKey sends, so the
 // session never shows the name (a Lock holding and waiting, a Do after its drain, a
-// Session's Lock), yet they are the same locks as the default Manager's (each excludes
+// Session's Lock, a Token), yet they are the same locks as the default Manager's (each excludes
 // the other), and the process keeps the name (Lock.Name, the Acquired hook). Holders
 // names its sessions from the default Manager's session of the same key, and names none
 // while no session shows the name.
@@ -21,13 +22,16 @@ func TestWithoutNamesInActivity(t *testing.T) {
 	ctx, dsn, admin := serverConn(t)
 	var mu sync.Mutex
 	var hooked []string
-	quiet, err := New(ctx, dsn, WithoutNamesInActivity(), WithHooks(Hooks{Acquired: func(ev LockEvent) {
+	table := "fence_" + KeyOf(t.Name()).String()
+	t.Cleanup(func() { admin.Exec(context.Background(), "DROP TABLE IF EXISTS "+pgx.Identifier{table}.Sanitize()) })
+	quiet, err := New(ctx, dsn, WithoutNamesInActivity(), WithFenceTable(table), WithHooks(Hooks{Acquired: func(ev LockEvent) {
 		mu.Lock()
 		defer mu.Unlock()
 		hooked = append(hooked, ev.Name)
 	}}))
 	require.NoError(t, err)
 	t.Cleanup(quiet.Close)
+	require.NoError(t, quiet.CreateFenceTable(ctx))
 	loud, err := New(ctx, dsn)
 	require.NoError(t, err)
 	t.Cleanup(loud.Close)
@@ -108,6 +112,9 @@ func TestWithoutNamesInActivity(t *testing.T) {
 	l3 := <-got
 	require.NotNil(t, l3)
 	assert.Equal(t, []uint32{l3.PID()}, heldBy(t, ctx, admin, key))
+	_, err = l3.Token(ctx)
+	require.NoError(t, err)
+	assert.Contains(t, noName(l3.PID(), "a holder after Token"), table, "the token's statement ran last")
 	require.NoError(t, l3.Unlock(ctx))
 
 	// Do drains first, on the lock's connection: that statement shows no name either.
