@@ -218,7 +218,10 @@ median ratio to raw's (range over the 4 runs), then client CPU per lock:
 | uniform | 0.85x (0.71x–0.89x) | 0.93x (0.93x–1.03x) | 0.93x (0.82x–1.08x) | 1.18x | 1.04x | 1.04x |
 | hot 90/10 | 0.83x (0.83x–0.93x) | 0.90x (0.84x–0.97x) | 0.89x (0.88x–1.01x) | 1.18x | 1.08x | 1.08x |
 
-An earlier run, 3 groups × 7 replicas (raw, named, LockKey), gave named 0.81x uniform and
+A second run right after, 3 groups × 7 replicas (raw, named, WithoutNamesInActivity): named
+0.79x uniform (0.77x–0.83x) and 0.81x hot (0.81x–0.87x), the option 0.94x (0.93x–1.00x)
+and 0.89x (0.85x–0.97x); client CPU per lock 1.22x, 1.23x, 1.05x and 1.10x raw's. An
+earlier run, 3 groups × 7 replicas (raw, named, LockKey), gave named 0.81x uniform and
 0.90x hot, LockKey 0.97x and 0.94x, client CPU 1.17x, 1.18x, 1.02x and 1.07x.
 
 - **By key, the library costs what raw pgx does.** ` + "`LockKey`" + `'s client CPU per lock is
