@@ -256,3 +256,32 @@ func ExampleManager_Observe() {
 	// elected: false
 	// leader at 10.0.0.7:8080
 }
+
+// A service that locks a name per order, from many replicas, and reads the names only in
+// its own logs and hooks: its statements go by key, one prepared text for every name.
+// The locks are the same as a default Manager's; only sessions looking from outside no
+// longer read the name from this Manager's statements.
+func ExampleWithoutNamesInActivity() {
+	ctx := context.Background()
+	m, err := advisory.New(ctx, os.Getenv("DATABASE_URL"), advisory.WithoutNamesInActivity())
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer m.Close()
+
+	l, err := m.Lock(ctx, "order/1234")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer l.Unlock(ctx)
+	fmt.Println(l.Name())
+
+	hs, err := m.Holders(ctx, "order/1234")
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Printf("%d holder, name %q\n", len(hs), hs[0].Name)
+	// Output:
+	// order/1234
+	// 1 holder, name ""
+}
