@@ -129,8 +129,9 @@ func (m *Manager) holders(ctx context.Context, all bool, key Key, pair bool) ([]
 // nameByKey gives the sessions of a key whose statements show no name (a lock taken by
 // key, or by a Manager made WithoutNamesInActivity) the name another session of the key
 // shows: a whole name, which holders checked hashes to the key, so it is the lock's
-// name. A name's start (NameTruncated) cannot be checked and is not passed on. hs is in
-// holdersSQL's order: the rows of one key are together.
+// name. A name's start (NameTruncated) cannot be checked and is not passed on; a lock of
+// the two-int4 form (Pair) shows no name, so none is passed on there. hs is in
+// holdersSQL's order: the rows of one key and form are together.
 func nameByKey(hs []Holder) {
 	for i := 0; i < len(hs); {
 		j, name := i, ""
@@ -140,7 +141,7 @@ func nameByKey(hs []Holder) {
 			}
 		}
 		for ; i < j; i++ {
-			if hs[i].Name == "" && !hs[i].Pair {
+			if hs[i].Name == "" {
 				hs[i].Name = name
 			}
 		}

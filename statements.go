@@ -197,7 +197,8 @@ func nameFromQuery(query string) (name string, prefix bool, since time.Time, ok 
 	return name, prefix, since, err == nil
 }
 
-// activityName returns the name a lock's statements record (see nameComment): none where
+// activityName returns the name a lock's statements record (see nameComment), in its lock
+// statements (statementsFor) and in those its holder runs later (pin.named): none where
 // the Manager was made WithoutNamesInActivity.
 func (m *Manager) activityName(name string) string {
 	if m.set.noNames {

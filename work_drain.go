@@ -168,7 +168,7 @@ func (d *drainer) earlier(w workSession, holders []int32) bool {
 // name, and since when it is held (pgadvisory status, run's report of who holds it).
 func (p *pin) named(sql string) string {
 	switch {
-	case p.name == "" || p.multi || p.m.set.noNames:
+	case p.m.activityName(p.name) == "" || p.multi:
 		return sql
 	case p.heldSince.IsZero():
 		return nameComment(p.name) + sql
