@@ -52,7 +52,7 @@ func (w *world) genOp(focus *op, batch []*op) *op {
 	if focus != nil && focus.fenced() && w.rng.IntN(2) == 0 && w.possible(opTerminate, batch) {
 		kind = opTerminate // so that terminations land during fn
 	}
-	o := &op{kind: kind, admin: w.admin, opts: w.opts}
+	o := &op{kind: kind, admin: w.admin}
 	switch kind {
 	case opLock, opTryLock, opDo, opLead, opHolders, opSession, opDoTx:
 		w.genManagerCall(o, focus, batch)

@@ -25,9 +25,9 @@ func (w *world) handoffBatch() []*op {
 	}
 	h := cands[w.rng.IntN(len(cands))]
 	s := w.slotOf(h)
-	lock := &op{kind: opLock, admin: w.admin, opts: w.opts, slot: s.String(), m: s.m, app: s.app,
+	lock := &op{kind: opLock, admin: w.admin, slot: s.String(), m: s.m, app: s.app,
 		names: []string{h.name}}
-	unlock := &op{kind: opUnlock, admin: w.admin, opts: w.opts, lh: h, pre: h.state, names: []string{h.name},
+	unlock := &op{kind: opUnlock, admin: w.admin, lh: h, pre: h.state, names: []string{h.name},
 		app: h.app, after: time.Duration(2+w.rng.IntN(8)) * time.Millisecond}
 	ops := []*op{lock, unlock}
 	for _, o := range ops {
@@ -40,7 +40,7 @@ func (w *world) handoffBatch() []*op {
 		lock.plan = ctxPlan{kind: ctxDeadline, d: 300 * time.Millisecond}
 	}
 	if w.rng.IntN(3) == 0 { // the backend the lock passes on is terminated before, during or after
-		kill := &op{kind: opTerminate, admin: w.admin, opts: w.opts, pick: w.rng.Float64(),
+		kill := &op{kind: opTerminate, admin: w.admin, pick: w.rng.Float64(),
 			after: time.Duration(w.rng.IntN(20)) * time.Millisecond, apps: w.apps()}
 		kill.fin.prefer = h.pid
 		kill.plan = w.genPlan(kill)

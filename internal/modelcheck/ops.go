@@ -85,7 +85,7 @@ type op struct {
 	fin    fenceInput    // the fenced calls', Token's and CheckToken's
 
 	admin *pgxpool.Pool     // the harness's pool, for pg_locks, terminations, CheckToken
-	opts  []advisory.Option // opClose: the new Manager's options
+	opts  []advisory.Option // opClose: the new Manager's options (its slot's)
 
 	// From the model, before the batch runs.
 	pre        hState          // the target Lock or Session's state

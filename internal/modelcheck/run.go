@@ -6,7 +6,6 @@ import (
 	"math/rand/v2"
 	"os"
 	"runtime"
-	"slices"
 	"strconv"
 	"testing"
 	"time"
@@ -93,7 +92,7 @@ func Settings(t testing.TB) (uint64, time.Duration) {
 // the Managers are closed when the test ends.
 func newWorld(t *testing.T, cfg Config) *world {
 	seed := cfg.Seed
-	w := &world{t: t, seed: seed, admin: cfg.Admin, opts: cfg.ManagerOptions(), rng: rand.New(rand.NewPCG(seed, 0x5eed)),
+	w := &world{t: t, seed: seed, admin: cfg.Admin, rng: rand.New(rand.NewPCG(seed, 0x5eed)),
 		prefix: fmt.Sprintf("model-%d/", os.Getpid()), dead: map[uint32]bool{}, checks: map[opKind]int{},
 		outcomes: map[string]map[string]int{}, spent: map[string]time.Duration{},
 		verbose: os.Getenv("ADVISORY_MODEL_VERBOSE") != "", handoffs: cfg.Handoffs}
@@ -103,7 +102,7 @@ func newWorld(t *testing.T, cfg Config) *world {
 	for i := range modelManagers {
 		app := fmt.Sprintf("advmodel-%d-m%d", os.Getpid(), i)
 		s := &mgrSlot{idx: i, app: app, dsn: cfg.DSN(t, "application_name="+app),
-			opts: append(slices.Clip(w.opts), cfg.Extra[i]...)}
+			opts: append(cfg.ManagerOptions(), cfg.Extra[i]...)}
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		m, err := advisory.New(ctx, s.dsn, s.opts...)
 		cancel()

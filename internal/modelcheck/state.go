@@ -53,7 +53,7 @@ type mgrSlot struct {
 	gen  int
 	app  string // application_name of its connections: how pg_locks rows are traced to it
 	dsn  string
-	opts []advisory.Option // the world's, and Config.Extra's for this slot
+	opts []advisory.Option // Config.ManagerOptions, and Config.Extra's for this slot
 	m    *advisory.Manager
 }
 
@@ -123,8 +123,7 @@ type world struct {
 	checks   map[opKind]int  // the most ctx.Err checks seen in one call of each kind
 	fence    fenceState      // the fencing table, the rows, and counts
 
-	admin *pgxpool.Pool     // the harness's pool: pg_locks, the fencing tables
-	opts  []advisory.Option // every Manager's options
+	admin *pgxpool.Pool // the harness's pool: pg_locks, the fencing tables
 	// handoffs: the Managers pass locks in process; draw batches that make them (handoff.go)
 	handoffs bool
 
