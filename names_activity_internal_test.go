@@ -4,7 +4,6 @@ import (
 	"context"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/assert"
@@ -49,18 +48,6 @@ func TestWithoutNamesInActivity(t *testing.T) {
 		assert.NotContains(t, q, name, what)
 		return q
 	}
-	// waiterOf waits until a session waits for the key, and returns Holders then.
-	waiterOf := func() (Holder, []Holder) {
-		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
-			require.True(t, time.Now().Before(deadline), "no session waits for %q", name)
-			hs := holders()
-			for _, h := range hs {
-				if !h.Granted {
-					return h, hs
-				}
-			}
-		}
-	}
 
 	// The quiet Manager holds: the lock statement by key, as LockKey's.
 	l1, err := quiet.Lock(ctx, name)
@@ -87,7 +74,7 @@ func TestWithoutNamesInActivity(t *testing.T) {
 		assert.NoError(t, err)
 		got <- l
 	}()
-	w, hs := waiterOf()
+	w, hs := awaitWaiter(t, name, holders)
 	require.Len(t, hs, 2)
 	assert.Equal(t, name, w.Name, "the default Manager's waiter shows its name")
 	assert.Equal(t, l1.PID(), hs[0].PID)
@@ -102,7 +89,7 @@ func TestWithoutNamesInActivity(t *testing.T) {
 		assert.NoError(t, err)
 		got <- l
 	}()
-	w, hs = waiterOf()
+	w, hs = awaitWaiter(t, name, holders)
 	require.Len(t, hs, 2)
 	assert.Equal(t, l2.PID(), hs[0].PID)
 	assert.Equal(t, name, hs[0].Name)

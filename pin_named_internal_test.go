@@ -24,6 +24,21 @@ func twoManagers(t *testing.T) (context.Context, *pgx.Conn, *Manager, *Manager) 
 	return ctx, admin, m1, m2
 }
 
+// awaitWaiter polls holders until it lists a session waiting for name, and returns that
+// waiter and the list it was in.
+func awaitWaiter(t *testing.T, name string, holders func() []Holder) (Holder, []Holder) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
+		require.True(t, time.Now().Before(deadline), "no session waits for %q", name)
+		hs := holders()
+		for _, h := range hs {
+			if !h.Granted {
+				return h, hs
+			}
+		}
+	}
+}
+
 // TestNamedLockTriesByKeyFirst checks, on the server, what a named lock that its
 // connection has not prepared runs (pin_named.go): a free lock is taken by the key's
 // prepared try, and the session then shows the name's comment, so Holders names it; a
@@ -62,15 +77,7 @@ func TestNamedLockTriesByKeyFirst(t *testing.T) {
 		assert.NoError(t, err)
 		got <- l
 	}()
-	var waiter Holder
-	for deadline := time.Now().Add(10 * time.Second); waiter.PID == 0; time.Sleep(time.Millisecond) {
-		require.True(t, time.Now().Before(deadline), "no session waits for %q", name)
-		for _, h := range holders() {
-			if !h.Granted {
-				waiter = h
-			}
-		}
-	}
+	waiter, _ := awaitWaiter(t, name, holders)
 	assert.Equal(t, name, waiter.Name, "a waiter shows the name it waits for")
 	assert.Equal(t, statementsFor(name, false, false, true).lock, lastQuery(t, ctx, admin, waiter.PID),
 		"a taken lock is waited for with the named statement")
@@ -158,14 +165,11 @@ func TestContendedNamedLocksSkipTheTry(t *testing.T) {
 			assert.NoError(t, err)
 			got <- l
 		}()
-		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
-			require.True(t, time.Now().Before(deadline), "m2 does not wait for %q", name)
+		awaitWaiter(t, name, func() []Holder { // m2 waits
 			hs, err := m1.Holders(ctx, name)
 			require.NoError(t, err)
-			if len(hs) == 2 {
-				break
-			}
-		}
+			return hs
+		})
 		require.NoError(t, held.Unlock(ctx))
 		l := <-got
 		require.NotNil(t, l)

@@ -35,7 +35,7 @@ func (g mixGroup) String() string {
 }
 
 // parseMix reads -fleet-mix: groups separated by commas, each an implementation
-// ("advisory", "advisory LockKey", "advisory WithoutNamesInActivity" or "raw"), optionally followed by @ and the path of
+// ("advisory", implKey, implNoNames or "raw"), optionally followed by @ and the path of
 // another bench binary that runs it.
 func parseMix(s string) ([]mixGroup, error) {
 	var gs []mixGroup
