@@ -37,16 +37,19 @@ var (
 	// for a connection string it cannot parse.
 	ErrInvalidOption = errors.New("advisory: invalid option")
 
-	// ErrPooler means a transaction- or statement-pooling proxy (PgBouncer
-	// pool_mode=transaction, or similar) is in the way: two client connections reached one
-	// server backend, a statement ran on a backend other than its connection's own, or a
-	// prepared statement met another client's. Session-level locks cannot work through
-	// such a proxy. New checks for one before it changes anything on the server; every lock
-	// statement checks, in the same statement, that it runs on its connection's own backend
-	// and does nothing otherwise, so no call ever takes or releases a lock on another
-	// client's backend. Connect directly, or use session pooling.
-	ErrPooler = errors.New("advisory: connection is behind a transaction-pooling proxy (PgBouncer pool_mode=transaction?); " +
-		"session-level advisory locks need a direct connection or session pooling")
+	// ErrPooler means a connection pooler in the path shares server sessions between
+	// clients, where no lock of the kind the Manager holds can live. A statement pooler
+	// (PgBouncer pool_mode=statement) hands each statement to any server session and
+	// refuses transactions: no lock can be held there. A transaction pooler (PgBouncer
+	// pool_mode=transaction, Supabase's port 6543, Neon's -pooler endpoints, RDS Proxy)
+	// keeps a client on one server session for a transaction's length only: a Manager
+	// holds its locks as transactions there (see [WithHolding]), unless it was asked for
+	// session holdings (WithHolding(HoldingSession)), which fail with ErrPooler. New checks
+	// for a pooler before it changes anything on the server; every session-level lock
+	// statement checks, in the same statement, that it runs on its connection's own
+	// backend and does nothing otherwise, so no call ever takes or releases a lock on
+	// another client's backend.
+	ErrPooler = errors.New("advisory: a connection pooler in the path shares server sessions between clients")
 
 	// ErrStandby means the server is a hot standby (pg_is_in_recovery()): advisory locks
 	// taken there are local to that standby and exclude nobody on the primary or other
@@ -61,6 +64,14 @@ var (
 	// stubs, YugabyteDB's no-op setting, or a pg_try_advisory_lock placed ahead of
 	// pg_catalog's in the role's search_path).
 	ErrUnsupportedServer = errors.New("advisory: unsupported server version")
+
+	// ErrTransactionHolding means a call needs what only a lock held on a server session
+	// of its own can do, and the Manager holds its locks as transactions (see
+	// [WithHolding]): a [Session] cannot release one of its locks while it holds others
+	// (transaction-level locks end only with their transaction; Close releases them all),
+	// and [Lock.BeginTxFunc] cannot choose transaction options (fn runs in a savepoint of
+	// the lock's own transaction, begun with the lock).
+	ErrTransactionHolding = errors.New("advisory: the lock is held as a transaction")
 
 	// ErrTooManyLocks is returned when a Lock on a Session would take it past its cap (see
 	// WithSessionLimits).

@@ -105,14 +105,8 @@ func (l *Lock) Token(ctx context.Context) (int64, error) {
 		if tok = s.fenceToken.Load(); tok != 0 { // taken meanwhile by a concurrent call
 			return nil
 		}
-		clearWarning(s.pg)
-		err := s.pc.QueryRow(ctx, s.named(fmt.Sprintf(tokenSQL, s.m.set.fenceTable)), int64(s.key), s.token, s.pair).Scan(&tok)
-		if n := takeWarning(s.pg); err == nil && n != nil {
-			err = unconfirmed("the fencing token's commit", n)
-		}
-		if errors.Is(err, pgx.ErrNoRows) {
-			err = s.foreignError()
-		}
+		var err error
+		tok, err = s.lease.bumpToken(s, ctx)
 		return err
 	})
 	switch {
@@ -123,6 +117,21 @@ func (l *Lock) Token(ctx context.Context) (int64, error) {
 	}
 	s.fenceToken.Store(tok)
 	return tok, nil
+}
+
+// bumpToken is sessionLease's: tokenSQL on the holding session, whose connection the
+// caller has borrowed (see onHeld), and whose commit is the token's.
+func (sessionLease) bumpToken(p *pin, ctx context.Context) (int64, error) {
+	var tok int64
+	clearWarning(p.pg)
+	err := p.pc.QueryRow(ctx, p.named(fmt.Sprintf(tokenSQL, p.m.set.fenceTable)), int64(p.key), p.token, p.pair).Scan(&tok)
+	if n := takeWarning(p.pg); err == nil && n != nil {
+		err = unconfirmed("the fencing token's commit", n)
+	}
+	if errors.Is(err, pgx.ErrNoRows) {
+		err = p.foreignError()
+	}
+	return tok, err
 }
 
 func tokenError(ctx context.Context, table string, err error) error {

@@ -46,7 +46,8 @@ type LockEvent struct {
 	// Reason is why a call failed (NotAcquired): "locked" (held elsewhere, TryLock),
 	// "canceled" (ctx ended), "pool_exhausted", "pooler", "standby", "closed" or "error";
 	// or why a lock ended (Ended): "released", or for a loss "terminated", "server_closed",
-	// "keepalive", "reset", "manager_closed" or "connection_failed".
+	// "keepalive", "reset", "timeout" (an idle or transaction timeout of the server or a
+	// pooler; the error names the setting), "manager_closed" or "connection_failed".
 	Reason string
 	// Err is the error returned (NotAcquired) or the loss (Ended); nil otherwise.
 	Err error

@@ -47,6 +47,11 @@ func parseLeaderPayload(s string) (gateKey, bool) {
 	return gateKey{Key(v), s[0] == 'p'}, true
 }
 
+// Behind a transaction pooler no connection can LISTEN: a LISTEN registers on whichever
+// server session runs it, and that session goes to other clients after the statement,
+// with the notifications it receives. There observers read the leader every
+// WithLeaderRecheck interval, and no hub runs (see subscribe).
+
 // leaderHub is a Manager's LISTEN connection for its observers: it runs while at least
 // one observer is subscribed.
 type leaderHub struct {
@@ -69,7 +74,7 @@ func (m *Manager) subscribe(k gateKey, poke chan struct{}) func() {
 		h.subs[k] = make(map[chan struct{}]struct{})
 	}
 	h.subs[k][poke] = struct{}{}
-	if h.stop == nil {
+	if h.stop == nil && !m.proxy.txPooled.Load() { // see listening
 		ctx, cancel := context.WithCancel(context.Background())
 		h.stop, h.stopped = cancel, make(chan struct{})
 		go m.listenLeaders(ctx, h.stopped)

@@ -103,25 +103,15 @@ func (p *pin) publish(ctx context.Context, withValue bool, value string) error {
 	classid, objid, subid := pgLocksKey(p.key, p.pair)
 	payload := leaderPayload(gateKey{p.key, p.pair})
 	err, ended := p.onHeld(ctx, func() error {
-		clearWarning(p.pg)
-		var rows pgx.Rows
-		var err error
+		var sql string
+		args := []any{payload, p.token, classid, objid, subid}
 		if withValue {
-			rows, err = p.pc.Query(ctx, p.named(fmt.Sprintf(publishSQL, p.m.set.leaderTable)), payload, p.token,
-				classid, objid, subid, value, int64(p.key), p.pair)
+			sql = fmt.Sprintf(publishSQL, p.m.set.leaderTable)
+			args = append(args, value, int64(p.key), p.pair)
 		} else {
-			rows, err = p.pc.Query(ctx, p.named(announceSQL), payload, p.token, classid, objid, subid)
+			sql = announceSQL
 		}
-		n := 0
-		if err == nil {
-			for rows.Next() {
-				n++
-			}
-			err = rows.Err() // closes rows
-		}
-		if w := takeWarning(p.pg); err == nil && w != nil {
-			err = unconfirmed("the announcement's commit", w)
-		}
+		n, err := p.lease.announce(p, ctx, sql, args)
 		if err == nil && n == 0 {
 			err = p.foreignError()
 		}
@@ -134,6 +124,30 @@ func (p *pin) publish(ctx context.Context, withValue bool, value string) error {
 		return withCtxErr(ctx, leaderTableError(p.m.set.leaderTable, err))
 	}
 	return nil
+}
+
+// announce is sessionLease's: sql (announceSQL or publishSQL, with its args) on the
+// holding session, whose connection the caller has borrowed (see onHeld), named (see
+// pin.named). It returns how many rows it returned: none if the statement did nothing.
+func (sessionLease) announce(p *pin, ctx context.Context, sql string, args []any) (int, error) {
+	clearWarning(p.pg)
+	n, err := countRows(p.pc.Query(ctx, p.named(sql), args...))
+	if w := takeWarning(p.pg); err == nil && w != nil {
+		err = unconfirmed("the announcement's commit", w)
+	}
+	return n, err
+}
+
+// countRows reads and counts the rows of a query.
+func countRows(rows pgx.Rows, err error) (int, error) {
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for rows.Next() {
+		n++
+	}
+	return n, rows.Err() // closes rows
 }
 
 // leaderTableError wraps err with ErrNoLeaderTable if it says the table does not exist.

@@ -63,9 +63,12 @@ func (l *Lock) Unlock(ctx context.Context) error {
 	if l.announced.CompareAndSwap(true, false) {
 		l.s.m.announceReleased(gateKey{l.s.key, l.s.pair})
 	}
+	var rel *releasedError
 	switch {
 	case err == nil, errors.Is(err, ErrNotHeld), errors.Is(err, ErrLockLost):
 		return err
+	case errors.As(err, &rel):
+		return &opError{"unlock", describe(l.s.key, l.name, l.s.pair), fmt.Errorf("the lock is released, but: %w", rel.err)}
 	}
 	return &opError{"unlock", describe(l.s.key, l.name, l.s.pair), fmt.Errorf("release not confirmed, connection closed: %w", err)}
 }

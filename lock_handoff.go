@@ -78,6 +78,7 @@ func (gs *gates) handOff(p *pin) *waiter {
 func (p *pin) successor(t target) *pin {
 	n := newPin(p.m, p.pc, t)
 	n.state = stateSettling
+	n.pid, n.vxid = p.pid, p.vxid // the same server session, and the same transaction if it is one
 	if !p.m.succeed(p, n) {
 		return nil
 	}
@@ -111,7 +112,7 @@ func (m *Manager) succeed(old, next *pin) bool {
 // the lock is not passed on: the ordinary unlock reads it, and reports a loss to this
 // holder. A loss still in flight, not yet received, reaches the next holder (its Done).
 func (p *pin) passOn() bool {
-	if !p.handoff || p.retire.Load() {
+	if !p.handoff || p.retire.Load() || !p.lease.keeps(p) {
 		return false
 	}
 	p.mu.Lock()

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
@@ -158,6 +159,8 @@ func lossCause(err error) (code, words string) {
 	switch {
 	case errors.As(err, &pgErr) && pgErr.Code == "57P01":
 		return "terminated", "the server terminated the session (pg_terminate_backend or shutdown)"
+	case errors.As(err, &pgErr) && (pgErr.Code == "25P03" || pgErr.Code == "25P04" || idleTransactionTimeout(pgErr)):
+		return "timeout", timeoutWords(pgErr)
 	case errors.As(err, &pgErr):
 		return "server_closed", "the server ended the session"
 	case sockfd.TimedOut(err):
@@ -170,6 +173,26 @@ func lossCause(err error) (code, words string) {
 		return "terminated", "the server closed the connection (pg_terminate_backend or shutdown)"
 	}
 	return "connection_failed", "the connection failed"
+}
+
+// idleTransactionTimeout reports PgBouncer's idle_transaction_timeout ending a client
+// that stayed idle in a transaction (it sends a FATAL 08P01 "idle transaction timeout").
+func idleTransactionTimeout(e *pgconn.PgError) bool {
+	return e.Code == "08P01" && strings.Contains(e.Message, "idle transaction timeout")
+}
+
+// timeoutWords names the setting whose timeout ended a holding. A transaction holding
+// clears the server's own for its length (see txBeginSQL), so they can end one only if
+// something set them again within it.
+func timeoutWords(e *pgconn.PgError) string {
+	switch e.Code {
+	case "25P03":
+		return "the server's idle_in_transaction_session_timeout ended the session"
+	case "25P04":
+		return "the server's transaction_timeout ended the session"
+	}
+	return "the pooler ended the connection, idle in its transaction for longer than its idle_transaction_timeout " +
+		"(WithHeartbeat keeps a holding from looking idle)"
 }
 
 // lostError is a loss with its cause classified (see lossCause): it wraps ErrLockLost and

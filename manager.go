@@ -34,6 +34,7 @@ import (
 type Manager struct {
 	pool   *pgxpool.Pool
 	set    settings
+	lease  lease // what every lock of the Manager stands on (see holding.go)
 	proxy  *proxyState
 	poller *sockwatch.Watcher // watches held idle sessions; nil where epoll is not available
 	armer  *armer             // registers held sessions with the poller late (loss_armer.go); nil without a poller
@@ -47,6 +48,9 @@ type Manager struct {
 	preparedBudget, prepareAt int
 	// ownPrepared: the direct key statements run through ownRow (see pin_prepared.go).
 	ownPrepared bool
+	// txBegin starts each holding transaction (see txBeginSQL); used where the Manager
+	// holds by transaction.
+	txBegin string
 
 	gates   gates      // in-process queues of Lock calls, per key
 	taken   contention // how often named locks' tries by key find them taken (pin_named.go)
@@ -126,13 +130,9 @@ func NewWithConfig(ctx context.Context, cfg *pgxpool.Config, opts ...Option) (*M
 	if err := set.validate(); err != nil {
 		return nil, err
 	}
-	ps := &proxyState{logger: set.logger}
-	pool, err := pgxpool.NewWithConfig(ctx, configure(cfg, &set, ps))
+	ps := &proxyState{logger: set.logger, holding: set.holding}
+	pool, kind, version, err := openPool(ctx, cfg, &set, ps)
 	if err != nil {
-		return nil, fmt.Errorf("advisory: %w", err)
-	}
-	if err := checkServer(ctx, pool, cfg); err != nil {
-		pool.Close()
 		return nil, err
 	}
 	p, err := sockwatch.New()
@@ -144,7 +144,8 @@ func NewWithConfig(ctx context.Context, cfg *pgxpool.Config, opts ...Option) (*M
 	if p != nil {
 		a = newArmer(armDelay)
 	}
-	return &Manager{pool: pool, set: set, proxy: ps, poller: p, armer: a, maxConns: int(pool.Config().MaxConns),
+	return &Manager{pool: pool, set: set, lease: leaseFor(kind), txBegin: txBeginSQL(&set, version),
+		proxy: ps, poller: p, armer: a, maxConns: int(pool.Config().MaxConns),
 		preparedBudget: preparedBudget(cfg.ConnConfig), prepareAt: cmp.Or(set.prepareNamedAt, prepareNamedAt),
 		ownPrepared: useOwnPrepared(cfg.ConnConfig),
 		closing:     make(chan struct{}), closeDone: make(chan struct{}), sessions: make(map[*pin]struct{})}, nil

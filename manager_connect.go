@@ -49,6 +49,9 @@ func setupError(err error, serverVersion string) error {
 // and why. The password is scrubbed from the text, whatever pgx put in it.
 func connectError(err error, cfg *pgxpool.Config) error {
 	secrets := []string{cfg.ConnConfig.Password}
+	if errors.Is(err, ErrPooler) || errors.Is(err, ErrStandby) || errors.Is(err, ErrUnsupportedServer) {
+		return &scrubbed{err, secrets} // the set-up connected, and says what it found
+	}
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) && pgErr.Code == "42704" && pgErr.Severity == "FATAL" {
 		for key := range cfg.ConnConfig.RuntimeParams {
@@ -163,11 +166,43 @@ func leadingInt(s string) (int, string) {
 	return n, s[i:]
 }
 
-func checkServer(ctx context.Context, pool *pgxpool.Pool, cfg *pgxpool.Config) error {
-	conn, err := pool.Acquire(ctx)
-	if err != nil {
-		return connectError(err, cfg)
+// openPool opens the Manager's pool and checks the server on its first connection,
+// whose set-up found out what is in the path (see setUp). It returns the pool, the kind of
+// holding the Manager's locks take (see WithHolding) and the server's version, and
+// completes the settings that depend on the path (see settings.forHolding). Behind a
+// transaction pooler, a configuration in pgx's default query mode, which prepares and
+// caches statements per client connection (the next transaction may run on a server
+// session that has never seen them), is opened again in QueryExecModeExec: one unnamed
+// statement per round trip. cfg is the Manager's own copy.
+func openPool(ctx context.Context, cfg *pgxpool.Config, set *settings, ps *proxyState) (*pgxpool.Pool, Holding, int, error) {
+	for {
+		pool, err := pgxpool.NewWithConfig(ctx, configure(cfg.Copy(), set, ps))
+		if err != nil {
+			return nil, 0, 0, fmt.Errorf("advisory: %w", err)
+		}
+		conn, err := pool.Acquire(ctx)
+		if err != nil {
+			pool.Close()
+			return nil, 0, 0, connectError(err, cfg)
+		}
+		if ps.txPooled.Load() && cfg.ConnConfig.DefaultQueryExecMode == pgx.QueryExecModeCacheStatement {
+			conn.Release()
+			pool.Close()
+			cfg.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeExec
+			continue
+		}
+		kind := chooseHolding(set.holding, ps)
+		version := serverVersion(conn.Conn().PgConn().ParameterStatus("server_version"))
+		err = checkEnforced(ctx, conn, &cfg.ConnConfig.Config, kind)
+		conn.Release()
+		if err == nil {
+			err = set.forHolding(kind, ps.proxied.Load())
+		}
+		if err != nil {
+			pool.Close()
+			return nil, 0, 0, err
+		}
+		ps.reportHolding(kind, set.heartbeat)
+		return pool, kind, version, nil
 	}
-	defer conn.Release()
-	return checkEnforced(ctx, conn, &cfg.ConnConfig.Config)
 }

@@ -48,17 +48,32 @@ func setUp(ctx context.Context, conn *pgx.Conn, set *settings, ps *proxyState) e
 		return err
 	}
 	var settings [][2]string
-	if seen.pid == pg.PID() {
+	switch {
+	case seen.pid == pg.PID():
 		settings = serverSettings(set, version)
-	} else {
+	case ps.txPooled.Load():
+		txPooledConn(pg, seen) // known from the Manager's first connection: nothing to probe
+		return nil
+	default:
 		// A proxy is in the path. A probe can show that a transaction pooler shares
 		// backends, never prove that one does not (busy clients can fool it), so nothing
 		// that other clients of a shared backend would inherit is changed: keepalive and
 		// client_connection_check_interval would only configure the proxy's server
 		// connection anyway. Only the token is set, which harms no one and makes any
 		// sharing with another of our connections visible.
-		if err := probe(ctx, conn, seen.pid); err != nil {
+		shared, err := probe(ctx, conn, seen.pid)
+		switch {
+		case err != nil:
 			return err
+		case shared && ps.holding == HoldingSession:
+			return fmt.Errorf("%w: two client connections reached the same backend (pid %d): a transaction pooler, "+
+				"through which no session-level lock can be held, and the Manager was asked for session holdings "+
+				"(WithHolding(HoldingSession)): let it hold by transaction (the default), or connect directly or "+
+				"through session pooling", ErrPooler, seen.pid)
+		case shared:
+			ps.noteTxPooler()
+			txPooledConn(pg, seen)
+			return nil
 		}
 		ps.noteProxy()
 	}
@@ -74,6 +89,16 @@ func setUp(ctx context.Context, conn *pgx.Conn, set *settings, ps *proxyState) e
 		pg.CustomData()[directKey] = true
 	}
 	return nil
+}
+
+// txPooledConn records what the set-up of a connection through a transaction pooler found.
+// Nothing is set on the server: each of its transactions may run on another server
+// session, shared with other clients, and the pid of a holding's is learnt from its lock
+// statement (see txStatements). The pid recorded is 0 until then.
+func txPooledConn(pg *pgconn.PgConn, seen look) {
+	pg.CustomData()[backendPIDKey] = uint32(0)
+	pg.CustomData()[fdKey] = sockfd.FD(pg.Conn())
+	pg.CustomData()[dbOIDKey] = seen.dbOID
 }
 
 // lookAt runs lookSQL on a new connection, before anything is changed on the server, and

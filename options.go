@@ -39,6 +39,8 @@ type settings struct {
 	noDrain            bool          // WithoutDrain: Do, DoTx, TryDo and Lead do not drain
 	noNames            bool          // WithoutNamesInActivity: named locks' statements carry no name
 	heartbeat          time.Duration // WithHeartbeat; 0: off
+	heartbeatSet       bool          // by WithHeartbeat (else a transaction holding behind a proxy beats by default)
+	holding            Holding       // WithHolding
 	hooks              Hooks
 	handoffMax         int           // WithLocalHandoff: handoffs per run; 0: off
 	handoffBudget      time.Duration // WithLocalHandoff: no handoff later than this into a run
@@ -235,7 +237,7 @@ func WithHeartbeat(d time.Duration) Option {
 		if d != 0 && d < minHeartbeat {
 			return fmt.Errorf("%w: heartbeat %v; want 0 (off) or at least %v", ErrInvalidOption, d, minHeartbeat)
 		}
-		s.heartbeat = d
+		s.heartbeat, s.heartbeatSet = d, true
 		return nil
 	})
 }

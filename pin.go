@@ -25,6 +25,7 @@ import (
 // closed instead, and the server frees the lock.
 type pin struct {
 	m      *Manager
+	lease  lease // what the locks stand on: the session, or a transaction (see holding.go)
 	pc     *pgxpool.Conn
 	pg     *pgconn.PgConn
 	cancel *cancelreq.Handler
@@ -81,6 +82,12 @@ type pin struct {
 
 	fenceToken atomic.Int64 // the holding's fencing token once taken (Lock.Token); 0 before
 
+	// A transaction holding's (see holding_tx.go), owned like the connection: its
+	// transaction's virtual id, once read (see txLease.identity), and dirty: a caller's
+	// writes (BeginFunc) wait in the transaction for the holding's COMMIT.
+	vxid  string
+	dirty bool
+
 	beat *time.Timer   // the heartbeat's timer (see pin_heartbeat.go); nil while off. Under mu
 	turn chan struct{} // a Session's turn, which its heartbeat takes too; nil for a Lock
 
@@ -104,10 +111,10 @@ const (
 func newPin(m *Manager, pc *pgxpool.Conn, t target) *pin {
 	pg := pc.Conn().PgConn()
 	pid, token := ownership(pg)
-	s := &pin{m: m, pc: pc, pg: pg, cancel: handlerOf(pg), pid: pid, token: token,
+	s := &pin{m: m, lease: m.lease, pc: pc, pg: pg, cancel: handlerOf(pg), pid: pid, token: token,
 		key: t.key, name: t.name, shared: t.shared, pair: t.pair, gated: t.gated,
 		handoff: t.eligible() && m.set.handoffMax > 0,
-		st:      m.texts.statements(m.activityName(t.name), t.shared, t.pair, isDirect(pg)),
+		st:      m.lease.statements(m, t, isDirect(pg)),
 		fd:      connFD(pg), txFD: -1, done: make(chan struct{})}
 	s.hidden.Store(t.hidden)
 	s.handle = Lock{s: s, name: t.name}
@@ -164,18 +171,10 @@ func (p *pin) rowAs(ctx context.Context, sql string, keyInText, unprepared bool)
 // errNotHeldByServer is unlock's error when pg_advisory_unlock returned false.
 var errNotHeldByServer = errors.New("the server reports the lock was not held by this session")
 
-// unlock runs pg_advisory_unlock on a session whose watcher has been stopped. It returns
-// nil only if the server confirmed the release.
-func (p *pin) unlock(ctx context.Context) error {
-	pid, ok, err := p.unlockRow(ctx)
-	if err == nil {
-		err = p.checkOwned(pid, ok)
-	}
-	if err == nil && !*ok {
-		return errNotHeldByServer
-	}
-	return err
-}
+// unlock releases what the pin holds on the server (pg_advisory_unlock, or the holding
+// transaction's COMMIT: see lease), its watcher stopped. It returns nil only if the
+// server confirmed the release.
+func (p *pin) unlock(ctx context.Context) error { return p.lease.unlock(p, ctx) }
 
 func (p *pin) unlockRow(ctx context.Context) (uint32, *bool, error) {
 	if !p.multi {

@@ -136,7 +136,7 @@ func (p *pin) endTxAs(cause error, where string) error {
 	p.watch = watchNone
 	lost, closing := p.announced, p.closing
 	p.mu.Unlock()
-	clean := !lost && !closing && !p.pg.IsClosed() && p.pg.TxStatus() == 'I'
+	clean := !lost && !closing && !p.pg.IsClosed() && p.pg.TxStatus() == p.lease.idle()
 	if clean && sent {
 		clean = p.absorbCancel() == nil
 	}

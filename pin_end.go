@@ -43,6 +43,11 @@ func (p *pin) release(ctx context.Context, endErr error) error {
 		return p.endErr()
 	}
 	if err := p.unlock(ctx); err != nil {
+		var rel *releasedError
+		if errors.As(err, &rel) { // released all the same: see txLease.unlock
+			p.end(!p.retire.Load(), endErr)
+			return rel
+		}
 		failure, lost := p.unlockFailure(ctx, err)
 		if lost {
 			endErr = failure

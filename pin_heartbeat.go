@@ -2,6 +2,7 @@ package advisory
 
 import (
 	"context"
+	"fmt"
 	"time"
 )
 
@@ -17,8 +18,10 @@ import (
 const minHeartbeat = 100 * time.Millisecond
 
 // heartbeatSQL is the beat's statement: one simple-protocol round trip that never waits
-// on the server.
-const heartbeatSQL = "SELECT 1"
+// on the server. It returns the backend's pid, which must be the holding's: a beat that
+// finds another (a transaction pooler that no longer keeps the client on the holding's
+// server session) reports the holding lost.
+const heartbeatSQL = "SELECT pg_catalog.pg_backend_pid()"
 
 // startHeartbeat arms the heartbeat's timer. The caller holds p.mu: the timer's function
 // reads p.beat under it.
@@ -62,7 +65,15 @@ func (p *pin) beatOnce() bool {
 	if err := p.beginTx(ctx); err != nil {
 		return p.endErr() == nil // not held after all (a release began): skip this beat
 	}
-	_, err := p.pg.Exec(ctx, p.named(heartbeatSQL)).ReadAll()
+	rows, err := p.pg.Exec(ctx, p.named(heartbeatSQL)).ReadAll()
+	var pid uint32
+	if err == nil {
+		pid, err = oneNumber(rows, "the heartbeat")
+	}
+	if err == nil && pid != p.pid {
+		err = fmt.Errorf("%w: the heartbeat ran on backend pid %d, not the holding's (pid %d)", ErrPooler, pid, p.pid)
+		p.discard() // the holding's server session is out of reach: let it go
+	}
 	return p.endTxAs(err, " (seen by the heartbeat)") == nil
 }
 

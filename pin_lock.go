@@ -17,11 +17,11 @@ import (
 // the lock, as verified with the server or by closing the connection.
 func (p *pin) lock(ctx context.Context) error {
 	disarm := p.logWaitLater(ctx)
-	pid, owned, err := p.waitRow(ctx, false)
+	pid, owned, err := p.lease.take(p, ctx, false)
 	disarm()
 	p.setState(stateSettling)
 	interrupted := p.cancel.Settle()
-	if perr := p.checkBackend(pid, owned, err); perr != nil {
+	if perr := p.lease.check(p, pid, owned, err); perr != nil {
 		return perr
 	}
 	if err == nil && ctx.Err() == nil && p.hold() {
@@ -37,7 +37,7 @@ func (p *pin) lock(ctx context.Context) error {
 // connection. It returns ctx's error, ErrClosed, or err.
 func (p *pin) abandon(ctx context.Context, err error, interrupted bool) error {
 	if usable(p.pg, err) {
-		if rerr := p.reconcile(p.key, p.st, interrupted); rerr != nil {
+		if rerr := p.lease.clear(p, interrupted); rerr != nil {
 			p.discard()
 			if errors.Is(rerr, ErrPooler) {
 				return rerr
@@ -61,10 +61,10 @@ func (p *pin) abandon(ctx context.Context, err error, interrupted bool) error {
 // as lock's is and the outcome made exact the same way (see abandon). On any other error
 // the connection is closed (the server frees anything it may hold).
 func (p *pin) tryLock(ctx context.Context) error {
-	pid, got, err := p.waitRow(ctx, true)
+	pid, got, err := p.lease.take(p, ctx, true)
 	p.setState(stateSettling)
 	interrupted := p.cancel.Settle()
-	if perr := p.checkBackend(pid, got, err); perr != nil {
+	if perr := p.lease.check(p, pid, got, err); perr != nil {
 		return perr
 	}
 	switch {

@@ -45,9 +45,10 @@ func (p *pin) runTx(ctx context.Context, opts pgx.TxOptions, fn func(pgx.Tx) err
 	return err
 }
 
-// inTx begins, runs fn and commits or rolls back. It reports whether the commit succeeded.
+// inTx begins, runs fn and commits or rolls back (as the pin's lease does: see
+// lease.beginFn). It reports whether fn's writes are committed.
 func (p *pin) inTx(ctx context.Context, opts pgx.TxOptions, fn func(pgx.Tx) error, txp *pgx.Tx) (bool, error) {
-	tx, err := p.begin(ctx, opts)
+	tx, err := p.lease.beginFn(p, ctx, opts)
 	if err != nil {
 		return false, err
 	}
@@ -60,11 +61,17 @@ func (p *pin) inTx(ctx context.Context, opts pgx.TxOptions, fn func(pgx.Tx) erro
 		rollback(tx)
 		return false, err
 	}
-	// COMMIT is sent as BEGIN is, not under ctx: ctx ending between the check above and
-	// the send would make pgx close the connection, losing the lock for nothing.
-	// A COMMIT can wait on the server (synchronous replication): 5 s bound it, after which
-	// the server is asked to cancel the wait (the commit stays, with a warning). An
-	// uncancellable ctx (the caller asked for no bound) is used as it is, sparing a timer.
+	return p.lease.commitFn(p, ctx, tx)
+}
+
+// commit commits tx, a transaction of its own on the held session (see begin), and
+// reports whether it committed. COMMIT is sent as BEGIN is, not under ctx: ctx ending
+// between the caller's check and the send would make pgx close the connection, losing
+// the lock for nothing. A COMMIT can wait on the server (synchronous replication): 5 s
+// bound it, after which the server is asked to cancel the wait (the commit stays, with a
+// warning). An uncancellable ctx (the caller asked for no bound) is used as it is,
+// sparing a timer.
+func (p *pin) commit(ctx context.Context, tx pgx.Tx) (bool, error) {
 	cctx := ctx
 	if ctx.Done() != nil {
 		var cancel context.CancelFunc

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -75,10 +76,16 @@ func (p *pin) checkBackend(pid uint32, owned *bool, err error) error {
 		}
 	case isPoolerSymptom(err):
 		p.discard()
-		return fmt.Errorf("%w: a statement prepared on this connection met another client's on the server: %w", ErrPooler, err)
+		return fmt.Errorf("%w: a statement prepared on this connection met another client's on the server"+sessionHint+": %w", ErrPooler, err)
 	}
 	return nil
 }
+
+// sessionHint ends the errors of session holdings that met a transaction pooler the
+// probe did not catch (busy clients can hide one): what the user can do.
+const sessionHint = "; a session-level lock cannot be held through a transaction pooler (PgBouncer " +
+	"pool_mode=transaction?): hold by transaction " +
+	"(WithHolding(HoldingTransaction)), or connect directly or through session pooling"
 
 // checkOwned returns nil if a statement that returned (pid, owned) ran on the
 // connection's own backend.
@@ -86,10 +93,10 @@ func (p *pin) checkOwned(pid uint32, owned *bool) error {
 	switch {
 	case owned == nil && pid == p.pid:
 		return fmt.Errorf("%w: the connection's backend (pid %d) no longer carries its ownership token: "+
-			"another client's statements ran there", ErrPooler, pid)
+			"another client's statements ran there"+sessionHint, ErrPooler, pid)
 	case owned == nil || pid != p.pid:
 		return fmt.Errorf("%w: the connection's backend is pid %d but the statement ran on pid %d, "+
-			"which belongs to another client; it did nothing there", ErrPooler, p.pid, pid)
+			"which belongs to another client; it did nothing there"+sessionHint, ErrPooler, p.pid, pid)
 	}
 	return nil
 }
@@ -108,35 +115,56 @@ const probeRounds = 8
 // proxyState records what the Manager's connections found out about the path to the
 // server. It is shared by every connection's setup and the Manager.
 type proxyState struct {
-	logger  *slog.Logger
-	proxied atomic.Bool
-	warn    sync.Once
+	logger   *slog.Logger
+	holding  Holding // what the Manager was asked for (WithHolding)
+	proxied  atomic.Bool
+	txPooled atomic.Bool // a transaction pooler: client connections share server sessions
+	warn     sync.Once
 }
 
 // probe tells a session pooler or TCP proxy, which gives each client connection a backend
 // of its own for the connection's life, from a transaction (or statement) pooler, which
 // hands an idle backend to whichever client runs a statement next: while conn stays
 // open, a second connection's statements reach conn's backend (PgBouncer reuses the most
-// recently used idle server connection first).
-func probe(ctx context.Context, conn *pgx.Conn, pid uint32) error {
+// recently used idle server connection first). It reports whether the proxy shares
+// backends, and fails with ErrPooler for a statement pooler, which refuses transactions.
+func probe(ctx context.Context, conn *pgx.Conn, pid uint32) (shared bool, err error) {
 	cfg := conn.Config().Config.Copy()
 	other, err := pgconn.ConnectConfig(ctx, cfg)
 	if err != nil {
-		return fmt.Errorf("advisory: check the proxy in front of the server: %w", err)
+		return false, fmt.Errorf("advisory: check the proxy in front of the server: %w", err)
 	}
 	defer other.Close(ctx)
 	for range probeRounds {
 		mine, err := backendOf(ctx, conn.PgConn())
 		if err != nil {
-			return fmt.Errorf("advisory: check the proxy in front of the server: %w", err)
+			return false, fmt.Errorf("advisory: check the proxy in front of the server: %w", err)
 		}
 		theirs, err := backendOf(ctx, other)
 		if err != nil {
-			return fmt.Errorf("advisory: check the proxy in front of the server: %w", err)
+			return false, fmt.Errorf("advisory: check the proxy in front of the server: %w", err)
 		}
 		if mine != pid || theirs == mine {
-			return fmt.Errorf("%w: two client connections reached the same backend (pid %d)", ErrPooler, theirs)
+			return true, checkTransactions(ctx, other, theirs)
 		}
+	}
+	return false, nil
+}
+
+// checkTransactions tells a transaction pooler, which keeps a client on one server
+// session for a transaction's length, from a statement pooler, which refuses a
+// transaction block (PgBouncer ends the connection: "transaction blocks not allowed in
+// statement pooling mode"). other is the probe's own connection: a statement pooler may
+// close it.
+func checkTransactions(ctx context.Context, other *pgconn.PgConn, pid uint32) error {
+	_, err := other.Exec(ctx, "BEGIN").ReadAll()
+	if err == nil {
+		_, err = other.Exec(ctx, "ROLLBACK").ReadAll()
+	}
+	if err != nil {
+		return fmt.Errorf("%w: statement pooling: the pooler hands server sessions (pid %d) from client to client "+
+			"statement by statement and refused a transaction block (%w); no kind of advisory lock can be held "+
+			"there: connect through transaction or session pooling, or directly", ErrPooler, pid, err)
 	}
 	return nil
 }
@@ -147,6 +175,13 @@ func backendOf(ctx context.Context, pg *pgconn.PgConn) (uint32, error) {
 		return 0, err
 	}
 	return oneNumber(rows, "pg_backend_pid()")
+}
+
+// noteTxPooler records that the path to the server goes through a transaction pooler.
+// New says so, and what it chose, once at Info.
+func (ps *proxyState) noteTxPooler() {
+	ps.proxied.Store(true)
+	ps.txPooled.Store(true)
 }
 
 // noteProxy records that the path to the server goes through a proxy, and says once, at
@@ -162,4 +197,16 @@ func (ps *proxyState) noteProxy() {
 				"release bound no longer holds: how long a cut-off holder's lock stays depends on the proxy's "+
 				"keepalive toward its clients; the holder is still told within the client bound (see docs/guarantees.md)")
 	})
+}
+
+// reportHolding says once, at Info, what New found in the path and chose, where it is a
+// transaction pooler.
+func (ps *proxyState) reportHolding(kind Holding, heartbeat time.Duration) {
+	if ps.logger == nil || !ps.txPooled.Load() || kind != HoldingTransaction {
+		return
+	}
+	logAttrs(ps.logger, slog.LevelInfo, "advisory: the connection goes through a transaction pooler (client "+
+		"connections share server sessions between transactions): each lock is held as one open transaction "+
+		"(BEGIN; pg_advisory_xact_lock), released by its COMMIT (see docs/guarantees.md, \"Transaction holdings\")",
+		slog.String("holding", kind.String()), slog.Duration("heartbeat", heartbeat))
 }

@@ -111,6 +111,13 @@ func requireNoSettingLeaked(t *testing.T, b *pgtest.PgBouncer, overridden map[st
 		}
 	}
 	query := "SELECT pg_backend_pid(), " + settings + " FROM pg_sleep(0.05)"
+	// A server connection to look at, at least: in statement mode the library's probe
+	// makes PgBouncer close the one its refused transaction ran on.
+	plain, err := pgx.Connect(ctx, pgtest.WithPairs(b.DSN(), "default_query_exec_mode=simple_protocol"))
+	require.NoError(t, err)
+	_, err = plain.Exec(ctx, "SELECT 1")
+	require.NoError(t, err)
+	require.NoError(t, plain.Close(ctx))
 	pids := reusableServerPIDs(t, b)
 	require.NotEmpty(t, pids, "no server connection to check")
 	seen := sampleServerConns(t, b.DSN(), query, pids)

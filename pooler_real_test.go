@@ -30,10 +30,13 @@ var poolerLoads = []struct {
 	busy int // background clients
 }{{"quiet", 0}, {"busy", 3}}
 
-// TestPgBouncerTransactionPooling runs the issue-9 checks in transaction and statement
-// mode, quiet and busy. Each step is a subtest so the report says which guarantee broke.
-// The four scenarios run in parallel with each other, not with the package's other tests
-// (their background load would stretch those tests' timings on two cores).
+// TestPgBouncerTransactionPooling runs the issue-9 checks where no lock can be held:
+// through PgBouncer in transaction mode by a Manager asked for session holdings
+// (WithHolding(HoldingSession)), and in statement mode whatever the Manager asks; quiet
+// and busy. Each step is a subtest so the report says which guarantee broke. The four
+// scenarios run in parallel with each other, not with the package's other tests (their
+// background load would stretch those tests' timings on two cores). Transaction
+// holdings through the same pooler are pooler_real_tx_test.go's.
 func TestPgBouncerTransactionPooling(t *testing.T) {
 	for _, mode := range []pgtest.PoolMode{pgtest.PoolTransaction, pgtest.PoolStatement} {
 		for _, load := range poolerLoads {
@@ -42,15 +45,34 @@ func TestPgBouncerTransactionPooling(t *testing.T) {
 				pgtest.Need(t, srv, startErr)
 				b := pgtest.PgBouncerForTest(t, srv, mode, pgtest.WithConnectQuery(connectQuery(serverConnDefaults)))
 				busyClients(t, b.DSN(), load.busy)
-				for _, c := range clientModes(b) {
-					t.Run("every call fails with ErrPooler/"+c.name, func(t *testing.T) { poolerCallsFail(t, c.dsn) })
-					t.Run("never two holders/"+c.name, func(t *testing.T) { poolerNeverTwoHolders(t, c.dsn) })
+				opts := []advisory.Option{advisory.WithHolding(advisory.HoldingSession)}
+				if mode == pgtest.PoolStatement {
+					opts = nil // the default, HoldingAuto: refused all the same
+					t.Run("New says statement pooling", func(t *testing.T) { statementPoolingRefused(t, b) })
 				}
-				t.Run("a direct holder keeps its lock", func(t *testing.T) { poolerKeepsForeignLock(t, b) })
+				for _, c := range clientModes(b) {
+					t.Run("every call fails with ErrPooler/"+c.name, func(t *testing.T) { poolerCallsFail(t, c.dsn, opts...) })
+					t.Run("never two holders/"+c.name, func(t *testing.T) { poolerNeverTwoHolders(t, c.dsn, opts...) })
+				}
+				t.Run("a direct holder keeps its lock", func(t *testing.T) { poolerKeepsForeignLock(t, b, opts...) })
 				t.Run("no lock left on a server connection", func(t *testing.T) { requireNoLockLeft(t, b) })
 				t.Run("no session setting leaks", func(t *testing.T) { requireNoSettingLeaked(t, b, serverConnDefaults) })
 			})
 		}
+	}
+}
+
+// statementPoolingRefused: New, asked for any kind of holding, refuses a statement
+// pooler with ErrPooler, in words that say statement pooling (not "cannot connect").
+func statementPoolingRefused(t *testing.T, b *pgtest.PgBouncer) {
+	for _, h := range []advisory.Holding{advisory.HoldingAuto, advisory.HoldingSession, advisory.HoldingTransaction} {
+		m, err := advisory.New(ctxT(t), b.DSN(), advisory.WithHolding(h))
+		if m != nil {
+			m.Close()
+		}
+		require.ErrorIs(t, err, advisory.ErrPooler, "holding %v", h)
+		assert.Contains(t, err.Error(), "statement pooling", "holding %v", h)
+		assert.NotContains(t, err.Error(), "connect:", "holding %v", h)
 	}
 }
 
@@ -84,9 +106,9 @@ func clientModes(b *pgtest.PgBouncer) []struct{ name, dsn string } {
 // (and the Session's own Lock) must each fail with an error wrapping ErrPooler, never a
 // bare SQLSTATE and never a "held" lock. Three rounds each, so that a call that fails only
 // sometimes is caught.
-func poolerCallsFail(t *testing.T, dsn string) {
+func poolerCallsFail(t *testing.T, dsn string, opts ...advisory.Option) {
 	ctx := ctxT(t)
-	m, err := advisory.New(ctx, dsn)
+	m, err := advisory.New(ctx, dsn, opts...)
 	report(t, "New", err, nil)
 	if err != nil {
 		assert.ErrorIs(t, err, advisory.ErrPooler)
@@ -138,11 +160,11 @@ func poolerSessionFails(t *testing.T, m *advisory.Manager, name string) {
 // by name in some rounds and by raw key in others (another statement text: no prepared
 // statement to collide with): at most one may succeed, and a success must be a lock its
 // own backend truly holds (pg_locks, seen directly).
-func poolerNeverTwoHolders(t *testing.T, dsn string) {
+func poolerNeverTwoHolders(t *testing.T, dsn string, opts ...advisory.Option) {
 	ctx := ctxT(t)
 	var ms [2]*advisory.Manager
 	for i := range ms {
-		m, err := advisory.New(ctx, dsn)
+		m, err := advisory.New(ctx, dsn, opts...)
 		if err != nil {
 			assert.ErrorIs(t, err, advisory.ErrPooler)
 			return
@@ -181,7 +203,7 @@ func poolerNeverTwoHolders(t *testing.T, dsn string) {
 // poolerKeepsForeignLock: Manager A holds the key on a direct connection; Manager B,
 // through PgBouncer, tries everything on it. Whatever B's error paths do (unlock,
 // reconcile, terminate), A's lock must stay held by A's backend throughout.
-func poolerKeepsForeignLock(t *testing.T, b *pgtest.PgBouncer) {
+func poolerKeepsForeignLock(t *testing.T, b *pgtest.PgBouncer, opts ...advisory.Option) {
 	ctx := ctxT(t)
 	name := t.Name()
 	key := advisory.KeyOf(name)
@@ -189,7 +211,7 @@ func poolerKeepsForeignLock(t *testing.T, b *pgtest.PgBouncer) {
 	la, err := a.Lock(ctx, name)
 	require.NoError(t, err)
 	defer la.Unlock(ctx)
-	mb, err := advisory.New(ctx, b.DSN())
+	mb, err := advisory.New(ctx, b.DSN(), opts...)
 	if err == nil {
 		defer mb.Close()
 		for round := 0; round < 3; round++ {

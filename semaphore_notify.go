@@ -45,8 +45,8 @@ func (m *Manager) sendNotify(channel, payload string) {
 	m.pool.Exec(ctx, "SELECT pg_catalog.pg_notify($1, $2)", channel, payload)
 }
 
-// A listener is the waiting Acquire's connection that LISTENs on the semaphore's channel.
-// It is a plain pool connection that never holds a lock: it goes back to the pool after
+// A listener is the waiting Acquire's connection that LISTENs on the semaphore's channel
+// (none behind a transaction pooler: see Semaphore.listen). It is a plain pool connection that never holds a lock: it goes back to the pool after
 // UNLISTEN, or is closed if that fails.
 type listener struct {
 	pc *pgxpool.Conn
@@ -55,6 +55,12 @@ type listener struct {
 // listen returns a listener on s's channel. It blocks for a pool connection and one round
 // trip; ctx governs both.
 func (sem *Semaphore) listen(ctx context.Context) (*listener, error) {
+	if sem.m.proxy.txPooled.Load() {
+		// Behind a transaction pooler no connection can LISTEN (see leaderHub): the waiter
+		// tries the slots again every SemaphoreRecheck, and when a slot Lock of its own
+		// process ends.
+		return &listener{}, nil
+	}
 	pc, err := sem.m.pool.Acquire(ctx)
 	if err != nil {
 		return nil, sem.m.acquireError(ctx, err)
@@ -79,6 +85,9 @@ func (ln *listener) wait(ctx context.Context) bool {
 // goroutine has returned; call it once ctx has ended.
 func (ln *listener) watch(ctx context.Context) (<-chan struct{}, func()) {
 	heard := make(chan struct{}, 1)
+	if ln.pc == nil { // not listening: see Semaphore.listen
+		return heard, func() {}
+	}
 	var wg sync.WaitGroup
 	wg.Go(func() {
 		for ln.wait(ctx) {
@@ -94,6 +103,9 @@ func (ln *listener) watch(ctx context.Context) (<-chan struct{}, func()) {
 // close stops listening and gives the connection back, or closes it if keep is false or
 // UNLISTEN fails.
 func (ln *listener) close(keep bool) {
+	if ln.pc == nil {
+		return
+	}
 	if keep {
 		ctx, cancel := context.WithTimeout(context.Background(), notifyTimeout)
 		defer cancel()

@@ -54,6 +54,10 @@ func (m *Manager) Session(ctx context.Context) (*Session, error) {
 	s.multi = true
 	s.args[0] = &s.argKey // the key of each call: see pin.args
 	s.turn = make(chan struct{}, 1)
+	if err := s.lease.open(s, ctx); err != nil {
+		s.end(false, ErrNotHeld)
+		return nil, lockError("session", target{name: "session"}, err)
+	}
 	if !s.hold() {
 		s.end(true, ErrClosed)
 		return nil, ErrClosed
@@ -137,6 +141,9 @@ func (s *Session) Unlock(ctx context.Context, name string) error {
 		return fmt.Errorf("%w: %s on this session", ErrNotHeld, describe(t.key, t.name, false))
 	case n > 1:
 		return nil
+	case !s.pin.lease.unlocksOne():
+		return fmt.Errorf("%w: %s stays held until the session's Close, which releases all its locks at once",
+			ErrTransactionHolding, describe(t.key, t.name, false))
 	}
 	err = s.op(ctx, func() error { return s.unlockKey(ctx, t) })
 	if err == nil || !errors.Is(err, ErrLockLost) {

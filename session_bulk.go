@@ -47,11 +47,18 @@ func classify(err error) error {
 // the exactness of Manager.Lock: whatever the outcome, on error none of them is held.
 func (s *Session) take(ctx context.Context, ts []target, try bool) error {
 	p := s.pin
-	var pid uint32
-	var owned *bool
-	var busy []int64
-	var err error
 	p.cancel.SetWaiting(true) // each statement below is a lock wait: see waitRow
+	pid, owned, busy, err := p.lease.takeKeys(p, ctx, ts, try)
+	p.cancel.SetWaiting(false)
+	s.setWaiting(false) // before settle: see setWaiting
+	return s.settleTake(ctx, ts, p.cancel.Settle(), pid, owned, busy, err)
+}
+
+// takeKeys is sessionLease's: one key by the pin's own statements (see takeOne), many
+// in one statement; the result is nil where the statement ran on another client's
+// backend, busy the keys a try found held elsewhere.
+func (sessionLease) takeKeys(p *pin, ctx context.Context, ts []target, try bool) (pid uint32, owned *bool,
+	busy []int64, err error) {
 	switch {
 	case len(ts) == 1:
 		pid, owned, err = p.takeOne(ctx, ts[0], try)
@@ -64,9 +71,7 @@ func (s *Session) take(ctx context.Context, ts []target, try bool) error {
 		var taken []int64
 		err = p.pc.QueryRow(ctx, tryLockAllSQL, keysOf(ts), p.token).Scan(&pid, &owned, &taken, &busy)
 	}
-	p.cancel.SetWaiting(false)
-	s.setWaiting(false) // before settle: see setWaiting
-	return s.settleTake(ctx, ts, p.cancel.Settle(), pid, owned, busy, err)
+	return pid, owned, busy, err
 }
 
 // settleTake decides the outcome of take's statement (err, or the backend pid, whether it
@@ -84,24 +89,23 @@ func (s *Session) settleTake(ctx context.Context, ts []target, sent bool, pid ui
 		err = p.checkOwned(pid, owned)
 	}
 	if err == nil && ctx.Err() == nil && len(busy) == 0 {
-		if sent {
-			// Granted, but Close interrupted too: spend the cancel before Close's release,
-			// the next statement, can meet it.
-			if aerr := p.absorbCancel(); aerr != nil {
-				return &connFailure{aerr}
-			}
+		if kerr := p.lease.keepKeys(p, sent); kerr != nil {
+			return &connFailure{kerr}
 		}
 		return nil
 	}
 	if err == nil && len(ts) == 1 && len(busy) == 1 && !sent && ctx.Err() == nil {
 		// One key, refused by pg_try_advisory_lock, no cancel sent: nothing was taken.
+		if kerr := p.lease.keepKeys(p, false); kerr != nil {
+			return &connFailure{kerr}
+		}
 		return &LockedError{Key: ts[0].key, Name: ts[0].name}
 	}
 	// Not all held by the caller: make sure none is, whatever the server granted.
 	if !usable(p.pg, err) || errors.Is(err, ErrPooler) {
 		return &connFailure{err}
 	}
-	if rerr := p.reconcileKeys(keysOf(ts), sent); rerr != nil {
+	if rerr := p.lease.clearKeys(p, keysOf(ts), sent); rerr != nil {
 		return &connFailure{rerr} // unknown what is held: the connection must go
 	}
 	switch {
@@ -155,10 +159,27 @@ func notSent(pg *pgconn.PgConn, err error) bool {
 	return err != nil && pgconn.SafeToRetry(err) && !pg.IsClosed()
 }
 
-// reconcileKeys unlocks those of keys that the backend holds (see pin.afterCancel).
-func (p *pin) reconcileKeys(keys []int64, cancelSent bool) error {
+// keepKeys is sessionLease's: a take that got every key, with a cancel sent too (Close
+// interrupted it), spends the cancel before Close's release, the next statement, can
+// meet it.
+func (sessionLease) keepKeys(p *pin, cancelSent bool) error {
+	if !cancelSent {
+		return nil
+	}
+	return p.absorbCancel()
+}
+
+// clearKeys is sessionLease's: it unlocks those of keys that the backend holds (see
+// pin.afterCancel).
+func (sessionLease) clearKeys(p *pin, keys []int64, cancelSent bool) error {
 	return p.afterCancel(cancelSent, reconcileKeysSQL, keys, p.token)
 }
+
+// open is sessionLease's: a Session's connection needs nothing before its first lock.
+func (sessionLease) open(*pin, context.Context) error { return nil }
+
+// unlocksOne is sessionLease's: pg_advisory_unlock releases one key.
+func (sessionLease) unlocksOne() bool { return true }
 
 // beginOp takes a multi-lock Session's connection back from the watcher for one call.
 func (p *pin) beginOp() error {

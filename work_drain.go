@@ -7,6 +7,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 )
 
 // Work tags. A holding's tag is "pgadv/DB/KEY/PID.NONCE": the database's oid, the key
@@ -126,7 +128,11 @@ func (d *drainer) list(ctx context.Context) ([]workSession, error) {
 	classid, objid, subid := pgLocksKey(s.key, s.pair)
 	var out []workSession
 	err := d.onLockConn(ctx, func(sctx context.Context) error {
-		rows, err := s.pc.Query(sctx, s.named(drainListSQL), d.prefix, classid, objid, subid)
+		err := s.freshStats(sctx)
+		var rows pgx.Rows
+		if err == nil {
+			rows, err = s.pc.Query(sctx, s.named(drainListSQL), d.prefix, classid, objid, subid)
+		}
 		if err == nil {
 			var holders []int32
 			var w workSession
@@ -159,6 +165,18 @@ func (d *drainer) earlier(w workSession, holders []int32) bool {
 		return false
 	}
 	return pid == d.s.pid || !slices.Contains(holders, int32(pid))
+}
+
+// freshStats makes the next statement on the lock's connection read pg_stat_activity as
+// it is now. Inside a transaction (a transaction holding's: see holding_tx.go) the server
+// reads it once and shows that snapshot until the transaction ends, or until
+// pg_stat_clear_snapshot; outside one, each statement reads it anew.
+func (p *pin) freshStats(ctx context.Context) error {
+	if p.pg.TxStatus() == 'I' {
+		return nil
+	}
+	_, err := p.pg.Exec(ctx, "SELECT pg_catalog.pg_stat_clear_snapshot()").ReadAll()
+	return err
 }
 
 // named prefixes a statement that runs on the lock's own connection with the comment
@@ -219,7 +237,11 @@ func (d *drainer) terminate(ctx context.Context, live []workSession) error {
 		return nil
 	}
 	err := d.onLockConn(ctx, func(sctx context.Context) error {
-		if _, err := d.s.pc.Exec(sctx, d.s.named(drainTerminateSQL), pids, apps); err != nil {
+		err := d.s.freshStats(sctx)
+		if err == nil {
+			_, err = d.s.pc.Exec(sctx, d.s.named(drainTerminateSQL), pids, apps)
+		}
+		if err != nil {
 			return d.terminateError(ctx, live, err)
 		}
 		return nil

@@ -1,0 +1,72 @@
+package advisory
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// BeginFunc on a transaction holding. The lock lives exactly as long as its transaction,
+// so fn cannot have a transaction of its own: it runs in a savepoint of the holding's
+// (advisory_fn), and its writes commit with the holding, at Unlock. That is fencing at
+// its strictest: the writes commit only if the lock was held through their commit, and a
+// holding lost before its Unlock takes them with it.
+
+// fnSavepoint is the savepoint fn runs in.
+const fnSavepoint = "advisory_fn"
+
+func (txLease) beginFn(p *pin, ctx context.Context, opts pgx.TxOptions) (pgx.Tx, error) {
+	if opts != (pgx.TxOptions{}) {
+		return nil, fmt.Errorf("%w: BeginTxFunc with transaction options (%+v): the lock's transaction began "+
+			"with the lock, under READ COMMITTED; fn runs in a savepoint of it", ErrTransactionHolding, opts)
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	// pgx's transaction object, begun with the savepoint instead of BEGIN: its statements
+	// and its nested savepoints (tx.Begin) are pgx's; only its end is ours (see
+	// savepointTx). Not under ctx, as begin's BEGIN (see pin.begin).
+	tx, err := p.pc.BeginTx(context.WithoutCancel(ctx), pgx.TxOptions{BeginQuery: "SAVEPOINT " + fnSavepoint})
+	if err != nil {
+		return nil, err
+	}
+	return &savepointTx{Tx: tx}, nil
+}
+
+// commitFn releases fn's savepoint: its writes now wait in the holding's transaction for
+// the holding's COMMIT (see txLease.unlock). Nothing is committed yet.
+func (txLease) commitFn(p *pin, ctx context.Context, tx pgx.Tx) (bool, error) {
+	if err := tx.Commit(context.WithoutCancel(ctx)); err != nil {
+		return false, err
+	}
+	p.dirty = true
+	return false, nil
+}
+
+// savepointTx is the pgx.Tx fn gets on a transaction holding: pgx's own, whose Commit
+// releases the savepoint and whose Rollback rolls back to it, instead of ending the
+// holding's transaction. Calling either twice returns pgx.ErrTxClosed.
+type savepointTx struct {
+	pgx.Tx
+	ended bool
+}
+
+// Commit releases the savepoint: fn's writes stay, to commit with the holding.
+func (t *savepointTx) Commit(ctx context.Context) error {
+	return t.end(ctx, "RELEASE SAVEPOINT "+fnSavepoint)
+}
+
+// Rollback undoes fn's writes and leaves the holding's transaction as it was before fn.
+func (t *savepointTx) Rollback(ctx context.Context) error {
+	return t.end(ctx, "ROLLBACK TO SAVEPOINT "+fnSavepoint+"; RELEASE SAVEPOINT "+fnSavepoint)
+}
+
+func (t *savepointTx) end(ctx context.Context, sql string) error {
+	if t.ended {
+		return pgx.ErrTxClosed
+	}
+	t.ended = true
+	_, err := t.Conn().Exec(ctx, sql)
+	return err
+}

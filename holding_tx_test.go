@@ -1,0 +1,51 @@
+package advisory_test
+
+import (
+	"context"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/pgadvisory/advisory"
+)
+
+// txManager returns a Manager that holds its locks as transactions, on a direct
+// connection.
+func txManager(t testing.TB, opts ...advisory.Option) *advisory.Manager {
+	t.Helper()
+	m := newManager(t, nil, append([]advisory.Option{advisory.WithHolding(advisory.HoldingTransaction)}, opts...)...)
+	require.Equal(t, advisory.HoldingTransaction, m.Holding())
+	return m
+}
+
+// backendState returns pg_stat_activity's state of pid.
+func backendState(t testing.TB, pid uint32) string {
+	t.Helper()
+	var state string
+	require.NoError(t, admin.QueryRow(context.Background(),
+		"SELECT coalesce(state, '') FROM pg_stat_activity WHERE pid = $1", int32(pid)).Scan(&state))
+	return state
+}
+
+func TestTransactionHoldingLocksAndUnlocks(t *testing.T) {
+	t.Parallel()
+	ctx := ctxT(t)
+	m, other := txManager(t), newManager(t, nil)
+	name := t.Name()
+	key := advisory.KeyOf(name)
+	l, err := m.Lock(ctx, name)
+	require.NoError(t, err)
+	requireHeldBy(t, key, l.PID())
+	require.Equal(t, "idle in transaction", backendState(t, l.PID()))
+	_, err = other.TryLock(ctx, name)
+	require.ErrorIs(t, err, advisory.ErrLocked)
+	require.NoError(t, l.Unlock(ctx))
+	requireFree(t, key)
+	require.ErrorIs(t, l.Err(), advisory.ErrNotHeld)
+	requireNoAcquired(t, m)
+	l2, err := other.TryLock(ctx, name)
+	require.NoError(t, err)
+	_, err = m.TryLock(ctx, name)
+	require.ErrorIs(t, err, advisory.ErrLocked)
+	require.NoError(t, l2.Unlock(ctx))
+}

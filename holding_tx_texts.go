@@ -1,0 +1,69 @@
+package advisory
+
+import (
+	"strconv"
+	"strings"
+)
+
+// The statements of a transaction holding. Each goes by the simple query protocol, with
+// its key written in as a literal: nothing is prepared, so nothing can go missing when a
+// transaction pooler gives the next transaction another server session (PgBouncer before
+// 1.21 tracks no prepared statement), and the transaction's first statements travel in
+// the same round trip as its lock. As everywhere (see statements.go), every server
+// function is named with pg_catalog.
+
+// txBeginSQL is the start of every holding transaction: BEGIN, then the settings the
+// holding needs for its own length only (set_config(..., true) is SET LOCAL: it ends
+// with the transaction, so nothing leaks to the next client of a pooled server session).
+// They clear the timeouts that would end the wait or the idle holding behind the caller's
+// back (lock_timeout, statement_timeout, idle_in_transaction_session_timeout, and from
+// PostgreSQL 17 transaction_timeout), and set the server end's keepalive and, from 14,
+// client_connection_check_interval, on the server session the holding runs on: behind a
+// pooler that is the pooler's connection, so a cut between pooler and server frees the
+// lock within the server-side bound of docs/keepalive.md.
+func txBeginSQL(set *settings, serverVersion int) string {
+	var b strings.Builder
+	b.WriteString("BEGIN; SELECT ")
+	for i, kv := range txSettings(set, serverVersion) {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		// Names and values are the library's own (see applySQL): no quoting needed.
+		b.WriteString("pg_catalog.set_config('" + kv[0] + "', '" + kv[1] + "', true)")
+	}
+	b.WriteString("; ")
+	return b.String()
+}
+
+// txSettings are the settings of a holding transaction (see txBeginSQL).
+func txSettings(set *settings, serverVersion int) [][2]string {
+	out := serverSettings(set, serverVersion)
+	if serverVersion >= 170000 {
+		out = append(out, [2]string{"transaction_timeout", "0"})
+	}
+	return out
+}
+
+// txStatements are the statements of one lock held by transaction: lock and tryLock begin
+// the holding transaction and take the lock in it, in one round trip, and return the
+// backend's pid and the lock function's result (the pid is the holding's: behind a pooler
+// it is known only once the transaction runs). A name's comment comes first, as in
+// statementsFor, so that Holders reads it. Unlock is the transaction's COMMIT (see
+// txLease.unlock), which needs no text of the lock.
+func txStatements(begin, name string, key Key, shared, pair bool) statements {
+	fn := "pg_catalog.pg_advisory_xact_lock"
+	if shared {
+		fn += "_shared"
+	}
+	try := "pg_catalog.pg_try_" + fn[len("pg_catalog.pg_"):]
+	args := "(" + keyLiteral(key) + ")"
+	if pair {
+		pp := pairOf(key)
+		args = "(" + strconv.Itoa(int(pp.Class)) + ", " + strconv.Itoa(int(pp.Object)) + ")"
+	}
+	start := begin + "SELECT pg_catalog.pg_backend_pid(), "
+	if name != "" {
+		start = nameComment(name) + start
+	}
+	return statements{lock: start + fn + args + " IS NOT NULL", tryLock: start + try + args, keyInText: true}
+}
