@@ -14,12 +14,23 @@ import (
 // fenceManagers returns n Managers sharing a fencing table of t's own, created.
 func fenceManagers(t *testing.T, n int) []*advisory.Manager {
 	t.Helper()
+	return fenceManagersWith(t, n, nil)
+}
+
+// fenceManagersWith is fenceManagers with extra options for each Manager: opts(i) for
+// the i-th (nil: none).
+func fenceManagersWith(t *testing.T, n int, opts func(i int) []advisory.Option) []*advisory.Manager {
+	t.Helper()
 	dsn(t) // skips without a server, before the cleanup that needs one
 	table := "fence_tokens_" + advisory.KeyOf(t.Name()).String()
 	t.Cleanup(func() { admin.Exec(context.Background(), "DROP TABLE IF EXISTS "+pgx.Identifier{table}.Sanitize()) })
 	ms := make([]*advisory.Manager, n)
 	for i := range ms {
-		ms[i] = newManager(t, nil, advisory.WithFenceTable(table))
+		var extra []advisory.Option
+		if opts != nil {
+			extra = opts(i)
+		}
+		ms[i] = newManager(t, nil, append(extra, advisory.WithFenceTable(table))...)
 	}
 	require.NoError(t, ms[0].CreateFenceTable(ctxT(t)))
 	require.NoError(t, ms[0].CreateFenceTable(ctxT(t)), "idempotent")

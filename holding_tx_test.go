@@ -2,12 +2,20 @@ package advisory_test
 
 import (
 	"context"
+	"errors"
 	"testing"
+	"time"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/pgadvisory/advisory"
 )
+
+// Transaction holdings on a direct connection (WithHolding(HoldingTransaction)): the
+// lease that a transaction pooler needs, proven where the server can be watched without
+// a pooler in between. pooler_real_tx_test.go runs them through PgBouncer.
 
 // txManager returns a Manager that holds its locks as transactions, on a direct
 // connection.
@@ -31,6 +39,7 @@ func TestTransactionHoldingLocksAndUnlocks(t *testing.T) {
 	t.Parallel()
 	ctx := ctxT(t)
 	m, other := txManager(t), newManager(t, nil)
+	require.Equal(t, advisory.HoldingSession, other.Holding())
 	name := t.Name()
 	key := advisory.KeyOf(name)
 	l, err := m.Lock(ctx, name)
@@ -38,14 +47,153 @@ func TestTransactionHoldingLocksAndUnlocks(t *testing.T) {
 	requireHeldBy(t, key, l.PID())
 	require.Equal(t, "idle in transaction", backendState(t, l.PID()))
 	_, err = other.TryLock(ctx, name)
-	require.ErrorIs(t, err, advisory.ErrLocked)
+	require.ErrorIs(t, err, advisory.ErrLocked, "a session holding and a transaction holding exclude each other")
+	hs, err := other.Holders(ctx, name)
+	require.NoError(t, err)
+	require.Len(t, hs, 1)
+	assert.Equal(t, name, hs[0].Name, "Holders names a transaction holding from its statement's comment")
 	require.NoError(t, l.Unlock(ctx))
 	requireFree(t, key)
 	require.ErrorIs(t, l.Err(), advisory.ErrNotHeld)
+	require.ErrorIs(t, l.Unlock(ctx), advisory.ErrNotHeld)
 	requireNoAcquired(t, m)
 	l2, err := other.TryLock(ctx, name)
 	require.NoError(t, err)
 	_, err = m.TryLock(ctx, name)
 	require.ErrorIs(t, err, advisory.ErrLocked)
+	requireNoAcquired(t, m)
 	require.NoError(t, l2.Unlock(ctx))
+	for _, shared := range []func(context.Context, string) (*advisory.Lock, error){m.LockShared, m.TryLockShared} {
+		a, err := shared(ctx, name)
+		require.NoError(t, err)
+		b, err := other.TryLockShared(ctx, name)
+		require.NoError(t, err, "shared transaction and session holdings coexist")
+		_, err = other.TryLock(ctx, name)
+		require.ErrorIs(t, err, advisory.ErrLocked)
+		require.NoError(t, a.Unlock(ctx))
+		require.NoError(t, b.Unlock(ctx))
+	}
+	p, err := m.LockPair(ctx, advisory.Pair{Class: 7, Object: -9})
+	require.NoError(t, err)
+	_, err = other.TryLockPair(ctx, advisory.Pair{Class: 7, Object: -9})
+	require.ErrorIs(t, err, advisory.ErrLocked)
+	require.NoError(t, p.Unlock(ctx))
+}
+
+// TestTransactionHoldingCancelRacingTheGrant is TestCancelRacingTheGrantNeverLeavesTheLockHeld
+// for a transaction holding: the waiter's cancel and the holder's COMMIT race.
+func TestTransactionHoldingCancelRacingTheGrant(t *testing.T) {
+	t.Parallel()
+	cancelRacingTheGrant(t, txManager(t), txManager(t), 150)
+}
+
+// TestTransactionHoldingTerminationIsTold: pg_terminate_backend of the holding's backend
+// closes Done at once, with a loss, and the key is free soon after.
+func TestTransactionHoldingTerminationIsTold(t *testing.T) {
+	t.Parallel()
+	ctx := ctxT(t)
+	m := txManager(t)
+	l, err := m.Lock(ctx, t.Name())
+	require.NoError(t, err)
+	time.Sleep(5 * time.Millisecond) // past the armer's first tick: the poller watches it
+	terminate(t, l.PID())
+	select {
+	case <-l.Done():
+	case <-time.After(2 * time.Second):
+		t.Fatal("a terminated transaction holding was not told within 2s")
+	}
+	require.ErrorIs(t, l.Err(), advisory.ErrLockLost)
+	eventually(t, 5*time.Second, func() bool { return len(lockRows(t, l.Key())) == 0 }, "the key freed")
+	require.ErrorIs(t, l.Unlock(ctx), advisory.ErrLockLost)
+	requireNoAcquired(t, m)
+}
+
+// TestTransactionHoldingBeginFunc: fn runs in a savepoint of the holding's transaction;
+// its writes are invisible to others until Unlock commits them, a failed fn's writes are
+// rolled back and the lock kept, a loss before Unlock takes the writes with it, and
+// transaction options are refused.
+func TestTransactionHoldingBeginFunc(t *testing.T) {
+	t.Parallel()
+	ctx := ctxT(t)
+	table := createRowsTable(t)
+	m := txManager(t)
+	insert := func(v string) func(pgx.Tx) error {
+		return func(tx pgx.Tx) error { _, err := tx.Exec(ctx, "INSERT INTO "+table+" VALUES ($1)", v); return err }
+	}
+	l, err := m.Lock(ctx, t.Name())
+	require.NoError(t, err)
+	require.NoError(t, l.BeginFunc(ctx, insert("kept")))
+	errFn := errors.New("fn failed")
+	require.ErrorIs(t, l.BeginFunc(ctx, func(tx pgx.Tx) error { insert("undone")(tx); return errFn }), errFn)
+	err = l.BeginTxFunc(ctx, pgx.TxOptions{IsoLevel: pgx.Serializable}, insert("never"))
+	require.ErrorIs(t, err, advisory.ErrTransactionHolding)
+	assert.Empty(t, rowsOf(t, table), "BeginFunc's writes wait for the holding's COMMIT")
+	require.NoError(t, l.Err())
+	require.NoError(t, l.Unlock(ctx))
+	assert.Equal(t, []string{"kept"}, rowsOf(t, table), "Unlock committed fn's writes, and only the successful fn's")
+
+	l, err = m.Lock(ctx, t.Name())
+	require.NoError(t, err)
+	require.NoError(t, l.BeginFunc(ctx, insert("lost")))
+	time.Sleep(5 * time.Millisecond)
+	terminate(t, l.PID())
+	<-l.Done()
+	require.ErrorIs(t, l.Unlock(ctx), advisory.ErrLockLost)
+	assert.Equal(t, []string{"kept"}, rowsOf(t, table), "a lost holding's writes never commit")
+	requireNoAcquired(t, m)
+}
+
+// TestTransactionHoldingDoTxFencesAStaleHolder: holder A's DoTx writes, then A is cut
+// off (its backend terminated, as a partition or a pause past the server's release would
+// end it) while fn goes on; B takes the lock and writes. A's later write and its COMMIT
+// fail: only B's rows are committed, and A's DoTx reports the loss.
+func TestTransactionHoldingDoTxFencesAStaleHolder(t *testing.T) {
+	t.Parallel()
+	ctx := ctxT(t)
+	table := createRowsTable(t)
+	a, b := txManager(t), txManager(t)
+	name := t.Name()
+	var aPID uint32
+	aWrote, bDone := make(chan struct{}), make(chan struct{})
+	aErr := make(chan error, 1)
+	go func() {
+		aErr <- a.DoTx(ctx, name, func(ctx context.Context, tx pgx.Tx) error {
+			aPID = advisory.LockFromContext(ctx).PID()
+			if _, err := tx.Exec(ctx, "INSERT INTO "+table+" VALUES ('a1')"); err != nil {
+				return err
+			}
+			close(aWrote)
+			<-bDone // a stale holder goes on as if it still held the lock
+			_, err := tx.Exec(context.WithoutCancel(ctx), "INSERT INTO "+table+" VALUES ('a2')")
+			return err
+		})
+	}()
+	<-aWrote
+	terminate(t, aPID)
+	require.NoError(t, b.DoTx(ctx, name, func(ctx context.Context, tx pgx.Tx) error {
+		_, err := tx.Exec(ctx, "INSERT INTO "+table+" VALUES ('b')")
+		return err
+	}))
+	close(bDone)
+	require.ErrorIs(t, <-aErr, advisory.ErrLockLost)
+	assert.Equal(t, []string{"b"}, rowsOf(t, table), "the stale holder's writes were refused by the database")
+}
+
+// createRowsTable creates a one-column table for the test's writes.
+func createRowsTable(t testing.TB) string {
+	t.Helper()
+	table := pgx.Identifier{"rows_" + t.Name()}.Sanitize()
+	_, err := admin.Exec(context.Background(), "DROP TABLE IF EXISTS "+table+"; CREATE TABLE "+table+" (v text)")
+	require.NoError(t, err)
+	return table
+}
+
+// rowsOf returns the table's values, sorted.
+func rowsOf(t testing.TB, table string) []string {
+	t.Helper()
+	rows, err := admin.Query(context.Background(), "SELECT v FROM "+table+" ORDER BY v")
+	require.NoError(t, err)
+	vs, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	require.NoError(t, err)
+	return vs
 }

@@ -62,11 +62,15 @@ func TestCancelledLockStopsTheServerWait(t *testing.T) {
 // every Lock call: if it failed, nobody holds the key; if it succeeded, its backend does.
 func TestCancelRacingTheGrantNeverLeavesTheLockHeld(t *testing.T) {
 	t.Parallel()
-	holderM, m := newManager(t, nil), newManager(t, nil)
+	cancelRacingTheGrant(t, newManager(t, nil), newManager(t, nil), 300)
+}
+
+// cancelRacingTheGrant is TestCancelRacingTheGrantNeverLeavesTheLockHeld's body, for m
+// waiting while holderM holds, over the given number of trials.
+func cancelRacingTheGrant(t *testing.T, holderM, m *advisory.Manager, trials int) {
 	seed := uint64(time.Now().UnixNano())
 	t.Logf("seed %d", seed)
 	rng := rand.New(rand.NewPCG(seed, 0))
-	const trials = 300
 	var won, cancelled int
 	for i := 0; i < trials; i++ {
 		// Each trial has a bound of its own: the 300 trials took 60 s beside two CPU

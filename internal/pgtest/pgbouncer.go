@@ -137,6 +137,9 @@ func (b *PgBouncer) writeConfig(up *pgconn.Config, set pgbouncerSettings, cred *
 	if b.mode == PoolSession {
 		poolSize = PgBouncerSessionPoolSize
 	}
+	if set.poolSize > 0 {
+		poolSize = set.poolSize
+	}
 	db := fmt.Sprintf("host=%s port=%d dbname=%s", up.Host, up.Port, b.db)
 	if set.connectQuery != "" {
 		db += " connect_query='" + strings.ReplaceAll(set.connectQuery, "'", "''") + "'"
@@ -159,8 +162,9 @@ ignore_startup_parameters = extra_float_digits
 server_login_retry = 1
 logfile = %s
 client_idle_timeout = %d
+idle_transaction_timeout = %d
 `, b.db, db, b.port, filepath.Join(b.dir, "userlist.txt"), b.user, b.mode,
-		poolSize, filepath.Join(b.dir, "pgbouncer.log"), set.clientIdleTimeout)
+		poolSize, filepath.Join(b.dir, "pgbouncer.log"), set.clientIdleTimeout, set.idleTransactionTimeout)
 	users := fmt.Sprintf("%q %q\n", b.user, up.Password)
 	for name, content := range map[string]string{"pgbouncer.ini": ini, "userlist.txt": users} {
 		path := filepath.Join(b.dir, name)

@@ -4,8 +4,10 @@ package pgtest
 type PgBouncerOption func(*pgbouncerSettings)
 
 type pgbouncerSettings struct {
-	connectQuery      string
-	clientIdleTimeout int
+	connectQuery           string
+	clientIdleTimeout      int
+	idleTransactionTimeout int
+	poolSize               int
 }
 
 // WithClientIdleTimeout sets client_idle_timeout: PgBouncer closes a client connection idle
@@ -20,4 +22,18 @@ func WithClientIdleTimeout(seconds int) PgBouncerOption {
 // is seen if it leaks). Session mode's DISCARD ALL resets such SETs. The default is none.
 func WithConnectQuery(sql string) PgBouncerOption {
 	return func(s *pgbouncerSettings) { s.connectQuery = sql }
+}
+
+// WithIdleTransactionTimeout sets idle_transaction_timeout: PgBouncer closes a client
+// connection that stays idle in a transaction that many seconds (and its server
+// connection), as production poolers are often set to. The default is PgBouncer's, 0:
+// never.
+func WithIdleTransactionTimeout(seconds int) PgBouncerOption {
+	return func(s *pgbouncerSettings) { s.idleTransactionTimeout = seconds }
+}
+
+// WithPoolSize sets default_pool_size, the most server connections PgBouncer opens, in
+// place of [PgBouncerPoolSize] (or [PgBouncerSessionPoolSize] in session mode).
+func WithPoolSize(n int) PgBouncerOption {
+	return func(s *pgbouncerSettings) { s.poolSize = n }
 }
