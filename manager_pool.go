@@ -97,6 +97,9 @@ func (m *Manager) acquireError(ctx context.Context, err error) error {
 	case ctx.Err() != nil && full:
 		return fmt.Errorf("%w: all %d connections stayed pinned by this Manager's locks and waits: %w",
 			ErrPoolExhausted, m.maxConns, ctx.Err())
+	case ctx.Err() != nil && m.proxy.txPooled.Load():
+		return fmt.Errorf("connect: waiting for the transaction pooler to run a new connection's set-up (each held "+
+			"lock and each wait keeps one of its server connections): %w", ctx.Err())
 	case ctx.Err() != nil:
 		return fmt.Errorf("connect: %w", ctx.Err())
 	}
