@@ -33,10 +33,10 @@ all are terminated after one confirmation. A session that lets go of the lock be
 display and the termination is left alone. Names and other text from the server are
 printed escaped.
 
-Behind a transaction-pooling proxy (PgBouncer pool_mode=transaction) break is refused
-(69) with the reason: it reads the holders and waits for the release through the
-library's connection, which refuses such a proxy. Point it at PostgreSQL itself: the
-holders it shows are server backends, whichever client reached them through a proxy.
+Behind a transaction pooler (PgBouncer pool_mode=transaction, Supabase, Neon, RDS Proxy)
+break works as it does on PostgreSQL itself: the holders it shows and terminates are
+server backends, whichever client reached them through the pooler (a lock held as a
+transaction there is freed as its backend goes). A statement pooler is refused (69).
 
 The answer is read from standard input, which must be a terminal ("y" or "yes" goes on);
 without a terminal break refuses unless --yes is given.
@@ -60,7 +60,7 @@ Exit codes:
   4        not confirmed (an answer other than y or yes, or end of input)
   5        no confirmation possible: standard input is not a terminal and no --yes
   64       usage error
-  69       server unavailable, a server error, or a transaction-pooling proxy
+  69       server unavailable, a server error, or a statement-pooling proxy
   75       a terminated holder still held the lock after --wait
   77       permission denied: the role may not terminate a holder (nothing was terminated
            if break found that out before asking)

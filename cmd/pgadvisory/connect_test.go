@@ -50,36 +50,34 @@ func TestDSNWithAnotherSchemeIsAUsageError(t *testing.T) {
 // advisoryPrefix finds the library's "advisory:" prefix, but not "pgadvisory:".
 var advisoryPrefix = regexp.MustCompile(`(^|[^g])advisory:`)
 
-// TestTransactionPoolerIsNamedNotCalledUnreachable (issue 21, item 10): behind PgBouncer in
-// transaction mode every command that connects exits 69 with a message that says it
-// reached a transaction-pooling proxy and why the command cannot work there, never
-// "cannot connect" (it did connect) and never the library's "advisory:" prefix, once read
-// "cannot connect …: advisory: connect: advisory: connection is behind a
-// transaction-pooling proxy". run never starts its command.
-func TestTransactionPoolerIsNamedNotCalledUnreachable(t *testing.T) {
+// TestStatementPoolerIsNamedNotCalledUnreachable (issue 21, item 10; issue 36): behind
+// PgBouncer in statement mode, where no lock can be held, every command that connects
+// exits 69 with a message that says it reached a statement-pooling proxy and what to do,
+// never "cannot connect" (it did connect) and never the library's "advisory:" prefix,
+// once read "cannot connect …: advisory: connect: advisory: connection is behind a
+// transaction-pooling proxy". run never starts its command. (Through a transaction
+// pooler every command works: see TestRunThroughATransactionPooler.)
+func TestStatementPoolerIsNamedNotCalledUnreachable(t *testing.T) {
 	t.Parallel()
 	pgtest.Need(t, srv, startErr)
-	b := pgtest.PgBouncerForTest(t, srv, pgtest.PoolTransaction)
+	b := pgtest.PgBouncerForTest(t, srv, pgtest.PoolStatement)
 	marker := filepath.Join(t.TempDir(), "started")
-	for _, tc := range []struct {
-		args []string
-		want string
-	}{
-		{[]string{"status"}, "status reads the locks through the library's connection"},
-		{[]string{"status", "--name", t.Name()}, "status shows the locks of the proxy's clients too"},
-		{[]string{"run", "--name", t.Name(), "--", "touch", marker}, "run holds a session-level lock"},
-		{[]string{"run", "--no-wait", "--name", t.Name(), "--", "touch", marker}, "run holds a session-level lock"},
-		{[]string{"break", "--name", t.Name(), "--yes"}, "break reads the holders"},
+	for _, args := range [][]string{
+		{"status"},
+		{"status", "--name", t.Name()},
+		{"run", "--name", t.Name(), "--", "touch", marker},
+		{"run", "--no-wait", "--name", t.Name(), "--", "touch", marker},
+		{"break", "--name", t.Name(), "--yes"},
 	} {
 		for round := 0; round < 3; round++ {
-			r := wait(t, startEnv(t, []string{"DATABASE_URL=" + b.DSN()}, tc.args...))
-			assert.Equal(t, 69, r.code, "%q: %s", tc.args, r.stderr)
-			assert.Contains(t, r.stderr, "is a transaction-pooling proxy", "%q", tc.args)
-			assert.Contains(t, r.stderr, tc.want, "%q", tc.args)
-			assert.Contains(t, r.stderr, "session pooling", "%q", tc.args)
-			assert.NotContains(t, r.stderr, "cannot connect", "%q", tc.args)
-			assert.False(t, advisoryPrefix.MatchString(r.stderr), "%q: the library's prefix: %s", tc.args, r.stderr)
-			t.Logf("%q: %s", tc.args, r.stderr)
+			r := wait(t, startEnv(t, []string{"DATABASE_URL=" + b.DSN()}, args...))
+			assert.Equal(t, 69, r.code, "%q: %s", args, r.stderr)
+			assert.Contains(t, r.stderr, "is a statement-pooling proxy", "%q", args)
+			assert.Contains(t, r.stderr, "no advisory lock can be held through it", "%q", args)
+			assert.Contains(t, r.stderr, "transaction or session pooling", "%q", args)
+			assert.NotContains(t, r.stderr, "cannot connect", "%q", args)
+			assert.False(t, advisoryPrefix.MatchString(r.stderr), "%q: the library's prefix: %s", args, r.stderr)
+			t.Logf("%q: %s", args, r.stderr)
 		}
 	}
 	_, err := os.Stat(marker)

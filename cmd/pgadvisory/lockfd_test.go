@@ -100,7 +100,7 @@ func TestRunCommandNeverOutlivesTheLock(t *testing.T) {
 	for _, variant := range []string{"command", "background"} {
 		t.Run(variant, func(t *testing.T) {
 			for trial := 1; trial <= 3; trial++ {
-				took, gap := killedHolderTrial(t, m, variant, trial)
+				took, gap := killedHolderTrial(t, m, []string{"DATABASE_URL=" + dsn(t)}, variant, trial)
 				t.Logf("%s, trial %d: the first command's last process gone %v after the SIGKILL of its pgadvisory; "+
 					"the second command started %v after that", variant, trial, took, gap)
 			}
@@ -108,10 +108,10 @@ func TestRunCommandNeverOutlivesTheLock(t *testing.T) {
 	}
 }
 
-// killedHolderTrial runs one trial. It returns how long the first command's last process
-// outlived its pgadvisory, and the gap between its end and the start of the second
-// command.
-func killedHolderTrial(t *testing.T, m *advisory.Manager, variant string, trial int) (took, gap time.Duration) {
+// killedHolderTrial runs one trial, both runs with env (their DATABASE_URL). It returns
+// how long the first command's last process outlived its pgadvisory, and the gap
+// between its end and the start of the second command.
+func killedHolderTrial(t *testing.T, m *advisory.Manager, env []string, variant string, trial int) (took, gap time.Duration) {
 	key := t.Name() + "/" + strconv.Itoa(trial)
 	dir := t.TempDir()
 	ready, pids, started := filepath.Join(dir, "ready"), filepath.Join(dir, "pids"), filepath.Join(dir, "started")
@@ -122,7 +122,7 @@ func killedHolderTrial(t *testing.T, m *advisory.Manager, variant string, trial 
 		// (Not on our pipes, which would keep wait(p1) waiting for the sleep.)
 		first = `sleep 60 >/dev/null 2>&1 & echo $$ $! > "$1"; touch "$2"; wait`
 	}
-	p1 := start(t, "run", "--name", key, "--holder-name", key+"/first", "--", "sh", "-c", first, "sh", pids, ready)
+	p1 := startEnv(t, env, "run", "--name", key, "--holder-name", key+"/first", "--", "sh", "-c", first, "sh", pids, ready)
 	require.Eventually(t, func() bool { _, err := os.Stat(ready); return err == nil }, 20*time.Second, 5*time.Millisecond)
 	tree := readPIDs(t, pids)
 	gone := make([]<-chan time.Time, len(tree))
@@ -143,7 +143,7 @@ func killedHolderTrial(t *testing.T, m *advisory.Manager, variant string, trial 
 		`elif [ -h /proc/$p/fd/3 ]; then echo "$p RUNNING($st)"; ` +
 		`else echo "$p exiting($st),descriptors-closed"; fi; ` +
 		`done > "$1.seen"; date +%s%N > "$1"`
-	p2 := start(t, "run", "--name", key, "--holder-name", key+"/second", "--", "sh", "-c", second, "sh", started, joinPIDs(tree))
+	p2 := startEnv(t, env, "run", "--name", key, "--holder-name", key+"/second", "--", "sh", "-c", second, "sh", started, joinPIDs(tree))
 	waitForWaiter(t, m, key, key+"/second")
 
 	killed := time.Now()

@@ -7,40 +7,34 @@ import (
 	"github.com/pgadvisory/advisory"
 )
 
-// poolerWhy says why command cmd cannot work through a transaction-pooling proxy, where
-// each transaction may run on another server session, one that other clients share.
-func poolerWhy(cmd string) string {
-	switch cmd {
-	case "run":
-		return "run holds a session-level lock, which lives on one server session for as long as " +
-			"CMD runs; through the proxy that session is not run's own"
-	case "status":
-		return "status reads the locks through the library's connection, which refuses such a proxy " +
-			"before its first statement (connected to PostgreSQL itself, status shows the locks of the " +
-			"proxy's clients too, by server pid)"
-	case "break":
-		return "break reads the holders and waits for the release through the library's connection, " +
-			"which refuses such a proxy before its first statement"
-	}
-	return cmd + " connects through the library's connection, which refuses such a proxy"
-}
+// Behind a transaction pooler (PgBouncer pool_mode=transaction, Supabase's port 6543,
+// Neon's -pooler endpoints, RDS Proxy) every command works: the library holds each lock
+// as one open transaction there. What the library refuses with ErrPooler is a pooler
+// where no lock can be held: statement pooling, which hands each statement to any server
+// session and refuses transactions.
 
 // poolerError explains the library's ErrPooler for command cmd, met on the connection to
-// where: the connection succeeded (so not "cannot connect"), what the library saw, why cmd
-// cannot work there, and the fix. New may not see the proxy (another client's traffic can
-// hand it two server sessions); the lock statement then does, and says it the same way.
+// where: the connection succeeded (so not "cannot connect"), what the library saw, and
+// the fix.
 func poolerError(cmd, where string, err error) error {
-	msg := where + " is a transaction-pooling proxy (PgBouncer pool_mode=transaction?), " +
-		"not a PostgreSQL session of our own"
-	if detail := poolerDetail(err); detail != "" {
+	detail := poolerDetail(err)
+	kind, fix := "a connection pooler that shares server sessions between clients",
+		"connect directly, or through transaction or session pooling"
+	if strings.HasPrefix(detail, "statement pooling") {
+		kind = "a statement-pooling proxy (PgBouncer pool_mode=statement?)"
+		detail = strings.TrimPrefix(strings.TrimPrefix(detail, "statement pooling"), ": ")
+		detail, _, _ = strings.Cut(detail, "; no kind of advisory lock") // the advice below says it
+	}
+	msg := where + " is " + kind
+	if detail != "" {
 		msg += " (" + detail + ")"
 	}
-	return fail(exitUnavailable, "%s: %s: %s; connect directly to PostgreSQL, or through session pooling "+
-		"(pool_mode=session)", cmd, msg, poolerWhy(cmd))
+	return fail(exitUnavailable, "%s: %s: no advisory lock can be held through it; %s "+
+		"(pool_mode=transaction or session)", cmd, msg, fix)
 }
 
-// poolerDetail is what the library saw that told it of the proxy ("two client connections
-// reached the same backend (pid 123)"), without the error's "advisory:" prefixes.
+// poolerDetail is what the library saw that told it of the pooler ("statement pooling:
+// the pooler hands server sessions ..."), without the error's "advisory:" prefixes.
 func poolerDetail(err error) string {
 	s := err.Error()
 	i := strings.Index(s, advisory.ErrPooler.Error())

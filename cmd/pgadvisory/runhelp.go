@@ -6,7 +6,7 @@ const exitCodesHelp = `Exit codes:
   N        run: CMD's own exit code N
   64       usage error (bad flag, argument or lock name)
   69       server unavailable: cannot connect (a server that is not up yet is retried
-           for --connect-timeout), a server error, a transaction-pooling proxy
+           for --connect-timeout), a server error, a statement-pooling proxy
   70       internal error
   75       lock not acquired: --no-wait found it held, or --wait elapsed (the code
            --conflict-exit-code sets; 75 by default); or an earlier holder's session
@@ -55,6 +55,13 @@ lock held after a pgadvisory crash for as long as it runs. A command that closes
 the protection: the lock then ends with pgadvisory, and CMD, killed a moment later, may
 still run when the next holder starts. When CMD exits, run releases the lock, whatever
 CMD left running.
+
+Behind a transaction pooler (PgBouncer pool_mode=transaction, Supabase's port 6543,
+Neon's -pooler endpoints, RDS Proxy) run holds the lock as one open transaction on its
+connection to the pooler, which keeps that transaction's server session for it until the
+transaction ends: descriptor 3 is that connection, and all of the above holds. Once
+pgadvisory is gone its heartbeat stops: a pooler's idle_transaction_timeout shorter than
+the life of a process that kept descriptor 3 would end the holding under it.
 
 Fencing: a CMD that stalls can outlive its lock for a moment (until it is stopped). With
 --token, run takes a fencing token once the lock is held (a number greater than every

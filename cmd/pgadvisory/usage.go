@@ -93,10 +93,10 @@ refresh. A failed query is shown in its block and retried at the next refresh.
 With --name or --key only the sessions of that lock are listed; when there are none,
 status says which key (and name) it looked for. With --json that is an empty array.
 
-Behind a transaction-pooling proxy (PgBouncer pool_mode=transaction) status is refused
-(69) with the reason: it reads the locks through the library's connection, which refuses
-such a proxy. Point it at PostgreSQL itself, where it shows the locks of the proxy's
-clients too (under the server pids of the proxy's server connections).
+Behind a transaction pooler (PgBouncer pool_mode=transaction, Supabase, Neon, RDS Proxy)
+status shows what it shows on PostgreSQL itself: every session's locks, under the server
+pids of the pooler's server connections (a lock held as a transaction, as the library
+holds them there, is listed as any other). A statement pooler is refused (69).
 
 Flags:
 ` + lockFlagsHelp + `  --json              print a JSON array with stable field names, values exactly as on
@@ -107,7 +107,7 @@ Flags:
 ` + connectTimeoutHead + "0" + connectTimeoutTail + `
 ` + connectionHelp + `
 Exit codes: 0 success (also when no lock matches), 64 usage error, 69 server unavailable
-or a transaction-pooling proxy; with --watch, 130 or 143 when SIGINT or SIGTERM ends it
+or a statement-pooling proxy; with --watch, 130 or 143 when SIGINT or SIGTERM ends it
 (128+N for signal N).
 `
 
