@@ -35,9 +35,16 @@ func txBeginSQL(set *settings, serverVersion int) string {
 	return b.String()
 }
 
-// txSettings are the settings of a holding transaction (see txBeginSQL).
+// txSettings are the settings of a holding transaction (see txBeginSQL): a session
+// holding's (serverSettings) but idle_session_timeout, which never applies inside a
+// transaction, and from PostgreSQL 17 transaction_timeout.
 func txSettings(set *settings, serverVersion int) [][2]string {
-	out := serverSettings(set, serverVersion)
+	var out [][2]string
+	for _, kv := range serverSettings(set, serverVersion) {
+		if kv[0] != "idle_session_timeout" {
+			out = append(out, kv)
+		}
+	}
 	if serverVersion >= 170000 {
 		out = append(out, [2]string{"transaction_timeout", "0"})
 	}

@@ -87,10 +87,14 @@ var sessionSettings = []string{"tcp_keepalives_idle", "tcp_keepalives_interval",
 func settingsToCheck(t testing.TB) []string {
 	var version int
 	require.NoError(t, admin.QueryRow(context.Background(), "SELECT current_setting('server_version_num')::int").Scan(&version))
+	out := sessionSettings
 	if version >= 140000 {
-		return append(sessionSettings, "client_connection_check_interval", "idle_session_timeout")
+		out = append(out, "client_connection_check_interval", "idle_session_timeout")
 	}
-	return sessionSettings
+	if version >= 170000 {
+		out = append(out, "transaction_timeout") // a transaction holding's (see txSettings)
+	}
+	return out
 }
 
 // requireNoSettingLeaked: after the library's clients ran, plain clients through PgBouncer

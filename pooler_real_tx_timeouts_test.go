@@ -20,18 +20,27 @@ import (
 
 // serverTimeouts are timeouts a server (or a role) may set, which would end a holding
 // transaction or a wait: PgBouncer's connect_query gives them to every server
-// connection, so only the holding's own SET LOCAL can keep them away.
-var serverTimeouts = map[string]string{"statement_timeout": "1s", "lock_timeout": "1s",
-	"idle_in_transaction_session_timeout": "1s"}
+// connection, so only the holding's own SET LOCAL can keep them away. From PostgreSQL 17
+// transaction_timeout too.
+func serverTimeouts(t testing.TB) map[string]string {
+	out := map[string]string{"statement_timeout": "1s", "lock_timeout": "1s", "idle_in_transaction_session_timeout": "1s"}
+	var version int
+	require.NoError(t, admin.QueryRow(context.Background(), "SELECT current_setting('server_version_num')::int").Scan(&version))
+	if version >= 170000 {
+		out["transaction_timeout"] = "1s"
+	}
+	return out
+}
 
 // TestPgBouncerTransactionHoldingOutlivesServerTimeouts: a Lock waits past the server's
 // statement_timeout and lock_timeout, and a holding stays idle past its
-// idle_in_transaction_session_timeout; the settings are the holding's for its length
-// only.
+// idle_in_transaction_session_timeout (and from PostgreSQL 17 transaction_timeout); the
+// settings are the holding's for its length only.
 func TestPgBouncerTransactionHoldingOutlivesServerTimeouts(t *testing.T) {
 	t.Parallel()
 	pgtest.Need(t, srv, startErr)
-	b := pgtest.PgBouncerForTest(t, srv, pgtest.PoolTransaction, pgtest.WithConnectQuery(connectQuery(serverTimeouts)))
+	timeouts := serverTimeouts(t)
+	b := pgtest.PgBouncerForTest(t, srv, pgtest.PoolTransaction, pgtest.WithConnectQuery(connectQuery(timeouts)))
 	ctx := ctxT(t)
 	name, key := t.Name(), advisory.KeyOf(t.Name())
 	holder, waiter := pooledManager(t, b), pooledManager(t, b)
@@ -48,7 +57,7 @@ func TestPgBouncerTransactionHoldingOutlivesServerTimeouts(t *testing.T) {
 	require.NoError(t, second.Err())
 	requireHeldBy(t, key, second.PID())
 	require.NoError(t, second.Unlock(ctx))
-	requireNoSettingLeaked(t, b, serverTimeouts)
+	requireNoSettingLeaked(t, b, timeouts)
 }
 
 // TestPgBouncerIdleTransactionTimeout: PgBouncer's idle_transaction_timeout ends a

@@ -1,0 +1,72 @@
+package advisory_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/pgadvisory/advisory"
+	"github.com/pgadvisory/advisory/internal/pgtest"
+)
+
+// BenchmarkPooledCycleRatio is a transaction holding's cycle through a real PgBouncer in
+// transaction mode, against raw pgx doing the same through the same PgBouncer:
+//
+//	raw:  BEGIN; SELECT pg_advisory_xact_lock($1); COMMIT, with pgx's Begin, Exec and
+//	      Commit on one connection (QueryExecModeExec: pgx's default prepared-statement
+//	      cache cannot work through PgBouncer 1.18 in transaction mode);
+//	ours: Manager.Lock (or TryLock) + Lock.Unlock, the Manager made on the pooler's DSN.
+//
+// One raw cycle, one Lock cycle and one TryLock cycle per iteration, rotating their
+// order, each timed on a connection that just served an untimed cycle of its own. It
+// reports x-lock and x-trylock, ours over raw (target <= 1.10), and raw's µs per cycle.
+// It does not control CPU placement: pin the test binary, PgBouncer and the server
+// (taskset) for figures to compare across runs.
+func BenchmarkPooledCycleRatio(b *testing.B) {
+	pgtest.Need(b, srv, startErr)
+	pb := pgtest.PgBouncerForTest(b, srv, pgtest.PoolTransaction)
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, pgtest.WithPairs(pb.DSN(), "default_query_exec_mode=exec"))
+	require.NoError(b, err)
+	defer conn.Close(ctx)
+	m, err := advisory.New(ctx, pgtest.WithPairs(pb.DSN(), "pool_max_conns=1"))
+	require.NoError(b, err)
+	defer m.Close()
+	require.Equal(b, advisory.HoldingTransaction, m.Holding())
+	rawKey, name := int64(advisory.KeyOf(b.Name()+"/raw")), b.Name()
+	rawCycle := func() {
+		tx, err := conn.Begin(ctx)
+		if err == nil {
+			_, err = tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", rawKey)
+		}
+		if err == nil {
+			err = tx.Commit(ctx)
+		}
+		if err != nil {
+			b.Fatal(err)
+		}
+	}
+	cycles := []func(){
+		rawCycle,
+		func() { cycle(b, m, (*advisory.Manager).Lock, ctx, name) },
+		func() { cycle(b, m, (*advisory.Manager).TryLock, ctx, name) },
+	}
+	var took [3]time.Duration
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		for j := 0; j < len(cycles); j++ {
+			k := (i + j) % len(cycles)
+			cycles[k]()
+			start := time.Now()
+			cycles[k]()
+			took[k] += time.Since(start)
+		}
+	}
+	raw, lock, try := took[0], took[1], took[2]
+	b.ReportMetric(float64(raw.Nanoseconds())/1e3/float64(b.N), "raw-µs")
+	b.ReportMetric(float64(lock)/float64(raw), "x-lock")
+	b.ReportMetric(float64(try)/float64(raw), "x-trylock")
+}
