@@ -40,6 +40,7 @@ func TestTransactionHoldingLocksAndUnlocks(t *testing.T) {
 	ctx := ctxT(t)
 	m, other := txManager(t), newManager(t, nil)
 	require.Equal(t, advisory.HoldingSession, other.Holding())
+	require.False(t, m.Bounds().TransactionPooler, "held by transaction, but on a direct connection")
 	name := t.Name()
 	key := advisory.KeyOf(name)
 	l, err := m.Lock(ctx, name)

@@ -106,6 +106,12 @@ type Bounds struct {
 	// default), which this library cannot set: Margin no longer holds. HolderTold does.
 	// See docs/guarantees.md.
 	Proxied bool
+	// TransactionPooler is true when that proxy is a transaction pooler (PgBouncer
+	// pool_mode=transaction, Supabase's port 6543, Neon's -pooler endpoints, RDS Proxy):
+	// it hands its server sessions from client to client between transactions, so the
+	// Manager holds its locks as transactions there (see [WithHolding]), and a session
+	// setting made on one of its connections would reach other clients.
+	TransactionPooler bool
 }
 
 func computeBounds(client, server TCPKeepalive) Bounds {

@@ -78,6 +78,7 @@ func txPoolerDetected(t *testing.T, b *pgtest.PgBouncer) {
 	}))
 	m := pooledManager(t, b, advisory.WithLogger(logger))
 	require.True(t, m.Bounds().Proxied)
+	require.True(t, m.Bounds().TransactionPooler)
 	l, err := m.Lock(ctxT(t), t.Name())
 	require.NoError(t, err)
 	require.NoError(t, l.Unlock(ctxT(t)))

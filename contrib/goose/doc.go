@@ -30,6 +30,23 @@
 // connections with [Locker.Held] and [advisory.Lock.WorkConnString] if they must be
 // drained too.
 //
+// # Through a transaction pooler
+//
+// Behind a transaction pooler (PgBouncer pool_mode=transaction, Supabase's port 6543,
+// Neon's -pooler endpoints, RDS Proxy) the Manager holds the lock as one open
+// transaction (see advisory.WithHolding), and everything above works, but for one
+// thing: [Locker.SessionLock] does not tag goose's connection there. Through such a
+// pooler that connection is no server session of its own: a session setting made on it
+// would stay on a server session that other clients get next (and a later drain would
+// end their work as this holding's), and goose's next transaction may run on another
+// one. Nothing is lost for goose's SQL migrations, each of which runs in a transaction:
+// only goose could send its COMMIT, so a killed holder's half-done migration can never
+// commit; its backend keeps the migration's table locks until it next reads from or
+// writes to its socket (the end of a long statement), and the next holder's migration
+// waits for them. A migration marked NO TRANSACTION, and Go migrations' own connections,
+// get no such protection there unless their connections carry the holding's tag from
+// the start (advisory.Lock.WorkConnString, through [Locker.Held]).
+//
 // # Loss stops the migration
 //
 // goose runs the migrations under the ctx given to Provider.Up, which a Locker cannot

@@ -98,6 +98,9 @@ type holding struct {
 	l    *advisory.Lock
 	conn *sql.Conn // SessionLock's connection, tagged for the holding; nil for Lock
 	app  string    // conn's application_name before it was tagged
+	// pooled: the Manager goes through a transaction pooler, where conn is not a server
+	// session of its own and is left untagged (see the package doc).
+	pooled bool
 }
 
 // take waits for the Locker's slot, takes the lock and prepares the holding.
@@ -125,7 +128,7 @@ func (lk *Locker) acquire(ctx context.Context, conn *sql.Conn) (*holding, error)
 	if err != nil {
 		return nil, err
 	}
-	h := &holding{l: l, conn: conn}
+	h := &holding{l: l, conn: conn, pooled: lk.m.Bounds().TransactionPooler}
 	if err := lk.prepare(ctx, h); err != nil {
 		return nil, errors.Join(err, unlockDetached(ctx, l))
 	}
@@ -139,7 +142,7 @@ func (lk *Locker) prepare(ctx context.Context, h *holding) error {
 			return err
 		}
 	}
-	if h.conn == nil {
+	if h.conn == nil || h.pooled {
 		return nil
 	}
 	return h.tag(ctx)
@@ -158,7 +161,7 @@ func (lk *Locker) release(ctx context.Context, conn *sql.Conn) error {
 	}
 	defer func() { <-lk.slot }()
 	var terr error
-	if conn != nil {
+	if conn != nil && !h.pooled {
 		terr = h.untag(ctx)
 	}
 	// The loss first: it says the migrations may have overlapped another holder's.

@@ -86,7 +86,8 @@ func database(t *testing.T) (string, *pgxpool.Pool) {
 // migrations are the tests' goose migrations. Each writes a row of applied (created by
 // database) in its own transaction; migration 2 then sleeps for the seconds of the
 // session's advgoose_test.sleep setting (none by default), which the tests set in a
-// connection string's options to make one holder slow.
+// connection string's options to make one holder slow, or, where options cannot be set
+// (through PgBouncer), in its application_name as "sleep=N".
 var migrations = fstest.MapFS{
 	"00001_items.sql": {Data: []byte(`-- +goose Up
 CREATE TABLE items (id int);
@@ -97,7 +98,8 @@ DROP TABLE items;
 	"00002_price.sql": {Data: []byte(`-- +goose Up
 INSERT INTO applied (version, app) VALUES (2, current_setting('application_name'));
 ALTER TABLE items ADD COLUMN price int;
-SELECT pg_sleep(coalesce(nullif(current_setting('advgoose_test.sleep', true), ''), '0')::float8);
+SELECT pg_sleep(coalesce(nullif(current_setting('advgoose_test.sleep', true), ''),
+	substring(current_setting('application_name') from 'sleep=([0-9]+)'), '0')::float8);
 -- +goose Down
 ALTER TABLE items DROP COLUMN price;
 `)},

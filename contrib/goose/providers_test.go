@@ -19,11 +19,15 @@ import (
 
 	"github.com/pgadvisory/advisory"
 	advgoose "github.com/pgadvisory/advisory/contrib/goose"
+	"github.com/pgadvisory/advisory/internal/pgtest"
 )
 
 // envVictim carries the database a re-executed test binary migrates as the victim of
-// TestFiveProvidersOneSIGKILLed.
-const envVictim = "ADVGOOSE_VICTIM_DSN"
+// TestFiveProvidersOneSIGKILLed; envVictimPooled says it goes through PgBouncer.
+const (
+	envVictim       = "ADVGOOSE_VICTIM_DSN"
+	envVictimPooled = "ADVGOOSE_VICTIM_POOLED"
+)
 
 // victimMain is the SIGKILLed Provider: it migrates with a SessionLocker, migration 2
 // sleeping a minute, and is killed during that sleep.
@@ -36,7 +40,11 @@ func victimMain() int {
 		return 1
 	}
 	defer m.Close()
-	db, err := sql.Open("pgx", slow(dsn, 60, "victim"))
+	slowDSN := slow(dsn, 60, "victim")
+	if os.Getenv(envVictimPooled) != "" { // no options through PgBouncer: see migrations
+		slowDSN = pgtest.WithParams(dsn, map[string]string{"application_name": "victim sleep=8"})
+	}
+	db, err := sql.Open("pgx", slowDSN)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "victim:", err)
 		return 1

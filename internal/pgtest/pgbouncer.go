@@ -144,8 +144,11 @@ func (b *PgBouncer) writeConfig(up *pgconn.Config, set pgbouncerSettings, cred *
 	if set.connectQuery != "" {
 		db += " connect_query='" + strings.ReplaceAll(set.connectQuery, "'", "''") + "'"
 	}
+	// The fallback entry ("*") passes any other database through to the same server, for
+	// tests that make a database of their own.
 	ini := fmt.Sprintf(`[databases]
 %s = %s
+* = host=%s port=%d
 
 [pgbouncer]
 listen_addr = 127.0.0.1
@@ -163,7 +166,7 @@ server_login_retry = 1
 logfile = %s
 client_idle_timeout = %d
 idle_transaction_timeout = %d
-`, b.db, db, b.port, filepath.Join(b.dir, "userlist.txt"), b.user, b.mode,
+`, b.db, db, up.Host, up.Port, b.port, filepath.Join(b.dir, "userlist.txt"), b.user, b.mode,
 		poolSize, filepath.Join(b.dir, "pgbouncer.log"), set.clientIdleTimeout, set.idleTransactionTimeout)
 	users := fmt.Sprintf("%q %q\n", b.user, up.Password)
 	for name, content := range map[string]string{"pgbouncer.ini": ini, "userlist.txt": users} {

@@ -1,0 +1,92 @@
+package advgoose_test
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/pgadvisory/advisory"
+	advgoose "github.com/pgadvisory/advisory/contrib/goose"
+	"github.com/pgadvisory/advisory/internal/pgtest"
+)
+
+// TestFiveProvidersOneSIGKILLedThroughAPooler is TestFiveProvidersOneSIGKILLed through a
+// real PgBouncer in transaction mode (issue 36): every Manager holds the lock as a
+// transaction, and goose's connections go through the pooler too (pgx in
+// QueryExecModeExec, as a transaction pooler needs). The victim is SIGKILLed while its
+// migration 2 sleeps (8 s) in a transaction nobody will commit; the four survivors apply
+// migrations 2 and 3 exactly once in all, and the victim's migration 2 never commits. With
+// no tag on goose's connection there (see the package doc), the taker's migration 2
+// waits for the dead transaction's table lock until its backend ends.
+func TestFiveProvidersOneSIGKILLedThroughAPooler(t *testing.T) {
+	direct, admin := database(t)
+	cfg, err := pgconn.ParseConfig(direct)
+	require.NoError(t, err)
+	b := pgtest.PgBouncerForTest(t, srv, pgtest.PoolTransaction, pgtest.WithPoolSize(12))
+	dsn := pgtest.WithParams(b.DSN(), map[string]string{"dbname": cfg.Database, "default_query_exec_mode": "exec"})
+	ctx := context.Background()
+	victim := exec.Command(os.Args[0], "-test.run=^$")
+	victim.Env = append(os.Environ(), envVictim+"="+dsn, envVictimPooled+"=1")
+	victim.Stderr = os.Stderr
+	require.NoError(t, victim.Start())
+	t.Cleanup(func() { victim.Process.Kill(); victim.Wait() })
+	deadPID := sleepingPooledBackend(t, admin)
+
+	results := make([]struct {
+		n   int
+		err error
+	}, 4)
+	var wg sync.WaitGroup
+	for i := range results {
+		m := newManager(t, dsn)
+		require.Equal(t, advisory.HoldingTransaction, m.Holding())
+		p := newProvider(t, dsn, advgoose.New(m, "migrations"), true)
+		wg.Go(func() {
+			rs, err := p.Up(ctx)
+			results[i].n, results[i].err = len(rs), err
+		})
+	}
+	waitFor(t, "4 Providers waiting for the lock", func() bool {
+		return count(t, admin, `SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted
+			AND database = (SELECT oid FROM pg_database WHERE datname = current_database())`) == 4
+	})
+	require.NoError(t, victim.Process.Kill())
+	killed := time.Now()
+	wg.Wait()
+	took := time.Since(killed)
+	applied := 0
+	for i, r := range results {
+		require.NoError(t, r.err, "provider %d", i)
+		applied += r.n
+		require.Contains(t, []int{0, 2}, r.n, "provider %d applied %d migrations", i, r.n)
+	}
+	require.Equal(t, 2, applied, "migrations 2 and 3 applied once in all")
+	apps := appliedOnce(t, admin)
+	require.Len(t, apps, 3)
+	require.Contains(t, apps[1], "victim", "migration 1 committed by the victim")
+	require.NotContains(t, apps[2], "victim", "the victim's migration 2 never committed")
+	waitFor(t, "the dead backend gone", func() bool {
+		return count(t, admin, "SELECT count(*) FROM pg_stat_activity WHERE pid = $1", deadPID) == 0
+	})
+	t.Logf("through the pooler, the survivors were done %v after the SIGKILL (the dead migration slept 8 s)", took)
+}
+
+// sleepingPooledBackend waits until the victim's migration 2 sleeps (through the pooler
+// its backend shows the victim's application_name, untagged), and returns its pid.
+func sleepingPooledBackend(t *testing.T, admin *pgxpool.Pool) int32 {
+	t.Helper()
+	var pid int32
+	waitFor(t, "the victim's migration 2 sleeping", func() bool {
+		err := admin.QueryRow(context.Background(), `SELECT pid FROM pg_stat_activity
+			WHERE application_name = 'victim sleep=8' AND state = 'active' AND query LIKE '%pg_sleep%'`).Scan(&pid)
+		return err == nil
+	})
+	return pid
+}
