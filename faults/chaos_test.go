@@ -45,12 +45,30 @@ func TestChaos(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short: a slow fault test (tens of seconds); CI runs it")
 	}
+	chaos(t, dsn(t), 25)
+}
+
+// TestChaosThroughAPooler is TestChaos with the workers' Managers behind a real PgBouncer
+// in transaction mode, holding by transaction (issue 36); their witness rows are written
+// on direct connections, with the server's clock, as in TestChaos. SIGKILLed workers and
+// terminated backends reach the pooler's server connections.
+func TestChaosThroughAPooler(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: a slow fault test (tens of seconds); CI runs it")
+	}
+	pgtest.Need(t, srv, startErr)
+	b := pgtest.PgBouncerForTest(t, srv, pgtest.PoolTransaction, pgtest.WithPoolSize(14))
+	chaos(t, b.DSN(), 20)
+}
+
+// chaos is one chaos run whose workers lock through lockDSN, for the given seconds
+// (CHAOS_SECONDS overrides them).
+func chaos(t *testing.T, lockDSN string, seconds int) {
 	dsn(t)
 	seed := uint64(time.Now().UnixNano())
 	if v, err := strconv.ParseUint(os.Getenv("CHAOS_SEED"), 10, 64); err == nil {
 		seed = v
 	}
-	seconds := 25
 	if v, err := strconv.Atoi(os.Getenv("CHAOS_SECONDS")); err == nil && v > 0 {
 		seconds = v
 	}
@@ -63,7 +81,7 @@ func TestChaos(t *testing.T) {
 	until := time.Now().Add(time.Duration(seconds) * time.Second)
 
 	workerEnv := func(id int) map[string]string {
-		return map[string]string{"ADVISORY_FAULT_DSN": dsn(t), "CHAOS_RUN": run, "CHAOS_WORKER": strconv.Itoa(id),
+		return map[string]string{"ADVISORY_FAULT_DSN": dsn(t), "CHAOS_LOCK_DSN": lockDSN, "CHAOS_RUN": run, "CHAOS_WORKER": strconv.Itoa(id),
 			"CHAOS_SEED": strconv.FormatUint(seed+uint64(id)*7919, 10), "CHAOS_UNTIL": strconv.FormatInt(until.UnixNano(), 10)}
 	}
 	const parallel = 4
@@ -139,7 +157,7 @@ func runChaosWorker() int {
 	untilNanos, _ := strconv.ParseInt(os.Getenv("CHAOS_UNTIL"), 10, 64)
 	run, worker := os.Getenv("CHAOS_RUN"), os.Getenv("CHAOS_WORKER")
 	ctx := context.Background()
-	m, err := advisory.New(ctx, pgtest.WithPairs(os.Getenv("ADVISORY_FAULT_DSN"), "pool_max_conns=3"))
+	m, err := advisory.New(ctx, pgtest.WithPairs(os.Getenv("CHAOS_LOCK_DSN"), "pool_max_conns=3"))
 	if err != nil {
 		fmt.Println("ERROR", err)
 		return 1
