@@ -135,3 +135,24 @@ func TestPgBouncerNoServerConnectionToSpare(t *testing.T) {
 	require.NoError(t, l.Unlock(ctx))
 	require.False(t, strings.Contains(b.Log(), "bad client state"), "PgBouncer survived the cancels")
 }
+
+// TestHeartbeatBehindATransactionPoolerIsValidated: behind a transaction pooler the
+// heartbeat is the only way a holder hears of a cut between the pooler and the server,
+// so New refuses one that is off, or too slow to tell the holder before the server can
+// free the lock (by the minimum margin); the default beats every 2 s.
+func TestHeartbeatBehindATransactionPoolerIsValidated(t *testing.T) {
+	t.Parallel()
+	pgtest.Need(t, srv, startErr)
+	b := pgtest.PgBouncerForTest(t, srv, pgtest.PoolTransaction)
+	for _, d := range []time.Duration{0, 11 * time.Second} {
+		m, err := advisory.New(ctxT(t), b.DSN(), advisory.WithHeartbeat(d))
+		if m != nil {
+			m.Close()
+		}
+		require.ErrorIs(t, err, advisory.ErrInvalidOption, "heartbeat %v", d)
+		t.Logf("heartbeat %v: %v", d, err)
+	}
+	pooledManager(t, b, advisory.WithHeartbeat(10*time.Second)) // 10 + 5 + 5 <= 20
+	direct := newManager(t, nil, advisory.WithHeartbeat(0), advisory.WithHolding(advisory.HoldingTransaction))
+	require.Equal(t, advisory.HoldingTransaction, direct.Holding(), "direct: no pooler between, nothing to beat for")
+}
