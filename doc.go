@@ -30,9 +30,11 @@
 // # Keys, servers, errors
 //
 // A name hashes to the key hashtextextended(name, 0) gives, so psql can take the same
-// lock ([KeyOf]). PostgreSQL 12+ works directly or behind a session-mode proxy;
-// transaction poolers ([ErrPooler]), standbys ([ErrStandby]) and engines that do not
-// enforce advisory locks ([ErrUnsupportedServer]) are refused. Errors wrap one of the
+// lock ([KeyOf]). PostgreSQL 12+ works directly or behind a session-mode proxy, and
+// behind a transaction pooler, where each lock is held as one open transaction
+// ([WithHolding], [Manager.Holding]); statement poolers ([ErrPooler]), standbys
+// ([ErrStandby]) and engines that do not enforce advisory locks ([ErrUnsupportedServer])
+// are refused. Errors wrap one of the
 // Err* sentinels with their cause (test with errors.Is); messages start with "advisory:"
 // and never contain a password.
 package advisory
