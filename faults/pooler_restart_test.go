@@ -1,6 +1,8 @@
 package faults_test
 
 import (
+	"context"
+	"os"
 	"syscall"
 	"testing"
 	"time"
@@ -84,6 +86,45 @@ func restartRound(t *testing.T, sig syscall.Signal, fault string) []poolFigure {
 	return figs
 }
 
+// TestPoolerSafeShutdownWaitsForHoldings: SIGINT asks PgBouncer 1.18 for a safe shutdown
+// (PAUSE, then SHUTDOWN), which waits until every server connection is released. A
+// holding transaction keeps it running, its lock held and its holder untold (the
+// heartbeat goes on working), while every new transaction through it stalls. Debian's
+// pgbouncer.service stops PgBouncer with SIGINT (KillSignal=SIGINT), so a systemctl stop
+// or restart waits for the holdings, up to its stop timeout. SIGTERM then ends it at once.
+func TestPoolerSafeShutdownWaitsForHoldings(t *testing.T) {
+	needPoolNet(t)
+	c := startCase(t, "defaults")
+	cases := []*poolerCase{c}
+	t0 := time.Now()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	err := c.b.Stop(ctx, syscall.SIGINT)
+	cancel()
+	require.ErrorIs(t, err, context.DeadlineExceeded, "PgBouncer still runs 3 s after SIGINT")
+	conn := dialProbe(c.b)
+	require.NotNil(t, conn, "PgBouncer still accepts clients")
+	defer conn.Close(context.Background())
+	ctx, cancel = context.WithTimeout(context.Background(), time.Second)
+	_, err = conn.Exec(ctx, "SELECT 1").ReadAll()
+	cancel()
+	require.Error(t, err, "a new transaction waits for the shutdown")
+	// Longer than a heartbeat's deadline: a beat that stalled would tell its holder.
+	o := observe(t, cases, t0, heartbeatEvery+heartbeatDeadline+time.Second, false)
+	for _, p := range c.holders {
+		assert.Equal(t, never, p.fig.told, "not told while PgBouncer waits: %v", p.fig)
+		assert.Equal(t, never, p.fig.freed, "still held while PgBouncer waits: %v", p.fig)
+	}
+	term := time.Since(t0)
+	require.NoError(t, c.b.Stop(ctxT(t, 10*time.Second), syscall.SIGTERM))
+	o.extend(t, cases, 5*time.Second, false)
+	t.Logf("SIGTERM came %.2fs after SIGINT", term.Seconds())
+	logFigures(t, "pgbouncer SIGINT", cases)
+	for _, p := range c.holders {
+		assert.True(t, p.fig.told > term && p.fig.freed > term, "told and freed once SIGTERM came: %v", p.fig)
+	}
+	endCases(t, cases)
+}
+
 // TestPoolerIdleTransactionTimeout: with idle_transaction_timeout (3 s here) PgBouncer
 // ends a holding whose client has sent nothing for that long, and tells the client; a
 // holder whose heartbeat runs a statement every 500 ms keeps its lock.
@@ -110,11 +151,12 @@ func TestPoolerIdleTransactionTimeout(t *testing.T) {
 }
 
 // endCases kills the holders of cases and stops their PgBouncers, which ends what they
-// still held. If the test has failed, it logs each PgBouncer's log first.
+// still held. If the test has failed, or ADVISORY_POOLER_LOG is set, it logs each
+// PgBouncer's log first.
 func endCases(t *testing.T, cases []*poolerCase) {
 	stopHolders(cases)
 	for _, c := range cases {
-		if t.Failed() {
+		if t.Failed() || os.Getenv("ADVISORY_POOLER_LOG") != "" {
 			t.Logf("PgBouncer %s:\n%s", c.name, c.b.Log())
 		}
 		c.b.Close()
