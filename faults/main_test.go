@@ -68,6 +68,23 @@ func startServer(ctx context.Context) (*pgtest.Server, error) {
 	return pgtest.StartLocal(ctx, opts)
 }
 
+// needNet stops a test that needs a network lab (a partition lab, the pooler network)
+// where none could be made (made is false): it is skipped with why, or fails under
+// CI=true. A slow test is also skipped under -short.
+func needNet(t *testing.T, made bool, why error, slow bool) {
+	t.Helper()
+	if slow && testing.Short() {
+		t.Skip("-short: a slow fault test (tens of seconds); CI runs it")
+	}
+	if made {
+		return
+	}
+	if pgtest.InCI() {
+		t.Fatalf("this test needs its network lab under CI=true: %v", why)
+	}
+	t.Skipf("skipped: %v", why)
+}
+
 // dsn returns the server's DSN; without a server the test skips, or fails under CI.
 func dsn(t testing.TB) string {
 	t.Helper()

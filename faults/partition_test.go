@@ -102,15 +102,7 @@ func (l *partitionLab) close() {
 // and measures, for each, (a) when its Done closed and (b) when another session could
 // take its lock. a < b in every run is the library's core safety property.
 func TestPartitionHolderIsToldBeforeTheServerFreesTheLock(t *testing.T) {
-	if testing.Short() {
-		t.Skip("-short: a slow fault test (tens of seconds); CI runs it")
-	}
-	if netLab == nil {
-		if pgtest.InCI() {
-			t.Fatalf("the partition test must run in CI: %v", labErr)
-		}
-		t.Skipf("skipped: %v", labErr)
-	}
+	needNet(t, netLab != nil, labErr, true)
 	dsn(t)
 	rounds := 1
 	if v, err := strconv.Atoi(os.Getenv("ADVISORY_PARTITION_ROUNDS")); err == nil && v > 0 {
@@ -249,12 +241,7 @@ func TestInvertedSettingsAreRefused(t *testing.T) {
 // cleared, and a subnet that an address on this host uses is never chosen, so one killed
 // run cannot make the next one's partition tests time out.
 func TestPartitionLabAvoidsLeftovers(t *testing.T) {
-	if netLab == nil {
-		if pgtest.InCI() {
-			t.Fatalf("the partition lab must be made in CI: %v", labErr)
-		}
-		t.Skipf("skipped: %v", labErr)
-	}
+	needNet(t, netLab != nil, labErr, false)
 	dead := 4_000_000 + rand.IntN(100_000) // a pid no process has: a run that is gone
 	for syscall.Kill(dead, 0) != syscall.ESRCH {
 		dead = 4_000_000 + rand.IntN(100_000)

@@ -24,19 +24,11 @@ import (
 // socket, and a SELECT 1 every 500 ms under a 5 s deadline.
 var watches = []string{"idle", "heartbeat"}
 
-// needPoolNet stops a test that needs the pooler network where there is none: skipped
-// with the reason, or failed under CI=true. Under -short it is skipped.
+// needPoolNet stops a test that needs the pooler network and a server where there are
+// none (needNet, pgtest.Need). Under -short it is skipped.
 func needPoolNet(t *testing.T) {
 	t.Helper()
-	if testing.Short() {
-		t.Skip("-short: a slow fault test (tens of seconds); CI runs it")
-	}
-	if poolNet == nil {
-		if pgtest.InCI() {
-			t.Fatalf("the pooler fault tests must run in CI: %v", poolErr)
-		}
-		t.Skipf("skipped: %v", poolErr)
-	}
+	needNet(t, poolNet != nil, poolErr, true)
 	dsn(t)
 }
 
