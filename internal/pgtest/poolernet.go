@@ -29,7 +29,8 @@ import (
 //
 // The client link uses 10.232.0.0/30 inside the two namespaces only (it never meets the
 // host's routes); the server link a 10.231.N.0/30 that the host does not use
-// ([FreeSubnet]). A PoolerNet is not safe for concurrent use.
+// ([FreeSubnet]). Its names carry the process's pid: one PoolerNet per process at a
+// time. A PoolerNet is not safe for concurrent use.
 type PoolerNet struct {
 	clientNS, poolerNS, hostIf string
 	serverIP, poolerUpIP       string // the server link: host end, pooler end
@@ -41,12 +42,10 @@ type PoolerNet struct {
 const (
 	poolerClientIP = "10.232.0.1"
 	clientIP       = "10.232.0.2"
-	cutTable       = "advcut"
 )
 
-// poolerNetPrefixes name a PoolerNet's namespaces and host link, each followed by the
-// pid of the test process that made it.
-var poolerNetPrefixes = []string{"advb", "advk", "advs"}
+// cutTable is the nftables table of a cut, in the namespace it cuts.
+const cutTable = "advcut"
 
 // NewPoolerNet makes the namespaces and links, after clearing what killed runs left. It
 // fails with an error wrapping [ErrUnavailable] when this process cannot partition
@@ -55,7 +54,9 @@ func NewPoolerNet() (*PoolerNet, error) {
 	if err := CanPartition(); err != nil {
 		return nil, err
 	}
-	ClearStaleNets(poolerNetPrefixes...)
+	// The namespaces (advb: pooler, advk: client) and the host's link (advs) are named for
+	// the test process's pid.
+	ClearStaleNets("advb", "advk", "advs")
 	pid := os.Getpid()
 	subnet, err := FreeSubnet(pid + 125) // away from another lab's first choice
 	if err != nil {
