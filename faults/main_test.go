@@ -27,6 +27,8 @@ var (
 	admin    *pgxpool.Pool
 	netLab   *partitionLab // nil when a partition cannot be made here; see labErr
 	labErr   error
+	poolNet  *pgtest.PoolerNet // nil when a partition cannot be made here; see poolErr
+	poolErr  error
 )
 
 func TestMain(m *testing.M) {
@@ -41,16 +43,46 @@ func runSuite(m *testing.M) int {
 	if netLab != nil {
 		defer netLab.close()
 	}
+	poolNet, poolErr = pgtest.NewPoolerNet()
+	if poolNet != nil {
+		defer poolNet.Close()
+	}
 	return pgtest.Suite{Srv: &srv, Err: &startErr, Admin: &admin, Start: startServer}.Run(m)
 }
 
 // startServer starts the suite's server: one that also listens on the partition lab's
-// address, if there is a lab.
+// and the pooler network's server addresses, if there are such.
 func startServer(ctx context.Context) (*pgtest.Server, error) {
-	if netLab == nil {
+	var opts pgtest.Options
+	if netLab != nil {
+		opts.ListenAddresses = append(opts.ListenAddresses, netLab.serverIP)
+		opts.TrustCIDRs = append(opts.TrustCIDRs, netLab.cidr)
+	}
+	if poolNet != nil {
+		opts.ListenAddresses = append(opts.ListenAddresses, poolNet.ServerAddr())
+		opts.TrustCIDRs = append(opts.TrustCIDRs, poolNet.ServerCIDR())
+	}
+	if opts.ListenAddresses == nil {
 		return pgtest.Start(ctx)
 	}
-	return pgtest.StartLocal(ctx, pgtest.Options{ListenAddresses: []string{netLab.serverIP}, TrustCIDRs: []string{netLab.cidr}})
+	return pgtest.StartLocal(ctx, opts)
+}
+
+// needNet stops a test that needs a network lab (a partition lab, the pooler network)
+// where none could be made (made is false): it is skipped with why, or fails under
+// CI=true. A slow test is also skipped under -short.
+func needNet(t *testing.T, made bool, why error, slow bool) {
+	t.Helper()
+	if slow && testing.Short() {
+		t.Skip("-short: a slow fault test (tens of seconds); CI runs it")
+	}
+	if made {
+		return
+	}
+	if pgtest.InCI() {
+		t.Fatalf("this test needs its network lab under CI=true: %v", why)
+	}
+	t.Skipf("skipped: %v", why)
 }
 
 // dsn returns the server's DSN; without a server the test skips, or fails under CI.

@@ -2,7 +2,6 @@ package faults_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -11,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -31,17 +31,12 @@ type partitionLab struct {
 }
 
 func newPartitionLab() (*partitionLab, error) {
-	if os.Geteuid() != 0 {
-		return nil, errors.New("a real partition needs root (network namespaces, nftables)")
-	}
-	for _, tool := range []string{"ip", "nft"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			return nil, fmt.Errorf("a real partition needs %s (Debian packages iproute2, nftables): %w", tool, err)
-		}
+	if err := pgtest.CanPartition(); err != nil {
+		return nil, err
 	}
 	clearStaleLabs()
 	pid := os.Getpid()
-	subnet, err := freeSubnet(pid)
+	subnet, err := pgtest.FreeSubnet(pid)
 	if err != nil {
 		return nil, err
 	}
@@ -61,7 +56,7 @@ func newPartitionLab() (*partitionLab, error) {
 		{"ip", "netns", "exec", lab.ns, "ip", "link", "set", "lo", "up"},
 	}
 	for _, s := range steps {
-		if err := run(s...); err != nil {
+		if err := pgtest.RunTool(s...); err != nil {
 			lab.close()
 			return nil, err
 		}
@@ -72,58 +67,7 @@ func newPartitionLab() (*partitionLab, error) {
 // clearStaleLabs deletes the namespaces and veth ends of labs whose test process is gone
 // (a run killed before its cleanup): they would otherwise keep their addresses and routes,
 // and a later run could collide with them.
-func clearStaleLabs() {
-	out, _ := exec.Command("ip", "-o", "link", "show").Output()
-	nsOut, _ := exec.Command("ip", "netns", "list").Output()
-	for _, f := range strings.Fields(string(out) + " " + string(nsOut)) {
-		f = strings.TrimSuffix(strings.SplitN(f, "@", 2)[0], ":")
-		for _, prefix := range []string{"advp", "advh"} {
-			pid, err := strconv.Atoi(strings.TrimPrefix(f, prefix))
-			if !strings.HasPrefix(f, prefix) || err != nil || pid == os.Getpid() || processAlive(pid) {
-				continue
-			}
-			if prefix == "advp" {
-				run("ip", "netns", "del", f)
-			} else {
-				run("ip", "link", "del", f)
-			}
-		}
-	}
-}
-
-func processAlive(pid int) bool {
-	_, err := os.Stat(fmt.Sprintf("/proc/%d", pid))
-	return err == nil
-}
-
-// freeSubnet picks a 10.231.N.0/30 that no address or route on the host uses, starting
-// from one derived from the pid so that concurrent runs spread out.
-func freeSubnet(pid int) (int, error) {
-	addrs, err := exec.Command("ip", "-o", "-4", "addr", "show").Output()
-	if err != nil {
-		return 0, fmt.Errorf("ip -4 addr show: %w", err)
-	}
-	routes, err := exec.Command("ip", "-4", "route", "show", "table", "all").Output()
-	if err != nil {
-		return 0, fmt.Errorf("ip -4 route show: %w", err)
-	}
-	used := string(addrs) + string(routes)
-	for i := 0; i < 250; i++ {
-		n := (pid+i)%250 + 1
-		if !strings.Contains(used, fmt.Sprintf("10.231.%d.", n)) {
-			return n, nil
-		}
-	}
-	return 0, errors.New("no free 10.231.N.0/30 subnet on this host for the partition lab")
-}
-
-func run(args ...string) error {
-	out, err := exec.Command(args[0], args[1:]...).CombinedOutput()
-	if err != nil {
-		return fmt.Errorf("%s: %w: %s", strings.Join(args, " "), err, out)
-	}
-	return nil
-}
+func clearStaleLabs() { pgtest.ClearStaleNets("advp", "advh") }
 
 // partition drops every packet in and out of the namespace.
 func (l *partitionLab) partition() error {
@@ -133,7 +77,7 @@ func (l *partitionLab) partition() error {
 		"add chain inet advpart in { type filter hook input priority 0 ; policy drop ; }",
 		"add chain inet advpart out { type filter hook output priority 0 ; policy drop ; }",
 	} {
-		if err := run(append(nft, strings.Fields(rule)...)...); err != nil {
+		if err := pgtest.RunTool(append(nft, strings.Fields(rule)...)...); err != nil {
 			return err
 		}
 	}
@@ -146,27 +90,19 @@ func (l *partitionLab) heal() error {
 		return nil
 	}
 	l.partitioned = false
-	return run("ip", "netns", "exec", l.ns, "nft", "delete", "table", "inet", "advpart")
+	return pgtest.RunTool("ip", "netns", "exec", l.ns, "nft", "delete", "table", "inet", "advpart")
 }
 
 func (l *partitionLab) close() {
-	run("ip", "netns", "del", l.ns) // removes the veth pair too
-	run("ip", "link", "del", l.hostIf)
+	pgtest.RunTool("ip", "netns", "del", l.ns) // removes the veth pair too
+	pgtest.RunTool("ip", "link", "del", l.hostIf)
 }
 
 // TestPartitionHolderIsToldBeforeTheServerFreesTheLock partitions holders from the server
 // and measures, for each, (a) when its Done closed and (b) when another session could
 // take its lock. a < b in every run is the library's core safety property.
 func TestPartitionHolderIsToldBeforeTheServerFreesTheLock(t *testing.T) {
-	if testing.Short() {
-		t.Skip("-short: a slow fault test (tens of seconds); CI runs it")
-	}
-	if netLab == nil {
-		if pgtest.InCI() {
-			t.Fatalf("the partition test must run in CI: %v", labErr)
-		}
-		t.Skipf("skipped: %v", labErr)
-	}
+	needNet(t, netLab != nil, labErr, true)
 	dsn(t)
 	rounds := 1
 	if v, err := strconv.Atoi(os.Getenv("ADVISORY_PARTITION_ROUNDS")); err == nil && v > 0 {
@@ -305,19 +241,14 @@ func TestInvertedSettingsAreRefused(t *testing.T) {
 // cleared, and a subnet that an address on this host uses is never chosen, so one killed
 // run cannot make the next one's partition tests time out.
 func TestPartitionLabAvoidsLeftovers(t *testing.T) {
-	if netLab == nil {
-		if pgtest.InCI() {
-			t.Fatalf("the partition lab must be made in CI: %v", labErr)
-		}
-		t.Skipf("skipped: %v", labErr)
-	}
+	needNet(t, netLab != nil, labErr, false)
 	dead := 4_000_000 + rand.IntN(100_000) // a pid no process has: a run that is gone
-	for processAlive(dead) {
+	for syscall.Kill(dead, 0) != syscall.ESRCH {
 		dead = 4_000_000 + rand.IntN(100_000)
 	}
 	ns, host, peer := fmt.Sprintf("advp%d", dead), fmt.Sprintf("advh%d", dead), fmt.Sprintf("advc%d", dead)
 	pid := 4_100_000 + rand.IntN(100_000)
-	want, err := freeSubnet(pid)
+	want, err := pgtest.FreeSubnet(pid)
 	require.NoError(t, err)
 	for _, s := range [][]string{
 		{"ip", "netns", "add", ns},
@@ -325,11 +256,11 @@ func TestPartitionLabAvoidsLeftovers(t *testing.T) {
 		{"ip", "link", "set", peer, "netns", ns},
 		{"ip", "addr", "add", fmt.Sprintf("10.231.%d.1/30", want), "dev", host},
 	} {
-		require.NoError(t, run(s...))
+		require.NoError(t, pgtest.RunTool(s...))
 	}
-	t.Cleanup(func() { run("ip", "netns", "del", ns); run("ip", "link", "del", host) })
+	t.Cleanup(func() { pgtest.RunTool("ip", "netns", "del", ns); pgtest.RunTool("ip", "link", "del", host) })
 
-	got, err := freeSubnet(pid)
+	got, err := pgtest.FreeSubnet(pid)
 	require.NoError(t, err)
 	assert.NotEqual(t, want, got, "a subnet in use on this host is skipped")
 
@@ -341,7 +272,7 @@ func TestPartitionLabAvoidsLeftovers(t *testing.T) {
 	require.NoError(t, err)
 	assert.NotContains(t, string(spaces), ns, "the dead run's namespace is gone")
 	assert.Contains(t, string(spaces), netLab.ns, "this run's own namespace stays")
-	again, err := freeSubnet(pid)
+	again, err := pgtest.FreeSubnet(pid)
 	require.NoError(t, err)
 	assert.Equal(t, want, again, "the subnet is free again")
 }

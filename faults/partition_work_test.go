@@ -11,7 +11,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/pgadvisory/advisory"
-	"github.com/pgadvisory/advisory/internal/pgtest"
 )
 
 // workMarkers holds one row per holding whose work committed: A's is inserted in the
@@ -77,15 +76,7 @@ func pairsOfEachKind(t *testing.T, start func(*testing.T, string) partitionedHol
 // is healed when the test ends, creates the marker table and returns the test's ctx.
 func needPartitionLab(t *testing.T) context.Context {
 	t.Helper()
-	if testing.Short() {
-		t.Skip("-short: a slow fault test (tens of seconds); CI runs it")
-	}
-	if netLab == nil {
-		if pgtest.InCI() {
-			t.Fatalf("the partition test must run in CI: %v", labErr)
-		}
-		t.Skipf("skipped: %v", labErr)
-	}
+	needNet(t, netLab != nil, labErr, true)
 	ctx := ctxT(t, 5*time.Minute)
 	t.Cleanup(func() { require.NoError(t, netLab.heal(), "the partition's rules are removed") })
 	_, err := admin.Exec(ctx, "CREATE TABLE IF NOT EXISTS "+workMarkers+

@@ -28,6 +28,8 @@ func runRole(role string) int {
 		return runStaleHolder()
 	case "partwork":
 		return runPartitionedHolder()
+	case "poolhold":
+		return runPoolHolder()
 	}
 	fmt.Fprintf(os.Stderr, "unknown role %q\n", role)
 	return 2

@@ -43,10 +43,14 @@ const PgBouncerSessionPoolSize = 20
 // logs into the server with the server DSN's user and password. Close stops it.
 type PgBouncer struct {
 	mode PoolMode
+	set  pgbouncerSettings
 	dir  string // pgbouncer.ini, userlist.txt, pgbouncer.log
+	host string // where this process reaches it
 	port int
 	user string
 	db   string
+	bin  string
+	cred *syscall.Credential // the postgres OS user's, when we are root
 	cmd  *exec.Cmd
 	exit chan struct{} // closed when cmd has been waited for
 
@@ -55,8 +59,9 @@ type PgBouncer struct {
 }
 
 // StartPgBouncer starts Debian's pgbouncer (as the postgres OS user when we are root) on a
-// free loopback port in front of srv, in the given pool mode, and blocks until a query
-// through it succeeds or ctx ends. The settings, chosen on purpose:
+// free loopback port in front of srv (or in a [PoolerNet], [WithPoolerNet]), in the given
+// pool mode, and blocks until a query through it succeeds or ctx ends. The settings,
+// chosen on purpose:
 //
 //   - auth_type=trust with an auth_file naming the server DSN's user (trust still needs the
 //     user listed); the file's password, the server DSN's, is what PgBouncer logs in with;
@@ -85,8 +90,11 @@ func StartPgBouncer(ctx context.Context, srv *Server, mode PoolMode, opts ...PgB
 	}
 	var lastErr error
 	for try := 0; try < 3; try++ { // the free port may be taken before pgbouncer binds it
-		b := &PgBouncer{mode: mode, user: up.User, db: up.Database}
-		if lastErr = b.start(ctx, bin, up, set); lastErr == nil {
+		b := &PgBouncer{mode: mode, set: set, host: "127.0.0.1", user: up.User, db: up.Database, bin: bin}
+		if set.net != nil {
+			b.host = set.net.poolerUpIP
+		}
+		if lastErr = b.start(ctx, up); lastErr == nil {
 			return b, nil
 		}
 		if !strings.Contains(lastErr.Error(), "Address already in use") {
@@ -107,21 +115,21 @@ func pgbouncerBinary() (string, error) {
 }
 
 // start writes the configuration, runs pgbouncer and waits until it serves a query.
-func (b *PgBouncer) start(ctx context.Context, bin string, up *pgconn.Config, set pgbouncerSettings) error {
+func (b *PgBouncer) start(ctx context.Context, up *pgconn.Config) error {
 	dir, err := os.MkdirTemp("/tmp", "pgb")
 	if err != nil {
 		return err
 	}
 	b.dir = dir
-	cred, err := pglocal.OwnDir(dir)
+	b.cred, err = pglocal.OwnDir(dir)
 	if err == nil {
 		b.port, err = pglocal.FreePort()
 	}
 	if err == nil {
-		err = b.writeConfig(up, set, cred)
+		err = b.writeConfig(up)
 	}
 	if err == nil {
-		err = b.run(bin, cred)
+		err = b.run()
 	}
 	if err == nil {
 		err = b.waitReady(ctx)
@@ -132,72 +140,26 @@ func (b *PgBouncer) start(ctx context.Context, bin string, up *pgconn.Config, se
 	return err
 }
 
-func (b *PgBouncer) writeConfig(up *pgconn.Config, set pgbouncerSettings, cred *syscall.Credential) error {
-	poolSize := PgBouncerPoolSize
-	if b.mode == PoolSession {
-		poolSize = PgBouncerSessionPoolSize
-	}
-	if set.poolSize > 0 {
-		poolSize = set.poolSize
-	}
-	db := fmt.Sprintf("host=%s port=%d dbname=%s", up.Host, up.Port, b.db)
-	if set.connectQuery != "" {
-		db += " connect_query='" + strings.ReplaceAll(set.connectQuery, "'", "''") + "'"
-	}
-	// The fallback entry ("*") passes any other database through to the same server, for
-	// tests that make a database of their own.
-	ini := fmt.Sprintf(`[databases]
-%s = %s
-* = host=%s port=%d
-
-[pgbouncer]
-listen_addr = 127.0.0.1
-listen_port = %d
-unix_socket_dir =
-auth_type = trust
-auth_file = %s
-admin_users = %s
-pool_mode = %s
-default_pool_size = %d
-reserve_pool_size = 0
-max_client_conn = 200
-ignore_startup_parameters = extra_float_digits
-server_login_retry = 1
-logfile = %s
-client_idle_timeout = %d
-idle_transaction_timeout = %d
-`, b.db, db, up.Host, up.Port, b.port, filepath.Join(b.dir, "userlist.txt"), b.user, b.mode,
-		poolSize, filepath.Join(b.dir, "pgbouncer.log"), set.clientIdleTimeout, set.idleTransactionTimeout)
-	users := fmt.Sprintf("%q %q\n", b.user, up.Password)
-	for name, content := range map[string]string{"pgbouncer.ini": ini, "userlist.txt": users} {
-		path := filepath.Join(b.dir, name)
-		if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
-			return err
-		}
-		if cred != nil {
-			if err := os.Chown(path, int(cred.Uid), int(cred.Gid)); err != nil {
-				return err
-			}
-		}
-	}
-	return nil
-}
-
-func (b *PgBouncer) run(bin string, cred *syscall.Credential) error {
-	out, err := os.OpenFile(filepath.Join(b.dir, "stderr.log"), os.O_CREATE|os.O_WRONLY, 0o644)
+// run starts the process, in the pooler namespace if there is one.
+func (b *PgBouncer) run() error {
+	out, err := os.OpenFile(filepath.Join(b.dir, "stderr.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return err
 	}
 	defer out.Close()
-	b.cmd = exec.Command(bin, filepath.Join(b.dir, "pgbouncer.ini"))
-	b.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Credential: cred}
-	b.cmd.Dir = b.dir
-	b.cmd.Stdout, b.cmd.Stderr = out, out
-	if err := pglocal.StartTied(b.cmd, syscall.SIGTERM); err != nil { // SIGTERM: immediate shutdown
-		b.cmd = nil
+	cmd := exec.Command(b.bin, filepath.Join(b.dir, "pgbouncer.ini"))
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Credential: b.cred}
+	cmd.Dir = b.dir
+	cmd.Stdout, cmd.Stderr = out, out
+	if b.set.net != nil {
+		err = startInNetns(cmd, syscall.SIGTERM, b.set.net.poolerNS) // SIGTERM: immediate shutdown
+	} else {
+		err = pglocal.StartTied(cmd, syscall.SIGTERM)
+	}
+	if err != nil {
 		return fmt.Errorf("pgtest: pgbouncer: %w", err)
 	}
-	b.exit = make(chan struct{})
+	b.cmd, b.exit = cmd, make(chan struct{})
 	go func(cmd *exec.Cmd, exit chan struct{}) { cmd.Wait(); close(exit) }(b.cmd, b.exit)
 	return nil
 }
@@ -237,22 +199,24 @@ func (b *PgBouncer) ping(ctx context.Context) error {
 	return err
 }
 
-// DSN returns the keyword/value connection string of a client of PgBouncer.
+// DSN returns the keyword/value connection string of a client of PgBouncer in this
+// process's network namespace (the host's loopback, or the pooler's end of the server
+// link with [WithPoolerNet]).
 func (b *PgBouncer) DSN() string {
-	return fmt.Sprintf("host=127.0.0.1 port=%d user=%s dbname=%s sslmode=disable", b.port, b.user, b.db)
+	return fmt.Sprintf("host=%s port=%d user=%s dbname=%s sslmode=disable", b.host, b.port, b.user, b.db)
 }
 
 // AdminDSN returns the connection string of PgBouncer's admin console (database
 // pgbouncer, which speaks only the simple query protocol).
 func (b *PgBouncer) AdminDSN() string {
-	return fmt.Sprintf("host=127.0.0.1 port=%d user=%s dbname=pgbouncer sslmode=disable "+
-		"default_query_exec_mode=simple_protocol", b.port, b.user)
+	return fmt.Sprintf("host=%s port=%d user=%s dbname=pgbouncer sslmode=disable "+
+		"default_query_exec_mode=simple_protocol", b.host, b.port, b.user)
 }
 
 // Mode returns the pool mode PgBouncer runs in.
 func (b *PgBouncer) Mode() PoolMode { return b.mode }
 
-// Port returns PgBouncer's loopback TCP port.
+// Port returns PgBouncer's TCP port.
 func (b *PgBouncer) Port() int { return b.port }
 
 // Log returns what PgBouncer has logged so far (for test failure messages).
@@ -265,14 +229,14 @@ func (b *PgBouncer) Log() string {
 	return string(out)
 }
 
-// Close stops PgBouncer and removes its files. It asks for an immediate shutdown
+// Close stops PgBouncer, if it runs, and removes its files. It asks for an immediate shutdown
 // (SIGTERM: server connections are closed, so their backends end and release whatever
 // they hold), and kills the process group if it has not exited within 10 s. It blocks until
 // the process has exited. Later calls return the first call's result.
 func (b *PgBouncer) Close() error {
 	b.closeOnce.Do(func() {
-		if b.cmd != nil {
-			syscall.Kill(b.cmd.Process.Pid, syscall.SIGTERM)
+		if b.cmd != nil && b.running() {
+			b.cmd.Process.Signal(syscall.SIGTERM)
 			select {
 			case <-b.exit:
 			case <-time.After(10 * time.Second):

@@ -6,8 +6,11 @@ type PgBouncerOption func(*pgbouncerSettings)
 type pgbouncerSettings struct {
 	connectQuery           string
 	clientIdleTimeout      int
-	idleTransactionTimeout int
-	poolSize               int
+	poolSize               int    // 0: PgBouncerPoolSize or PgBouncerSessionPoolSize
+	idleTransactionTimeout int    // seconds; 0: off
+	keepalive              [3]int // tcp_keepidle, tcp_keepintvl, tcp_keepcnt; zeros: the OS's
+	userTimeout            int    // tcp_user_timeout in ms; 0: the OS's
+	net                    *PoolerNet
 }
 
 // WithClientIdleTimeout sets client_idle_timeout: PgBouncer closes a client connection idle
@@ -24,16 +27,36 @@ func WithConnectQuery(sql string) PgBouncerOption {
 	return func(s *pgbouncerSettings) { s.connectQuery = sql }
 }
 
-// WithIdleTransactionTimeout sets idle_transaction_timeout: PgBouncer closes a client
-// connection that stays idle in a transaction that many seconds (and its server
-// connection), as production poolers are often set to. The default is PgBouncer's, 0:
-// never.
+// WithPoolSize sets default_pool_size, the most server connections PgBouncer opens. The
+// default is [PgBouncerPoolSize] ([PgBouncerSessionPoolSize] in session mode).
+func WithPoolSize(n int) PgBouncerOption {
+	return func(s *pgbouncerSettings) { s.poolSize = n }
+}
+
+// WithIdleTransactionTimeout sets idle_transaction_timeout: PgBouncer disconnects a
+// client idle in a transaction that many seconds (and closes its server connection, so
+// the transaction ends and its locks go). The default is PgBouncer's, 0: never.
 func WithIdleTransactionTimeout(seconds int) PgBouncerOption {
 	return func(s *pgbouncerSettings) { s.idleTransactionTimeout = seconds }
 }
 
-// WithPoolSize sets default_pool_size, the most server connections PgBouncer opens, in
-// place of [PgBouncerPoolSize] (or [PgBouncerSessionPoolSize] in session mode).
-func WithPoolSize(n int) PgBouncerOption {
-	return func(s *pgbouncerSettings) { s.poolSize = n }
+// WithTCPKeepalive sets PgBouncer's tcp_keepidle, tcp_keepintvl and tcp_keepcnt (seconds,
+// seconds, probes). PgBouncer applies them to every TCP socket it has: its clients' and
+// its server connections alike. The default is the OS's (Linux: 7200 s, 75 s, 9).
+func WithTCPKeepalive(idle, interval, count int) PgBouncerOption {
+	return func(s *pgbouncerSettings) { s.keepalive = [3]int{idle, interval, count} }
+}
+
+// WithTCPUserTimeout sets PgBouncer's tcp_user_timeout (milliseconds), on its clients'
+// sockets and its server connections alike. The default is the OS's, 0.
+func WithTCPUserTimeout(ms int) PgBouncerOption {
+	return func(s *pgbouncerSettings) { s.userTimeout = ms }
+}
+
+// WithPoolerNet runs PgBouncer in n's pooler namespace, listening on all its addresses:
+// clients in n's client namespace reach it at [PoolerNet.ClientDSN], the test process on
+// the host at [PgBouncer.DSN], and it reaches the server at [PoolerNet.ServerAddr] (the
+// server must listen there). The default is the host's loopback.
+func WithPoolerNet(n *PoolerNet) PgBouncerOption {
+	return func(s *pgbouncerSettings) { s.net = n }
 }

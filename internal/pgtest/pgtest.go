@@ -31,6 +31,14 @@
 // failover (crash, promote, rebuild). They fail with an error wrapping [ErrUnavailable]
 // when the program is not installed; the [PgBouncerForTest], [StandbyForTest] and
 // [SyncPairForTest] helpers turn that into a skip, or a failure under CI=true.
+//
+// # Partitions around a pooler
+//
+// [NewPoolerNet] makes a client namespace, a pooler namespace and two links (client to
+// pooler, pooler to server) that can be cut apart with real packet drops; a PgBouncer
+// started [WithPoolerNet] runs in it, and [PgBouncer.Stop] and [PgBouncer.Start] kill and
+// restart it on its port. [NoCancel] keeps a measuring client from sending the cancel
+// requests that can crash PgBouncer 1.18.
 package pgtest
 
 import (
