@@ -163,6 +163,9 @@ func lossCause(err error) (code, words string) {
 		return "timeout", timeoutWords(pgErr)
 	case errors.As(err, &pgErr):
 		return "server_closed", "the server ended the session"
+	case errors.As(err, new(*silentBeat)):
+		return "keepalive", "the path to the server went silent: a heartbeat got no answer (a partition, or a proxy " +
+			"cut off from the server)"
 	case sockfd.TimedOut(err):
 		return "keepalive", "the network went silent past the keepalive limit (partition or host down)"
 	case sockfd.Reset(err):

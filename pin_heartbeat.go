@@ -60,7 +60,7 @@ func (p *pin) idleHeld() bool {
 // that too. It reports false if the session ended: a failure that left the connection
 // unusable is reported as the loss, as the watcher would report it (see endTxAs).
 func (p *pin) beatOnce() bool {
-	ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), beatTimeout)
 	defer cancel()
 	if err := p.beginTx(ctx); err != nil {
 		return p.endErr() == nil // not held after all (a release began): skip this beat
@@ -69,6 +69,9 @@ func (p *pin) beatOnce() bool {
 	var pid uint32
 	if err == nil {
 		pid, err = oneNumber(rows, "the heartbeat")
+	}
+	if err != nil && ctx.Err() != nil {
+		err = &silentBeat{err} // no answer in time: the path to the server went silent
 	}
 	if err == nil && pid != p.pid {
 		err = fmt.Errorf("%w: the heartbeat ran on backend pid %d, not the holding's (pid %d)", ErrPooler, pid, p.pid)
@@ -85,3 +88,14 @@ func (p *pin) nextBeat() {
 		p.beat.Reset(p.m.set.heartbeat)
 	}
 }
+
+// silentBeat is the cause of a loss seen as a heartbeat that got no answer within
+// beatTimeout: the network between the holder, a proxy and the server went silent (behind
+// a transaction pooler, the only sign of a cut between the pooler and the server).
+type silentBeat struct{ err error }
+
+func (e *silentBeat) Error() string {
+	return "the heartbeat got no answer within " + beatTimeout.String() + ": " + e.err.Error()
+}
+
+func (e *silentBeat) Unwrap() error { return e.err }

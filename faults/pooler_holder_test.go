@@ -10,8 +10,10 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/pgadvisory/advisory"
 	"github.com/pgadvisory/advisory/internal/pgtest"
 	"github.com/pgadvisory/advisory/internal/sockfd"
 )
@@ -48,6 +50,9 @@ const poolHoldSQL = `BEGIN; SELECT set_config('idle_in_transaction_session_timeo
 // <error>" the moment the watch fails. It then waits to be killed. It never sends a cancel
 // request (see pgtest.NoCancel).
 func runPoolHolder() int {
+	if os.Getenv("ADVISORY_FAULT_WATCH") == "library" {
+		return runLibraryPoolHolder()
+	}
 	conn, err := connectPoolHolder()
 	if err != nil {
 		fmt.Println("ERROR", err)
@@ -120,4 +125,64 @@ func heartbeat(conn *pgconn.PgConn) error {
 			return err
 		}
 	}
+}
+
+// runLibraryPoolHolder is runPoolHolder with the library itself: a Manager on
+// ADVISORY_FAULT_DSN (which finds the transaction pooler and holds by transaction, with
+// its default heartbeat and keepalive) holds ADVISORY_FAULT_KEY, prints the same LOCKED
+// line (the settings read in the holding's own transaction through BeginFunc, the port
+// from the lock's socket), and "TOLD <error>" when Done closes.
+func runLibraryPoolHolder() int {
+	ctx := context.Background()
+	fail := func(err error) int { fmt.Println("ERROR", err); return 1 }
+	key, err := strconv.ParseInt(os.Getenv("ADVISORY_FAULT_KEY"), 10, 64)
+	if err != nil {
+		return fail(err)
+	}
+	m, err := advisory.New(ctx, os.Getenv("ADVISORY_FAULT_DSN"))
+	if err != nil {
+		return fail(err)
+	}
+	defer m.Close()
+	if m.Holding() != advisory.HoldingTransaction || !m.Bounds().TransactionPooler {
+		return fail(fmt.Errorf("holding %v, transaction pooler %v", m.Holding(), m.Bounds().TransactionPooler))
+	}
+	l, err := m.LockKey(ctx, advisory.Key(key))
+	if err != nil {
+		return fail(err)
+	}
+	var settings string
+	err = l.BeginFunc(ctx, func(tx pgx.Tx) error {
+		return tx.QueryRow(ctx, `SELECT concat_ws('/', current_setting('tcp_keepalives_idle'),
+			current_setting('tcp_keepalives_interval'), current_setting('tcp_keepalives_count'),
+			current_setting('tcp_user_timeout'))`).Scan(&settings)
+	})
+	if err != nil {
+		return fail(err)
+	}
+	port, err := lockPort(l)
+	if err != nil {
+		return fail(err)
+	}
+	fmt.Println("LOCKED", l.PID(), port, settings)
+	<-l.Done()
+	fmt.Println("TOLD", l.Err())
+	bufio.NewReader(os.Stdin).ReadString('\n')
+	return 0
+}
+
+// lockPort returns the local port of the lock's connection (a duplicate of its socket,
+// closed at once).
+func lockPort(l *advisory.Lock) (int, error) {
+	f, err := l.File()
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	c, err := net.FileConn(f)
+	if err != nil {
+		return 0, err
+	}
+	defer c.Close()
+	return c.LocalAddr().(*net.TCPAddr).Port, nil
 }

@@ -21,6 +21,9 @@ const (
 	serverFreesFrom = 20*time.Second - 500*time.Millisecond
 	serverFreesBy   = 30*time.Second + 3*time.Second
 	bouncerKeepBy   = 16*time.Second + 3*time.Second
+	// The library's holder: its client keepalive (10 s) or its default heartbeat (2 s,
+	// each beat under 5 s), whichever sees the cut first.
+	libraryBeatBy = 2*time.Second + 5*time.Second + 1500*time.Millisecond
 )
 
 // stagger waits 0–3 s, so that the fault meets the keepalive and idle timers (which
@@ -104,6 +107,9 @@ func TestPoolerClientPartition(t *testing.T) {
 			idle, beating := c.holders[0], c.holders[1]
 			assert.True(t, idle.fig.told != never && idle.fig.told <= idleToldBy, "told by the client keepalive: %v", idle.fig)
 			assert.True(t, beating.fig.told != never && beating.fig.told <= heartbeatToldBy, "told by the heartbeat: %v", beating.fig)
+			lib := c.holders[2]
+			assert.True(t, lib.fig.told != never && lib.fig.told <= max(idleToldBy, libraryBeatBy),
+				"the library's holder told by its keepalive or heartbeat: %v", lib.fig)
 			assertConfig(t, clientCutConfigs[i], c)
 		}
 		endCases(t, cases)
@@ -124,7 +130,8 @@ var serverCutConfigs = []poolerConfig{
 // the keepalive the holding set for its transaction (10/5/4, tcp_user_timeout 30 s). A
 // heartbeat tells its holder well before; an idle watcher hears of it only if PgBouncer's
 // keepalive finds the dead server connection and closes the client. After the link heals,
-// a client through PgBouncer takes each key.
+// a client through PgBouncer takes each key. The library's holder, whose heartbeat is on by
+// default behind a transaction pooler, is told first in every configuration.
 func TestPoolerServerPartition(t *testing.T) {
 	needPoolNet(t)
 	var figs []poolFigure
@@ -146,6 +153,10 @@ func TestPoolerServerPartition(t *testing.T) {
 			beating := c.holders[1]
 			assert.True(t, beating.fig.told != never && beating.fig.told <= heartbeatToldBy, "told by the heartbeat: %v", beating.fig)
 			assert.Less(t, beating.fig.told, beating.fig.freed, "the heartbeat tells before the server frees: %v", beating.fig)
+			lib := c.holders[2]
+			assert.True(t, lib.fig.told != never && lib.fig.told <= libraryBeatBy,
+				"the library's holder told by its default heartbeat: %v", lib.fig)
+			assert.Less(t, lib.fig.told, lib.fig.freed, "the library's holder is told before the server frees: %v", lib.fig)
 			for _, p := range c.holders {
 				assert.True(t, p.fig.freed >= serverFreesFrom && p.fig.freed <= serverFreesBy,
 					"freed by the server's keepalive for the transaction: %v", p.fig)

@@ -20,9 +20,11 @@ import (
 // holder processes in the pooler network's client namespace, and measure for each fault
 // when the holder is told and when the lock is free. See POOLER_FIGURES.md.
 
-// watches are the two ways a holder learns of a loss: a reader blocked on the idle
-// socket, and a SELECT 1 every 500 ms under a 5 s deadline.
-var watches = []string{"idle", "heartbeat"}
+// watches are the ways a holder learns of a loss: a reader blocked on the idle socket,
+// a SELECT 1 every 500 ms under a 5 s deadline, and the library itself (a Manager that
+// finds the pooler and holds by transaction: its watcher, and its default heartbeat,
+// every 2 s under a 5 s bound). Holders are in this order in a poolerCase.
+var watches = []string{"idle", "heartbeat", "library"}
 
 // needPoolNet stops a test that needs the pooler network and a server where there are
 // none (needNet, pgtest.Need). Under -short it is skipped.
