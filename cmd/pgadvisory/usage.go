@@ -83,7 +83,7 @@ session whose details this role may not see (GRANT pg_read_all_stats shows them;
 PID is the server's backend process id (pg_terminate_backend takes it; pgadvisory break
 does it for you). A lock of a pgadvisory run that was killed stays listed as holding,
 under the dead run's application_name, until its command (and what the command started
-with the lock's descriptor) has exited: see pgadvisory run --help.
+with the lock's descriptor) has exited: see docs/run.md.
 
 With --watch the listing is looked at every INTERVAL (2s by default) until SIGINT or
 SIGTERM: redrawn in place each time when standard output is a terminal; when it is not,
