@@ -97,7 +97,7 @@ func TestVersion(t *testing.T) {
 	t.Parallel()
 	r := noDB(t, "--version")
 	require.Equal(t, 0, r.code, r.stderr)
-	assert.Regexp(t, `^pgadvisory (\(devel\)( [0-9a-f]{12}(\+dirty)?)?|v\S+)\n$`, r.stdout)
+	assert.Regexp(t, `^pgadvisory (\(devel\)( [0-9a-f]{12}(\+dirty)?)?, after v\d+\.\d+\.\d+|v\S+)\n$`, r.stdout)
 }
 
 // TestUsageErrorsSayWhy: every usage error exits 64, says what is wrong and where the help
