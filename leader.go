@@ -146,7 +146,7 @@ func (m *Manager) LeadAs(ctx context.Context, name, value string, fn func(ctx co
 		panic("advisory: Lead with a nil function")
 	}
 	if value != "" && m.set.leaderTable == "" {
-		return fmt.Errorf("advisory: lead %s: %w: the Manager has no WithLeaderTable", quote(name), ErrNoLeaderTable)
+		return fmt.Errorf("%w: lead %s with a value to publish", ErrNoLeaderTable, quote(name))
 	}
 	backoff := 100 * time.Millisecond
 	for {
