@@ -163,6 +163,20 @@ func (e *opError) Error() string {
 
 func (e *opError) Unwrap() error { return e.err }
 
+// causeError is an error of the library around a cause that may be one of its own (a
+// sentinel, another causeError): it prints msg and the cause without the cause's
+// "advisory: " prefix, so that the text carries one, and unwraps to the cause.
+type causeError struct {
+	msg string // "advisory: connect"
+	err error
+}
+
+func (e *causeError) Error() string {
+	return e.msg + ": " + strings.TrimPrefix(e.err.Error(), "advisory: ")
+}
+
+func (e *causeError) Unwrap() error { return e.err }
+
 // describe names a lock in messages: its quoted name, or its key for a raw key.
 func describe(key Key, name string, pair bool) string {
 	switch {

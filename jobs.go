@@ -25,7 +25,7 @@ func (m *Manager) TryDo(ctx context.Context, name string, atLeast time.Duration,
 		panic("advisory: TryDo with a nil function")
 	}
 	if atLeast < 0 {
-		return false, fmt.Errorf("advisory: try-do %s: atLeast %v is negative: %w", quote(name), atLeast, ErrInvalidOption)
+		return false, fmt.Errorf("%w: try-do %s: atLeast %v is negative", ErrInvalidOption, quote(name), atLeast)
 	}
 	l, err := m.TryLock(ctx, name)
 	switch {

@@ -66,6 +66,10 @@ func (m *Manager) LeaderKey(ctx context.Context, key Key) (Leader, error) {
 // re-check ([WithLeaderRecheck], default 1 s). docs/locking.md has the measured figures.
 // A read that fails is reported once as a Leader with Err set, and retried.
 //
+// When ctx ends, the channel is closed with no further value. When the Manager closes,
+// it is closed after at most one more value: a Leader whose Err wraps [ErrClosed], sent
+// when the Close overtook a read (whether it comes depends on when the Close lands).
+//
 // An invalid name returns an error wrapping [ErrInvalidKey]; a closed Manager
 // [ErrClosed].
 func (m *Manager) Observe(ctx context.Context, name string) (<-chan Leader, error) {
@@ -142,7 +146,7 @@ func (m *Manager) LeadAs(ctx context.Context, name, value string, fn func(ctx co
 		panic("advisory: Lead with a nil function")
 	}
 	if value != "" && m.set.leaderTable == "" {
-		return fmt.Errorf("advisory: lead %s: %w: the Manager has no WithLeaderTable", quote(name), ErrNoLeaderTable)
+		return fmt.Errorf("%w: lead %s with a value to publish", ErrNoLeaderTable, quote(name))
 	}
 	backoff := 100 * time.Millisecond
 	for {

@@ -4,14 +4,19 @@ import (
 	"context"
 	"errors"
 	"math/rand/v2"
+	"net"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/pgadvisory/advisory"
+	"github.com/pgadvisory/advisory/internal/checkctx"
 )
 
 // TestCancelledLockStopsTheServerWait: a cancelled Lock returns ctx's error promptly, the
@@ -138,34 +143,59 @@ func TestLockWithDoneContext(t *testing.T) {
 	requireNoAcquired(t, m)
 }
 
-// TestCancelledTryLockLeavesNothingHeld cancels TryLock at random points of its round
-// trip (seeded): when it returns the ctx error, pg_locks shows the lock free at once,
-// and the connection went back to the pool or was closed.
+// TestCancelledTryLockLeavesNothingHeld ends TryLock's ctx at each place in turn where
+// the call waits on it (checkctx.CancelAtDone: the n-th Done call, n = 1, 2, ... until a
+// call looks fewer than n times): taking a connection from the pool, before the
+// statement is sent, and while it is on its round trip, where pgconn's watch sees the
+// ctx end and a CancelRequest is sent. Whenever it returns the ctx error, pg_locks shows
+// the lock free at once, and the connection went back to the pool or was closed. The
+// round trip is reached on purpose, not by the luck of a timer: the test counts the
+// CancelRequests, each a dial of its own.
 func TestCancelledTryLockLeavesNothingHeld(t *testing.T) {
 	t.Parallel()
-	m := newManager(t, nil)
 	ctx := ctxT(t)
+	m, dials := newDialCountingManager(t)
 	key := advisory.KeyOf(t.Name())
-	seed := uint64(time.Now().UnixNano())
-	t.Logf("seed %d", seed)
-	rng := rand.New(rand.NewPCG(seed, 0))
 	won, cancelled := 0, 0
-	for range 150 {
-		cctx, cancel := context.WithCancel(ctx)
-		d := time.Duration(rng.IntN(600)) * time.Microsecond
-		go func() { spin(d); cancel() }()
+	dials0, conns0 := dials.Load(), m.Stat().NewConnsCount()
+	for n := 1; ; n++ {
+		cctx := checkctx.CancelAtDone(ctx, n)
 		l, err := m.TryLock(cctx, t.Name())
 		if err != nil {
-			require.ErrorIs(t, err, context.Canceled)
+			require.ErrorIs(t, err, context.Canceled, "ctx ended at its look #%d", n)
 			requireFree(t, key) // at return, not eventually
 			cancelled++
 		} else {
 			won++
+			requireHeldBy(t, key, l.PID())
 			require.NoError(t, l.Unlock(ctx))
 		}
-		cancel()
 		requireNoAcquired(t, m)
+		if cctx.Checks() < n { // the call looked fewer than n times: every look was visited
+			break
+		}
+		require.Less(t, n, 100, "TryLock still looks at its ctx %d times", n)
 	}
-	t.Logf("%d won, %d cancelled", won, cancelled)
+	cancels := dials.Load() - dials0 - m.Stat().NewConnsCount() + conns0
+	t.Logf("%d won, %d cancelled, %d CancelRequests sent", won, cancelled, cancels)
 	assert.Positive(t, cancelled)
+	assert.Positive(t, cancels, "a ctx ended during the statement's round trip (a CancelRequest was sent)")
+}
+
+// newDialCountingManager returns a Manager on the test server whose dials (its
+// connections' and its CancelRequests') are counted.
+func newDialCountingManager(t *testing.T) (*advisory.Manager, *atomic.Int64) {
+	t.Helper()
+	cfg, err := pgxpool.ParseConfig(dsn(t))
+	require.NoError(t, err)
+	dials := new(atomic.Int64)
+	var d net.Dialer
+	cfg.ConnConfig.DialFunc = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		dials.Add(1)
+		return d.DialContext(ctx, network, addr)
+	}
+	m, err := advisory.NewWithConfig(ctxT(t), cfg)
+	require.NoError(t, err)
+	t.Cleanup(m.Close)
+	return m, dials
 }

@@ -62,7 +62,7 @@ func connectError(err error, cfg *pgxpool.Config) error {
 			}
 		}
 	}
-	return &scrubbed{fmt.Errorf("advisory: connect: %w", err), secrets}
+	return &scrubbed{&causeError{"advisory: connect", err}, secrets}
 }
 
 // scrubbed is an error whose text has the given secrets masked. It unwraps to the

@@ -71,7 +71,7 @@ func (c *connFlags) connect(ctx context.Context, cmd, appName string, opts ...ad
 		cfg.MaxConns = c.conns
 	}
 	var m *advisory.Manager
-	gaveUp, err := c.retry(ctx, target(cfg), cfg.ConnConfig.Password, func(ctx context.Context) (err error) {
+	gaveUp, err := c.attempts().retry(ctx, target(cfg), cfg.ConnConfig.Password, func(ctx context.Context) (err error) {
 		m, err = advisory.NewWithConfig(ctx, cfg, opts...)
 		return err
 	})
@@ -81,7 +81,7 @@ func (c *connFlags) connect(ctx context.Context, cmd, appName string, opts ...ad
 	case errors.Is(err, advisory.ErrPooler):
 		return nil, poolerError(cmd, target(cfg), err)
 	case err != nil:
-		return nil, c.connectFailure(cfg, err, gaveUp)
+		return nil, c.connectFailure(&cfg.ConnConfig.Config, err, gaveUp)
 	}
 	return m, nil
 }
@@ -94,24 +94,14 @@ func (c *connFlags) connectPlain(ctx context.Context, appName string) (*pgx.Conn
 		return nil, err
 	}
 	var conn *pgx.Conn
-	gaveUp, err := c.retry(ctx, target(cfg), cfg.ConnConfig.Password, func(ctx context.Context) (err error) {
+	gaveUp, err := c.attempts().retry(ctx, target(cfg), cfg.ConnConfig.Password, func(ctx context.Context) (err error) {
 		conn, err = pgx.ConnectConfig(ctx, cfg.ConnConfig)
 		return err
 	})
 	if err != nil {
-		return nil, c.connectFailure(cfg, err, gaveUp)
+		return nil, c.connectFailure(&cfg.ConnConfig.Config, err, gaveUp)
 	}
 	return conn, nil
-}
-
-// connectFailure is the exit-69 error of a connect that failed; gaveUp says that the
-// server was still not up when --connect-timeout ended.
-func (c *connFlags) connectFailure(cfg *pgxpool.Config, err error, gaveUp bool) error {
-	if gaveUp {
-		return fail(exitUnavailable, "cannot connect to %s: %v (still failing after %v of retries, --connect-timeout)",
-			target(cfg), err, c.timeout)
-	}
-	return fail(exitUnavailable, "cannot connect to %s: %v", target(cfg), err)
 }
 
 // config parses the connection settings and sets application_name to appName.
@@ -184,10 +174,7 @@ func parseProblem(err error) string {
 }
 
 // target describes where a config points, without the password.
-func target(cfg *pgxpool.Config) string {
-	cc := cfg.ConnConfig
-	return fmt.Sprintf("%s:%d (user %s, database %s)", cc.Host, cc.Port, cc.User, cc.Database)
-}
+func target(cfg *pgxpool.Config) string { return targetOf(&cfg.ConnConfig.Config) }
 
 // defaultHolderName is the application_name run sets: "pgadvisory HOST/PID", where HOST is
 // the pod name in Kubernetes. PostgreSQL keeps 63 bytes of it.

@@ -118,7 +118,8 @@ func notUpYet(err error) (reason string, ok bool) {
 		errors.Is(err, advisory.ErrStandby), errors.Is(err, advisory.ErrUnsupportedServer):
 		return "", false
 	case errors.As(err, &pgErr):
-		return fmt.Sprintf("the server says %q (SQLSTATE %s)", pgErr.Message, pgErr.Code), retriedCodes[pgErr.Code]
+		// Not %q: display escapes the message once, and %q's escapes would be escaped again.
+		return fmt.Sprintf("the server says \"%s\" (SQLSTATE %s)", pgErr.Message, pgErr.Code), retriedCodes[pgErr.Code]
 	case errors.As(err, &dnsErr):
 		return fmt.Sprintf("host %s not found (DNS)", dnsErr.Name), true
 	case errors.Is(err, syscall.ECONNREFUSED):

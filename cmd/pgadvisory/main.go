@@ -45,7 +45,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"runtime/debug"
 	"strings"
 )
 
@@ -156,40 +155,6 @@ func helpCommand(args []string, stdout io.Writer) error {
 	}
 	fmt.Fprint(stdout, help)
 	return nil
-}
-
-// version is the module version pgadvisory was built from, as the Go toolchain stamped
-// it: the tag for `go install ...@v1.2.3` or a build from a tagged checkout, a
-// pseudo-version for a build between tags; "(devel)" with the commit (and "+dirty" for
-// uncommitted changes) when the build recorded only that, "(devel)" when it recorded
-// nothing (-buildvcs=false).
-func version() string {
-	bi, ok := debug.ReadBuildInfo()
-	if !ok {
-		return "(devel)"
-	}
-	if v := bi.Main.Version; v != "" && v != "(devel)" {
-		return v
-	}
-	rev, dirty := "", false
-	for _, s := range bi.Settings {
-		switch s.Key {
-		case "vcs.revision":
-			rev = s.Value
-		case "vcs.modified":
-			dirty = s.Value == "true"
-		}
-	}
-	if len(rev) > 12 {
-		rev = rev[:12]
-	}
-	switch {
-	case rev == "":
-		return "(devel)"
-	case dirty:
-		return "(devel) " + rev + "+dirty"
-	}
-	return "(devel) " + rev
 }
 
 // exitError carries an exit code, a message and an optional hint, all printed on stderr.

@@ -44,13 +44,17 @@ func runTests(m *testing.M) int {
 		return 1
 	}
 	defer os.RemoveAll(dir)
-	bin = filepath.Join(dir, "pgadvisory")
-	// Built with the test's own flags: under CI's -race the CLI process is checked for
-	// races too. TestBinaryIsSlimAndStatic builds the static binary as it ships.
-	build := exec.Command("go", "build", "-o", bin, ".")
-	if out, err := build.CombinedOutput(); err != nil {
-		fmt.Fprintf(os.Stderr, "FAIL: build pgadvisory: %v\n%s", err, out)
-		return 1
+	defaultSignalsForChildren()
+	bin = os.Getenv(envBin) // a nested run (TestSuiteUnderIgnoredSignals) reuses the binary
+	if bin == "" {
+		bin = filepath.Join(dir, "pgadvisory")
+		// Built with the test's own flags: under CI's -race the CLI process is checked for
+		// races too. TestBinaryIsSlimAndStatic builds the static binary as it ships.
+		build := exec.Command("go", "build", "-o", bin, ".")
+		if out, err := build.CombinedOutput(); err != nil {
+			fmt.Fprintf(os.Stderr, "FAIL: build pgadvisory: %v\n%s", err, out)
+			return 1
+		}
 	}
 	return pgtest.Suite{Srv: &srv, Err: &startErr}.Run(m)
 }

@@ -37,9 +37,11 @@ func poolerError(cmd, where string, err error) error {
 // the pooler hands server sessions ..."), without the error's "advisory:" prefixes.
 func poolerDetail(err error) string {
 	s := err.Error()
-	i := strings.Index(s, advisory.ErrPooler.Error())
+	// The sentinel's text without its prefix: the library prints one prefix per error.
+	sentinel := strings.TrimPrefix(advisory.ErrPooler.Error(), "advisory: ")
+	i := strings.Index(s, sentinel)
 	if i < 0 || !errors.Is(err, advisory.ErrPooler) {
 		return ""
 	}
-	return strings.TrimPrefix(s[i+len(advisory.ErrPooler.Error()):], ": ")
+	return strings.TrimPrefix(s[i+len(sentinel):], ": ")
 }

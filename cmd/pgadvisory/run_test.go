@@ -168,6 +168,24 @@ func adminQuery(t testing.TB, sql string, args ...any) pgx.Row {
 	return conn.QueryRow(context.Background(), sql, args...)
 }
 
+// TestRunSaysWhenItTookTheLock (issue 37, item 7): run said "acquired ..." only after a
+// wait, so a log showed when a holding began only if it had to wait. It says so in every
+// mode (at once, --no-wait, --wait), and --quiet keeps it quiet.
+func TestRunSaysWhenItTookTheLock(t *testing.T) {
+	t.Parallel()
+	for _, flags := range [][]string{nil, {"--no-wait"}, {"--wait", "10s"}, {"--quiet"}} {
+		args := append(append([]string{"run", "--name", t.Name()}, flags...), "--", "echo", "ran")
+		r := wait(t, start(t, args...))
+		require.Equal(t, 0, r.code, "%q: %s", flags, r.stderr)
+		assert.Equal(t, "ran\n", r.stdout)
+		if len(flags) == 1 && flags[0] == "--quiet" {
+			assert.Empty(t, r.stderr)
+			continue
+		}
+		assert.Equal(t, `pgadvisory: acquired lock "`+t.Name()+`" without waiting`+"\n", r.stderr, "%q", flags)
+	}
+}
+
 func TestRunUsageErrors(t *testing.T) {
 	t.Parallel()
 	for _, args := range [][]string{

@@ -20,7 +20,7 @@ func (r *runner) acquire(ctx context.Context, m *advisory.Manager) (*advisory.Lo
 			desc, _ := r.holders(ctx, m)
 			return nil, fail(r.conflict, "%s is %s; not waiting (--no-wait)", r.lock.label(), desc)
 		}
-		return l, r.lockFailure(err)
+		return r.acquiredAtOnce(l, err)
 	}
 	wctx, stop := context.WithCancel(ctx)
 	if r.wait > 0 {
@@ -35,7 +35,7 @@ func (r *runner) acquire(ctx context.Context, m *advisory.Manager) (*advisory.Lo
 			desc, _ := r.holders(ctx, m)
 			return nil, fail(r.conflict, "gave up on %s after %v (--wait): it is %s", r.lock.label(), r.wait, desc)
 		}
-		return l, r.lockFailure(err)
+		return r.acquiredAtOnce(l, err)
 	}
 	done := make(chan lockResult, 1)
 	go func() {
@@ -43,6 +43,15 @@ func (r *runner) acquire(ctx context.Context, m *advisory.Manager) (*advisory.Lo
 		done <- lockResult{l, err}
 	}()
 	return r.awaitLock(ctx, m, done)
+}
+
+// acquiredAtOnce ends a try: it says that the lock was taken (unless --quiet), as a call
+// that had to wait says it after its wait, so that a log shows when every holding began.
+func (r *runner) acquiredAtOnce(l *advisory.Lock, err error) (*advisory.Lock, error) {
+	if err == nil && !r.quiet {
+		r.say("acquired %s without waiting", r.lock.label())
+	}
+	return l, r.lockFailure(err)
 }
 
 // try and lockCall take the lock by name when it was given by name, so that its holders

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -57,6 +58,15 @@ type statusQuery struct {
 
 // render queries the server and prints the listing on w.
 func (q statusQuery) render(ctx context.Context, w io.Writer) error {
+	rows, err := q.rows(ctx)
+	if err != nil {
+		return err
+	}
+	return q.print(w, rows)
+}
+
+// rows queries the server for the listing.
+func (q statusQuery) rows(ctx context.Context) ([]statusRow, error) {
 	var hs []advisory.Holder
 	var err error
 	if q.lock != nil {
@@ -66,14 +76,19 @@ func (q statusQuery) render(ctx context.Context, w io.Writer) error {
 	}
 	switch {
 	case errors.Is(err, advisory.ErrPooler):
-		return poolerError("status", "the address pgadvisory connected to", err)
+		return nil, poolerError("status", "the address pgadvisory connected to", err)
 	case err != nil:
-		return fail(exitUnavailable, "status: %v", err)
+		return nil, fail(exitUnavailable, "status: %v", err)
 	}
 	rows := make([]statusRow, len(hs))
 	for i, h := range hs {
 		rows[i] = toRow(h)
 	}
+	return rows, nil
+}
+
+// print prints the listing on w, as a table or as JSON.
+func (q statusQuery) print(w io.Writer, rows []statusRow) error {
 	if q.asJSON {
 		return printJSON(w, rows)
 	}
@@ -90,39 +105,34 @@ func (q statusQuery) none() string {
 	return q.lock.none()
 }
 
-// watch prints the listing every interval until a signal: redrawn in place (cursor home,
-// clear screen) on a terminal, as a plain block after the last one otherwise (a log, a
-// pipe). Watching one lock, it also prints it as soon as its holder changes, as
+// watch prints the listing until a signal. On a terminal it redraws it in place (cursor
+// home, clear screen) every interval. Otherwise (a log, a pipe) it prints a plain block
+// after the last one only when the listing changed (who holds or waits, since when; a
+// failed query's error), looking every interval, so the log reads as a history of
+// changes. Watching one lock, it also looks as soon as its holder changes, as
 // Manager.Observe reports it (a holder that announces itself, as run does, at once;
-// another at the observer's re-check, every interval). A failed query is shown in its
-// block and tried again at the next refresh. It ends with 128+N for signal N.
+// another at the observer's re-check, every interval). A failed query is shown and tried
+// again at the next look. It ends with 128+N for signal N.
 func (q statusQuery) watch(ctx context.Context, in *interrupter, interval time.Duration, stdout io.Writer) error {
 	f, ok := stdout.(*os.File)
 	redraw := ok && isTerminal(f) && !q.asJSON
 	var changes <-chan advisory.Leader
-	every := "every " + interval.String()
 	if q.lock != nil {
 		if ch, err := q.m.ObserveKey(ctx, q.lock.key); err == nil {
-			changes, every = ch, "on change and every "+interval.String()
+			changes = ch
 			<-changes // the first reading: the listing below shows it
 		}
 	}
+	header := display(q.title()) + " " + watchWhen(interval, changes != nil, redraw)
+	last := "" // what the last block showed, when only changes are printed
 	for {
-		var block bytes.Buffer
-		if !q.asJSON {
-			fmt.Fprintf(&block, "%s %s; %s\n", display(q.title()), every,
-				time.Now().Format("2006-01-02 15:04:05 MST"))
-		}
-		if err := q.render(ctx, &block); err != nil && ctx.Err() == nil {
-			fmt.Fprintln(&block, "error: "+display(err.Error()))
-		}
-		if redraw {
-			io.WriteString(stdout, "\x1b[H\x1b[2J")
-		} else if !q.asJSON {
-			block.WriteString("\n")
-		}
-		if ctx.Err() == nil {
-			stdout.Write(block.Bytes())
+		block, shown := q.block(ctx, header, !redraw)
+		if ctx.Err() == nil && (redraw || shown != last) {
+			if redraw {
+				io.WriteString(stdout, "\x1b[H\x1b[2J")
+			}
+			stdout.Write(block)
+			last = shown
 		}
 		select {
 		case <-ctx.Done():
@@ -135,6 +145,42 @@ func (q statusQuery) watch(ctx context.Context, in *interrupter, interval time.D
 			}
 		}
 	}
+}
+
+// watchWhen says in the header when a block is printed.
+func watchWhen(interval time.Duration, observed, redraw bool) string {
+	switch {
+	case redraw && observed:
+		return "on change and every " + interval.String()
+	case redraw:
+		return "every " + interval.String()
+	}
+	return "on change (checked every " + interval.String() + ")"
+}
+
+// block queries and returns one block to print (the header and the time, unless --json;
+// the listing or the query's error; a blank line after a table if apart), and what it
+// shows: the rows or the error, without the time and the ages that change at every look.
+func (q statusQuery) block(ctx context.Context, header string, apart bool) (block []byte, shown string) {
+	var b bytes.Buffer
+	if !q.asJSON {
+		fmt.Fprintf(&b, "%s; %s\n", header, time.Now().Format("2006-01-02 15:04:05 MST"))
+	}
+	rows, err := q.rows(ctx)
+	if err == nil {
+		err = q.print(&b, rows)
+	}
+	if err != nil {
+		shown = "error: " + display(err.Error())
+		fmt.Fprintln(&b, shown)
+	} else {
+		j, _ := json.Marshal(rows)
+		shown = string(j)
+	}
+	if apart && !q.asJSON {
+		b.WriteString("\n")
+	}
+	return b.Bytes(), shown
 }
 
 func (q statusQuery) title() string {

@@ -61,7 +61,7 @@ func TestStatusWatchShowsAnnouncedChangesAtOnce(t *testing.T) {
 	t.Parallel()
 	name := t.Name()
 	p := start(t, "status", "--watch=1h", "--name", name)
-	p.stdout.waitFor(t, "on change and every 1h0m0s", 30*time.Second)
+	p.stdout.waitFor(t, "on change (checked every 1h0m0s)", 30*time.Second)
 	p.stdout.waitFor(t, "no advisory lock", 30*time.Second)
 	holder := start(t, "run", "--name", name, "--", "sh", "-c", "echo up; exec sleep 60")
 	holder.stdout.waitFor(t, "up", 30*time.Second)
@@ -74,7 +74,7 @@ func TestStatusWatchShowsAnnouncedChangesAtOnce(t *testing.T) {
 	require.NoError(t, p.cmd.Process.Signal(syscall.SIGINT))
 	r := wait(t, p)
 	assert.Equal(t, 130, r.code, r.stderr)
-	assert.Equal(t, 3, strings.Count(r.stdout, "on change and every 1h0m0s"), "one block per change:\n%s", r.stdout)
+	assert.Equal(t, 3, strings.Count(r.stdout, "on change (checked every 1h0m0s)"), "one block per change:\n%s", r.stdout)
 }
 
 func TestStatusWatchFlag(t *testing.T) {
@@ -87,9 +87,47 @@ func TestStatusWatchFlag(t *testing.T) {
 	assert.Equal(t, 64, r.code)
 	assert.Contains(t, r.stderr, "--watch=INTERVAL")
 	p := start(t, "status", "--watch")
-	p.stdout.waitFor(t, "pgadvisory status every 2s", 30*time.Second)
+	p.stdout.waitFor(t, "pgadvisory status on change (checked every 2s)", 30*time.Second)
 	require.NoError(t, p.cmd.Process.Signal(syscall.SIGINT))
 	assert.Equal(t, 130, wait(t, p).code)
+}
+
+// TestStatusWatchPrintsOnlyChangesWhenNotATerminal (issue 37, item 7): into a pipe,
+// --watch=50ms printed a full block every 50 ms although nothing changed; the header
+// said "on change". It prints one block per change: while one holder holds the lock for
+// a second (about 20 looks), one block; after the holder changes, a second.
+func TestStatusWatchPrintsOnlyChangesWhenNotATerminal(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	a, err := advisory.New(ctx, pgtest.WithPairs(dsn(t), "application_name=first-holder"))
+	require.NoError(t, err)
+	defer a.Close()
+	l, err := a.Lock(ctx, t.Name())
+	require.NoError(t, err)
+	for _, json := range []bool{false, true} {
+		args := []string{"status", "--watch=50ms", "--name", t.Name()}
+		if json {
+			args = append(args, "--json")
+		}
+		p := start(t, args...)
+		p.stdout.waitFor(t, "first-holder", 30*time.Second)
+		time.Sleep(time.Second)
+		require.NoError(t, p.cmd.Process.Signal(syscall.SIGINT))
+		r := wait(t, p)
+		assert.Equal(t, 130, r.code, r.stderr)
+		assert.Equal(t, 1, strings.Count(r.stdout, "first-holder"), "json %v: one block while nothing changed:\n%s", json, r.stdout)
+		if !json {
+			assert.Contains(t, r.stdout, "on change (checked every 50ms)")
+		}
+	}
+	p := start(t, "status", "--watch=50ms", "--name", t.Name())
+	p.stdout.waitFor(t, "first-holder", 30*time.Second)
+	require.NoError(t, l.Unlock(ctx))
+	p.stdout.waitFor(t, "no advisory lock", 30*time.Second)
+	time.Sleep(500 * time.Millisecond)
+	require.NoError(t, p.cmd.Process.Signal(syscall.SIGINT))
+	r := wait(t, p)
+	assert.Equal(t, 2, strings.Count(r.stdout, "pgadvisory status --name"), "two blocks, one per state:\n%s", r.stdout)
 }
 
 // TestStatusWatchRedrawsOnATerminal: on a terminal each refresh homes the cursor and

@@ -83,12 +83,12 @@ session whose details this role may not see (GRANT pg_read_all_stats shows them;
 PID is the server's backend process id (pg_terminate_backend takes it; pgadvisory break
 does it for you). A lock of a pgadvisory run that was killed stays listed as holding,
 under the dead run's application_name, until its command (and what the command started
-with the lock's descriptor) has exited: see pgadvisory run --help.
+with the lock's descriptor) has exited: see docs/run.md.
 
-With --watch the listing is refreshed every INTERVAL (2s by default) until SIGINT or
-SIGTERM: redrawn in place when standard output is a terminal, printed as one block after
-another (each under a line with the time) when it is not; with --json, one JSON array per
-refresh. A failed query is shown in its block and retried at the next refresh.
+With --watch the listing is looked at every INTERVAL (2s by default) until SIGINT or
+SIGTERM: redrawn in place each time when standard output is a terminal; when it is not,
+printed as one block after another (each under a line with the time) only when it changed;
+with --json, one JSON array per block. A failed query is shown and retried at the next look.
 
 With --name or --key only the sessions of that lock are listed; when there are none,
 status says which key (and name) it looked for. With --json that is an empty array.
@@ -179,6 +179,9 @@ func parseFlags(fs *flag.FlagSet, args []string, help string, stdout io.Writer) 
 		return helpShown
 	case bad.err != nil:
 		return usageError(fs.Name(), "--%s %s: %v", bad.flag, bad.value, bad.err)
+	}
+	if msg := unknownFlag(fs, err.Error()); msg != "" {
+		return usageError(fs.Name(), "%s", msg)
 	}
 	return usageError(fs.Name(), "%v", err)
 }

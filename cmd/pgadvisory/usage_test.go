@@ -1,6 +1,7 @@
 package main_test
 
 import (
+	"os"
 	"regexp"
 	"strings"
 	"testing"
@@ -22,7 +23,7 @@ func TestHelpGoesToStdoutAndExitsZero(t *testing.T) {
 		{[]string{"help"}, []string{"Commands:"}},
 		{[]string{"run", "--help"}, []string{"--name NAME", "--key KEY", "--wait DURATION", "--no-wait", "--grace", "--holder-name", "--dsn", "Exit codes:"}},
 		{[]string{"run", "-h"}, []string{"--name NAME"}},
-		{[]string{"run", "--help"}, []string{"--token", "--fence-table", "PGADVISORY_TOKEN", "PGADVISORY_KEY", "FOR SHARE"}},
+		{[]string{"run", "--help"}, []string{"--token", "--fence-table", "PGADVISORY_TOKEN", "PGADVISORY_KEY", "docs/run.md"}},
 		{[]string{"run", "--help"}, []string{"--drain-wait", "PGAPPNAME", "PGOPTIONS", "PGADVISORY_APPNAME"}},
 		{[]string{"run", "--help"}, []string{"--connect-timeout DURATION", "(default 30s;"}},
 		{[]string{"status", "--help"}, []string{"--connect-timeout DURATION", "(default 0;"}},
@@ -63,11 +64,40 @@ func TestRunHelpHasTheExitCodeTable(t *testing.T) {
 	}
 }
 
+// TestRunHelpFitsAScreen (issue 37, item 7): run --help was 139 lines (flock's is 24), the
+// flags and exit codes a user scans for buried in prose. It fits a screen of 48 lines and
+// 92 columns, flags first, then the exit codes; the long form is docs/run.md, which
+// exists and names every flag.
+func TestRunHelpFitsAScreen(t *testing.T) {
+	t.Parallel()
+	r := noDB(t, "run", "--help")
+	require.Equal(t, 0, r.code)
+	lines := strings.Split(strings.TrimRight(r.stdout, "\n"), "\n")
+	assert.LessOrEqual(t, len(lines), 48, r.stdout)
+	for _, l := range lines {
+		assert.LessOrEqual(t, len(l), 92, "%q", l)
+	}
+	flags, codes := strings.Index(r.stdout, "  --name NAME"), strings.Index(r.stdout, "Exit codes:")
+	require.Positive(t, flags)
+	assert.Less(t, flags, codes, "flags first, then exit codes")
+	assert.Less(t, strings.Count(r.stdout[:flags], "\n"), 6, "the flags start on the first screenful's top")
+	long, err := os.ReadFile("../../docs/run.md")
+	require.NoError(t, err)
+	for _, f := range []string{"--name", "--key", "--namespace", "--wait", "--no-wait", "--conflict-exit-code", "--shared",
+		"--slots", "--token", "--fence-table", "--drain-wait", "--grace", "--holder-name", "--quiet", "--dsn", "--connect-timeout",
+		"PGADVISORY_LOCK_FD", "PGADVISORY_TOKEN", "PGADVISORY_FENCE_TABLE", "FOR SHARE", "PR_SET_PDEATHSIG"} {
+		assert.Contains(t, string(long), f, "docs/run.md")
+		if f[0] == '-' {
+			assert.Contains(t, r.stdout, "  "+f+" ", "run --help")
+		}
+	}
+}
+
 func TestVersion(t *testing.T) {
 	t.Parallel()
 	r := noDB(t, "--version")
 	require.Equal(t, 0, r.code, r.stderr)
-	assert.Regexp(t, `^pgadvisory (\(devel\)( [0-9a-f]{12}(\+dirty)?)?|v\S+)\n$`, r.stdout)
+	assert.Regexp(t, `^pgadvisory (\(devel\)( [0-9a-f]{12}(\+dirty)?)?, after v\d+\.\d+\.\d+|v\S+)\n$`, r.stdout)
 }
 
 // TestUsageErrorsSayWhy: every usage error exits 64, says what is wrong and where the help

@@ -1,9 +1,9 @@
-// Package advisorygocron makes gocron v2 schedulers (github.com/go-co-op/gocron/v2) that
+// Package advgocron makes gocron v2 schedulers (github.com/go-co-op/gocron/v2) that
 // run the same jobs in several replicas run each occurrence once, with PostgreSQL
 // advisory locks from github.com/pgadvisory/advisory. It is its own module, so that
 // gocron never enters the library's dependencies. Import it under its package name:
 //
-//	import advisorygocron "github.com/pgadvisory/advisory/contrib/gocron"
+//	import advgocron "github.com/pgadvisory/advisory/contrib/gocron"
 //
 // Two ways, as gocron offers them:
 //
@@ -23,4 +23,4 @@
 // when the lock is lost either: a job that must stop on loss should run its work under
 // [advisory.Manager.TryDo] or [advisory.Manager.Do] itself. See docs/jobs.md in the
 // advisory repository.
-package advisorygocron
+package advgocron

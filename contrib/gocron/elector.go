@@ -1,4 +1,4 @@
-package advisorygocron
+package advgocron
 
 import (
 	"context"
@@ -13,7 +13,7 @@ import (
 
 // ErrNotLeader is returned by [Elector.IsLeader] while another replica leads (or none
 // does yet).
-var ErrNotLeader = errors.New("advisorygocron: not the leader")
+var ErrNotLeader = errors.New("advgocron: not the leader")
 
 // Elector is a gocron.Elector backed by [advisory.Manager.Lead]: from NewElector to
 // Close it campaigns for one lock, holding it (and so leading) for as long as its session
@@ -34,7 +34,7 @@ var _ gocron.Elector = (*Elector)(nil)
 // [advisory.Manager.Lead]). Close stops it. m must stay open until then.
 func NewElector(m *advisory.Manager, name string) (*Elector, error) {
 	if m == nil {
-		panic("advisorygocron: NewElector with a nil Manager")
+		panic("advgocron: NewElector with a nil Manager")
 	}
 	if err := advisory.ValidateName(name); err != nil {
 		return nil, err
@@ -53,7 +53,7 @@ func (e *Elector) campaign(ctx context.Context, m *advisory.Manager, name string
 		<-term.Done() // lost (Lead campaigns again) or Close (Lead returns)
 		return nil
 	})
-	err = fmt.Errorf("advisorygocron: elector stopped: %w", err)
+	err = fmt.Errorf("advgocron: elector stopped: %w", err)
 	e.final.Store(&err)
 }
 

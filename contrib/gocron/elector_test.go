@@ -1,4 +1,4 @@
-package advisorygocron_test
+package advgocron_test
 
 import (
 	"context"
@@ -8,7 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/pgadvisory/advisory"
-	advisorygocron "github.com/pgadvisory/advisory/contrib/gocron"
+	advgocron "github.com/pgadvisory/advisory/contrib/gocron"
 )
 
 // TestElectorFailsOver: of two electors exactly one leads; when its session is
@@ -17,10 +17,10 @@ func TestElectorFailsOver(t *testing.T) {
 	t.Parallel()
 	ctx := ctxT(t)
 	name := t.Name()
-	a, err := advisorygocron.NewElector(newManager(t), name)
+	a, err := advgocron.NewElector(newManager(t), name)
 	require.NoError(t, err)
 	t.Cleanup(a.Close)
-	b, err := advisorygocron.NewElector(newManager(t), name)
+	b, err := advgocron.NewElector(newManager(t), name)
 	require.NoError(t, err)
 	t.Cleanup(b.Close)
 
@@ -28,7 +28,7 @@ func TestElectorFailsOver(t *testing.T) {
 	// see both answer nil for a moment: the old leader is told of the loss before the
 	// server frees the lock, but its process may take longer to act on the news than the
 	// new leader's takes to win.)
-	var first, second *advisorygocron.Elector
+	var first, second *advgocron.Elector
 	eventually(t, 10*time.Second, func() bool {
 		ea, eb := a.IsLeader(ctx), b.IsLeader(ctx)
 		require.False(t, ea == nil && eb == nil, "two leaders at once")
@@ -42,14 +42,14 @@ func TestElectorFailsOver(t *testing.T) {
 		}
 		return true
 	}, "a leader")
-	require.ErrorIs(t, second.IsLeader(ctx), advisorygocron.ErrNotLeader)
+	require.ErrorIs(t, second.IsLeader(ctx), advgocron.ErrNotLeader)
 	pids := holders(t, name)
 	require.Len(t, pids, 1)
 
 	terminate(t, pids[0])
 	eventually(t, 10*time.Second, func() bool { return first.IsLeader(ctx) != nil }, "the old leader stops leading")
 	eventually(t, 10*time.Second, func() bool { return second.IsLeader(ctx) == nil }, "failover")
-	require.ErrorIs(t, first.IsLeader(ctx), advisorygocron.ErrNotLeader)
+	require.ErrorIs(t, first.IsLeader(ctx), advgocron.ErrNotLeader)
 
 	second.Close()
 	require.ErrorIs(t, second.IsLeader(ctx), context.Canceled)
@@ -62,16 +62,16 @@ func TestElectorFailsOver(t *testing.T) {
 
 func TestElectorBadInput(t *testing.T) {
 	t.Parallel()
-	_, err := advisorygocron.NewElector(newManager(t), "")
+	_, err := advgocron.NewElector(newManager(t), "")
 	require.ErrorIs(t, err, advisory.ErrInvalidKey)
-	require.Panics(t, func() { advisorygocron.NewElector(nil, "x") })
+	require.Panics(t, func() { advgocron.NewElector(nil, "x") })
 
 	m := newManager(t)
-	e, err := advisorygocron.NewElector(m, t.Name())
+	e, err := advgocron.NewElector(m, t.Name())
 	require.NoError(t, err)
 	m.Close()
 	eventually(t, 10*time.Second, func() bool {
-		return e.IsLeader(context.Background()) != nil && e.IsLeader(context.Background()) != advisorygocron.ErrNotLeader
+		return e.IsLeader(context.Background()) != nil && e.IsLeader(context.Background()) != advgocron.ErrNotLeader
 	}, "stopped after the Manager closed")
 	require.ErrorIs(t, e.IsLeader(context.Background()), advisory.ErrClosed)
 	e.Close()

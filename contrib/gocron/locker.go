@@ -1,4 +1,4 @@
-package advisorygocron
+package advgocron
 
 import (
 	"context"
@@ -36,10 +36,10 @@ var _ gocron.Locker = (*Locker)(nil)
 // including holds not yet over.
 func NewLocker(m *advisory.Manager, atLeast time.Duration) (*Locker, error) {
 	if m == nil {
-		panic("advisorygocron: NewLocker with a nil Manager")
+		panic("advgocron: NewLocker with a nil Manager")
 	}
 	if atLeast < 0 {
-		return nil, fmt.Errorf("advisorygocron: atLeast %v is negative: %w", atLeast, advisory.ErrInvalidOption)
+		return nil, fmt.Errorf("advgocron: atLeast %v is negative: %w", atLeast, advisory.ErrInvalidOption)
 	}
 	return &Locker{m: m, atLeast: atLeast}, nil
 }
@@ -74,7 +74,7 @@ type jobLock struct {
 
 // Unlock releases the lock, now or when the hold ends (see [Locker.Lock]).
 func (j *jobLock) Unlock(ctx context.Context) error {
-	err := fmt.Errorf("advisorygocron: unlock %q: %w", j.l.Name(), advisory.ErrNotHeld)
+	err := fmt.Errorf("advgocron: unlock %q: %w", j.l.Name(), advisory.ErrNotHeld)
 	j.once.Do(func() { err = j.release(ctx) })
 	return err
 }

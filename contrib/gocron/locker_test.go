@@ -1,4 +1,4 @@
-package advisorygocron_test
+package advgocron_test
 
 import (
 	"runtime"
@@ -8,13 +8,13 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/pgadvisory/advisory"
-	advisorygocron "github.com/pgadvisory/advisory/contrib/gocron"
+	advgocron "github.com/pgadvisory/advisory/contrib/gocron"
 	"github.com/pgadvisory/advisory/internal/leak"
 )
 
-func newLocker(t *testing.T, m *advisory.Manager, atLeast time.Duration) *advisorygocron.Locker {
+func newLocker(t *testing.T, m *advisory.Manager, atLeast time.Duration) *advgocron.Locker {
 	t.Helper()
-	lk, err := advisorygocron.NewLocker(m, atLeast)
+	lk, err := advgocron.NewLocker(m, atLeast)
 	require.NoError(t, err)
 	return lk
 }
@@ -106,9 +106,9 @@ func TestLockerReportsLoss(t *testing.T) {
 func TestLockerBadInput(t *testing.T) {
 	t.Parallel()
 	m := newManager(t)
-	_, err := advisorygocron.NewLocker(m, -time.Second)
+	_, err := advgocron.NewLocker(m, -time.Second)
 	require.ErrorIs(t, err, advisory.ErrInvalidOption)
 	_, err = newLocker(t, m, 0).Lock(ctxT(t), "")
 	require.ErrorIs(t, err, advisory.ErrInvalidKey)
-	require.Panics(t, func() { advisorygocron.NewLocker(nil, 0) })
+	require.Panics(t, func() { advgocron.NewLocker(nil, 0) })
 }

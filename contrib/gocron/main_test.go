@@ -1,4 +1,4 @@
-package advisorygocron_test
+package advgocron_test
 
 import (
 	"context"

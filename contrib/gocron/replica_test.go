@@ -1,4 +1,4 @@
-package advisorygocron_test
+package advgocron_test
 
 import (
 	"context"
@@ -15,7 +15,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgadvisory/advisory"
-	advisorygocron "github.com/pgadvisory/advisory/contrib/gocron"
+	advgocron "github.com/pgadvisory/advisory/contrib/gocron"
 )
 
 // A replica is this test binary re-executed by TestReplicas: TestMain sees envReplica
@@ -121,10 +121,10 @@ func runReplica() error {
 func distribution(m *advisory.Manager, mode, name string) (gocron.SchedulerOption, func(), error) {
 	switch mode {
 	case "locker":
-		lk, err := advisorygocron.NewLocker(m, atLeast)
+		lk, err := advgocron.NewLocker(m, atLeast)
 		return gocron.WithDistributedLocker(lk), func() {}, err
 	case "elector":
-		e, err := advisorygocron.NewElector(m, name)
+		e, err := advgocron.NewElector(m, name)
 		if err != nil {
 			return nil, nil, err
 		}

@@ -9,6 +9,7 @@ import (
 	"os"
 	"testing/fstest"
 
+	_ "github.com/jackc/pgx/v5/stdlib" // the "pgx" database/sql driver
 	"github.com/pressly/goose/v3"
 
 	"github.com/pgadvisory/advisory"

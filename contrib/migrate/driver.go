@@ -2,6 +2,7 @@ package advmigrate
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"sync"
@@ -21,8 +22,10 @@ const unlockTimeout = 5 * time.Second
 // wrapped driver. While a holding is current, its loss makes Run, Drop and a SetVersion
 // that marks a migration as started fail with an error wrapping [advisory.ErrLockLost]:
 // migrate starts no further migration, and its Up (Down, Steps, Migrate) returns that
-// error, with the loss that Unlock returns. The migration running at the loss runs on
-// until it ends, or until the next holder's drain ends its session.
+// error. The migration running at the loss runs on until it ends, or until the next
+// holder's drain ends its session (its Run then returns that error joined with the
+// loss). After a loss, the same Migrate's next Up takes the lock again and goes on from
+// the recorded version.
 // A Driver is safe for concurrent use by multiple goroutines, as migrate uses it.
 type Driver struct {
 	inner database.Driver
@@ -84,7 +87,9 @@ func (d *Driver) Close() error {
 	return d.inner.Close()
 }
 
-// Run runs a migration on the wrapped driver, unless the current holding was lost.
+// Run runs a migration on the wrapped driver, unless the current holding was lost. A
+// migration that fails when the holding has been lost meanwhile returns its error joined
+// with the loss ([advisory.ErrLockLost]).
 func (d *Driver) Run(migration io.Reader) error {
 	if err := d.check("run a migration"); err != nil {
 		return err
@@ -92,7 +97,11 @@ func (d *Driver) Run(migration io.Reader) error {
 	err := d.inner.Run(migration)
 	d.mu.Lock()
 	d.ranOK = err == nil
+	l := d.l
 	d.mu.Unlock()
+	if err != nil && l != nil && l.Err() != nil { // the next holder's drain ended it
+		return fmt.Errorf("advmigrate: the migration failed after the lock %q was lost: %w", d.name, errors.Join(err, l.Err()))
+	}
 	return err
 }
 

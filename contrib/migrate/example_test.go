@@ -11,15 +11,18 @@ import (
 
 	"github.com/golang-migrate/migrate/v4"
 	"github.com/golang-migrate/migrate/v4/database/pgx/v5"
-	_ "github.com/golang-migrate/migrate/v4/source/file"
-	_ "github.com/jackc/pgx/v5/stdlib"
+	"github.com/golang-migrate/migrate/v4/source/file"
+	_ "github.com/jackc/pgx/v5/stdlib" // the "pgx/v5" database/sql driver
 
 	"github.com/pgadvisory/advisory"
 	advmigrate "github.com/pgadvisory/advisory/contrib/migrate"
 )
 
 // Every replica runs this at start-up: one migrates, the others wait for the lock (up to
-// five minutes), then find nothing left to do.
+// five minutes), then find nothing left to do. WithRecoverDirty mends, under the lock, a
+// version that a replica killed in the middle of a migration left dirty (without it every
+// survivor fails with "Dirty database version N" until someone runs Force: a crash loop
+// in Kubernetes); use it when every migration runs in one transaction.
 func Example() {
 	ctx := context.Background()
 	dsn := os.Getenv("DATABASE_URL")
@@ -37,7 +40,13 @@ func Example() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	locked, err := advmigrate.Wrap(driver, m, "myapp/migrations", advmigrate.WithWait(5*time.Minute))
+	src, err := (&file.File{}).Open("file://testdata/example") // read by WithRecoverDirty only
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer src.Close()
+	locked, err := advmigrate.Wrap(driver, m, "myapp/migrations",
+		advmigrate.WithWait(5*time.Minute), advmigrate.WithRecoverDirty(src))
 	if err != nil {
 		log.Fatal(err)
 	}

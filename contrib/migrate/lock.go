@@ -60,7 +60,10 @@ func (d *Driver) Lock() error {
 	return err
 }
 
-// hold takes the lock, drains and tags; on error nothing is held.
+// hold takes the lock, tags the driver's session, drains and recovers; on error nothing
+// is held and the session is untagged. The tag comes before the drain: a session still
+// tagged from an earlier holding of this driver (an untag that failed) is then this
+// holding's, and the drain leaves it alone instead of ending the driver's connection.
 func (d *Driver) hold() (*advisory.Lock, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), d.o.wait)
 	defer cancel()
@@ -68,22 +71,28 @@ func (d *Driver) hold() (*advisory.Lock, error) {
 	if err != nil {
 		return nil, fmt.Errorf("advmigrate: lock %q: %w", d.name, err)
 	}
-	dctx, dcancel := context.WithTimeout(context.Background(), drainTimeout)
-	defer dcancel()
-	if _, err := l.Drain(dctx); err != nil {
-		release(l)
-		return nil, fmt.Errorf("advmigrate: lock %q: an earlier holder's migration may still run: %w", d.name, err)
-	}
 	if err := d.inner.Run(strings.NewReader(tagSQL(l))); err != nil {
 		release(l)
 		return nil, fmt.Errorf("advmigrate: lock %q: tag the migration's session: %w", d.name, err)
 	}
+	dctx, dcancel := context.WithTimeout(context.Background(), drainTimeout)
+	defer dcancel()
+	if _, err := l.Drain(dctx); err != nil {
+		d.abandon(l)
+		return nil, fmt.Errorf("advmigrate: lock %q: an earlier holder's migration may still run: %w", d.name, err)
+	}
 	if err := d.recoverDirty(); err != nil {
-		d.inner.Run(strings.NewReader(untagSQL)) // best effort: else the next holder ends the session
-		release(l)
+		d.abandon(l)
 		return nil, fmt.Errorf("advmigrate: lock %q: recover a dirty version: %w", d.name, err)
 	}
 	return l, nil
+}
+
+// abandon untags the driver's session (best effort: else the next holder ends it) and
+// releases l.
+func (d *Driver) abandon(l *advisory.Lock) {
+	d.inner.Run(strings.NewReader(untagSQL))
+	release(l)
 }
 
 // recoverDirty sets a dirty version to the one before it (WithRecoverDirty).
@@ -106,8 +115,17 @@ func (d *Driver) recoverDirty() error {
 
 // Unlock gives the wrapped driver's session its own application_name back and releases
 // the lock, bounded by 5 s (past it the lock's connection is closed, which frees the lock
-// too). It returns an error wrapping [advisory.ErrLockLost] if the lock was lost since
-// Lock, and database.ErrNotLocked if the lock is not held.
+// too). It returns database.ErrNotLocked if the lock is not held, and otherwise nil, also
+// after a loss or a failed release: the holding has ended either way, and migrate keeps
+// its own "locked" flag set when Unlock fails, so that every later call of the Migrate
+// would fail with ErrLocked although nothing is held. A loss is reported by the call it
+// refused ([Driver.Run], [Driver.SetVersion], [Driver.Drop]) and by a Run that failed
+// after it; a loss after the last migration was recorded changed nothing, and the
+// Manager's logger ([advisory.WithLogger]) records it.
+//
+// The session is untagged after a loss too: migrate calls Unlock when its last statement
+// has returned, so the session runs no work of the lost holding that a later holder
+// should drain, and a Lock of the same Driver finds it untagged.
 func (d *Driver) Unlock() error {
 	d.mu.Lock()
 	l := d.take()
@@ -115,17 +133,7 @@ func (d *Driver) Unlock() error {
 	if l == nil {
 		return database.ErrNotLocked
 	}
-	var untag error
-	if l.Err() == nil { // untagged first: the next holder must not end an idle session
-		untag = d.inner.Run(strings.NewReader(untagSQL))
-	}
-	if err := release(l); err != nil {
-		return fmt.Errorf("advmigrate: unlock %q: %w", d.name, err)
-	}
-	if untag != nil {
-		return fmt.Errorf("advmigrate: unlock %q: released, but the migration's session still "+
-			"carries the holding's tag (the next holder will end it): %w", d.name, untag)
-	}
+	d.abandon(l) // untagged first: the next holder must not end an idle session
 	return nil
 }
 

@@ -1,4 +1,4 @@
-package advisoryotel_test
+package advotel_test
 
 import (
 	"context"
@@ -9,7 +9,7 @@ import (
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 
 	"github.com/pgadvisory/advisory"
-	advisoryotel "github.com/pgadvisory/advisory/contrib/otel"
+	advotel "github.com/pgadvisory/advisory/contrib/otel"
 )
 
 // BenchmarkOTelOverhead alternates, per iteration, a Lock+Unlock cycle on a Manager
@@ -22,7 +22,7 @@ func BenchmarkOTelOverhead(b *testing.B) {
 	ctx := context.Background()
 	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(sdkmetric.NewManualReader()))
 	defer mp.Shutdown(ctx)
-	hooks, err := advisoryotel.Hooks(mp)
+	hooks, err := advotel.Hooks(mp)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-// Package advisoryotel records the lock metrics of an advisory.Manager with
+// Package advotel records the lock metrics of an advisory.Manager with
 // OpenTelemetry: pass Hooks(provider) to advisory.WithHooks. It is a module of its own, so
 // that the OpenTelemetry dependencies stay out of the library's.
 //
@@ -21,7 +21,7 @@
 //
 // Lock names are not attributes unless WithLockNames is given: names are often
 // unbounded (one per job, per tenant), and each distinct value is a new time series.
-package advisoryotel
+package advotel
 
 import (
 	"context"
@@ -68,25 +68,25 @@ func Hooks(mp metric.MeterProvider, opts ...Option) (advisory.Hooks, error) {
 	var err error
 	if r.acquisitions, err = meter.Int64Counter("advisory.lock.acquisitions",
 		metric.WithDescription("Lock and TryLock calls, by outcome"), metric.WithUnit("{call}")); err != nil {
-		return advisory.Hooks{}, fmt.Errorf("advisoryotel: %w", err)
+		return advisory.Hooks{}, fmt.Errorf("advotel: %w", err)
 	}
 	if r.wait, err = meter.Float64Histogram("advisory.lock.wait.duration",
 		metric.WithDescription("Time spent in Lock and TryLock calls"), metric.WithUnit("s"),
 		metric.WithExplicitBucketBoundaries(durationBuckets...)); err != nil {
-		return advisory.Hooks{}, fmt.Errorf("advisoryotel: %w", err)
+		return advisory.Hooks{}, fmt.Errorf("advotel: %w", err)
 	}
 	if r.hold, err = meter.Float64Histogram("advisory.lock.hold.duration",
 		metric.WithDescription("How long locks were held"), metric.WithUnit("s"),
 		metric.WithExplicitBucketBoundaries(durationBuckets...)); err != nil {
-		return advisory.Hooks{}, fmt.Errorf("advisoryotel: %w", err)
+		return advisory.Hooks{}, fmt.Errorf("advotel: %w", err)
 	}
 	if r.losses, err = meter.Int64Counter("advisory.lock.losses",
 		metric.WithDescription("Held locks lost, by cause"), metric.WithUnit("{lock}")); err != nil {
-		return advisory.Hooks{}, fmt.Errorf("advisoryotel: %w", err)
+		return advisory.Hooks{}, fmt.Errorf("advotel: %w", err)
 	}
 	if r.held, err = meter.Int64UpDownCounter("advisory.locks.held",
 		metric.WithDescription("Locks held now"), metric.WithUnit("{lock}")); err != nil {
-		return advisory.Hooks{}, fmt.Errorf("advisoryotel: %w", err)
+		return advisory.Hooks{}, fmt.Errorf("advotel: %w", err)
 	}
 	return advisory.Hooks{Acquired: r.acquired, NotAcquired: r.notAcquired, Ended: r.ended}, nil
 }

@@ -1,4 +1,4 @@
-package advisoryotel_test
+package advotel_test
 
 import (
 	"context"
@@ -19,7 +19,7 @@ import (
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 
 	"github.com/pgadvisory/advisory"
-	advisoryotel "github.com/pgadvisory/advisory/contrib/otel"
+	advotel "github.com/pgadvisory/advisory/contrib/otel"
 	"github.com/pgadvisory/advisory/internal/pgtest"
 )
 
@@ -43,7 +43,7 @@ func TestPrometheusScrape(t *testing.T) {
 	require.NoError(t, err)
 	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(exp))
 	defer mp.Shutdown(ctx)
-	hooks, err := advisoryotel.Hooks(mp)
+	hooks, err := advotel.Hooks(mp)
 	require.NoError(t, err)
 	m, err := advisory.New(ctx, srv.DSN(), advisory.WithHooks(hooks))
 	require.NoError(t, err)

@@ -1,4 +1,4 @@
-// Package advcron makes robfig/cron v3 schedulers (github.com/robfig/cron/v3) that run
+// Package advrobfigcron makes robfig/cron v3 schedulers (github.com/robfig/cron/v3) that run
 // the same jobs in several replicas run each tick on one replica only, with PostgreSQL
 // advisory locks from github.com/pgadvisory/advisory. It is its own module, so that cron
 // never enters the library's dependencies.
@@ -17,4 +17,4 @@
 // there is no table recording which ticks ran. A replica that crashes right after running
 // a tick frees its lock at once, and a replica whose timer fires after that runs the same
 // tick again. See docs/jobs.md in the advisory repository.
-package advcron
+package advrobfigcron

@@ -1,4 +1,4 @@
-package advcron_test
+package advrobfigcron_test
 
 import (
 	"context"
@@ -10,7 +10,7 @@ import (
 	"github.com/robfig/cron/v3"
 
 	"github.com/pgadvisory/advisory"
-	advcron "github.com/pgadvisory/advisory/contrib/robfigcron"
+	advrobfigcron "github.com/pgadvisory/advisory/contrib/robfigcron"
 )
 
 // Every replica runs the same Cron: at each tick one replica runs the report, the others
@@ -29,12 +29,12 @@ func Example() {
 	logger := cron.PrintfLogger(log.New(os.Stderr, "cron: ", log.LstdFlags))
 	c := cron.New(cron.WithSeconds(), cron.WithLogger(logger), cron.WithChain(
 		cron.Recover(logger),
-		advcron.OnOneReplica(m, "hourly-report", 30*time.Second,
-			advcron.WithLogger(logger), advcron.WithContext(ctx)),
+		advrobfigcron.OnOneReplica(m, "hourly-report", 30*time.Second,
+			advrobfigcron.WithLogger(logger), advrobfigcron.WithContext(ctx)),
 	))
 	ran := make(chan struct{}, 1)
 	// A FuncJob's ctx is cancelled if the lock is lost; its error is logged.
-	_, err = c.AddJob("* * * * * *", advcron.FuncJob(func(ctx context.Context) error {
+	_, err = c.AddJob("* * * * * *", advrobfigcron.FuncJob(func(ctx context.Context) error {
 		select { // writeReport(ctx) in a real program
 		case ran <- struct{}{}:
 		default:
@@ -62,7 +62,7 @@ func ExampleOnOneReplica() {
 	}
 	defer m.Close()
 
-	export := cron.NewChain(advcron.OnOneReplica(m, "nightly-export", 0)).
+	export := cron.NewChain(advrobfigcron.OnOneReplica(m, "nightly-export", 0)).
 		Then(cron.FuncJob(func() { fmt.Println("exported") }))
 	export.Run() // c.AddJob("0 3 * * *", export) in a real program
 	// Output: exported

@@ -1,4 +1,4 @@
-package advcron_test
+package advrobfigcron_test
 
 import (
 	"context"
@@ -81,7 +81,7 @@ func terminate(t testing.TB, pid uint32) {
 }
 
 // lockName is a lock name unique to the test.
-func lockName(t testing.TB) string { return "advcron/" + t.Name() }
+func lockName(t testing.TB) string { return "advrobfigcron/" + t.Name() }
 
 // recLogger is a cron.Logger that records what the wrapper reports.
 type recLogger struct {

@@ -1,4 +1,4 @@
-package advcron
+package advrobfigcron
 
 import (
 	"context"
@@ -27,7 +27,7 @@ func newOptions(opts []Option) options {
 // errors only (cron.VerbosePrintfLogger prints the skips too). A nil logger panics.
 func WithLogger(l cron.Logger) Option {
 	if l == nil {
-		panic("advcron: WithLogger with a nil logger")
+		panic("advrobfigcron: WithLogger with a nil logger")
 	}
 	return func(o *options) { o.logger = l }
 }
@@ -39,7 +39,7 @@ func WithLogger(l cron.Logger) Option {
 // panics.
 func WithContext(ctx context.Context) Option {
 	if ctx == nil {
-		panic("advcron: WithContext with a nil context")
+		panic("advrobfigcron: WithContext with a nil context")
 	}
 	return func(o *options) { o.ctx = ctx }
 }

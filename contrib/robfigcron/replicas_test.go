@@ -1,4 +1,4 @@
-package advcron_test
+package advrobfigcron_test
 
 import (
 	"context"
@@ -10,7 +10,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	advcron "github.com/pgadvisory/advisory/contrib/robfigcron"
+	advrobfigcron "github.com/pgadvisory/advisory/contrib/robfigcron"
 )
 
 // tally counts runs per tick; a tick is the run's start truncated to the 2 s schedule,
@@ -20,7 +20,7 @@ type tally struct {
 	runs map[time.Time][]int
 }
 
-func (ty *tally) job(replica int) advcron.FuncJob {
+func (ty *tally) job(replica int) advrobfigcron.FuncJob {
 	return func(ctx context.Context) error {
 		tick := time.Now().Truncate(2 * time.Second)
 		ty.mu.Lock()
@@ -39,7 +39,7 @@ func startReplica(t *testing.T, name string, delay time.Duration, log *recLogger
 		return cron.FuncJob(func() { time.Sleep(delay); j.Run() })
 	}
 	c := cron.New(cron.WithSeconds(), cron.WithLogger(log),
-		cron.WithChain(cron.Recover(log), skew, advcron.OnOneReplica(m, name, time.Second, advcron.WithLogger(log))))
+		cron.WithChain(cron.Recover(log), skew, advrobfigcron.OnOneReplica(m, name, time.Second, advrobfigcron.WithLogger(log))))
 	_, err := c.AddJob("*/2 * * * * *", job)
 	require.NoError(t, err)
 	c.Start()

@@ -1,4 +1,4 @@
-package advcron
+package advrobfigcron
 
 import (
 	"context"
@@ -15,7 +15,7 @@ import (
 // (context.Cause then wraps [advisory.ErrLockLost]) or when the wrapper's base context
 // ends (see [WithContext]), and its error is logged. Add it with cron's AddJob:
 //
-//	c.AddJob("@hourly", advcron.FuncJob(writeReport))
+//	c.AddJob("@hourly", advrobfigcron.FuncJob(writeReport))
 //
 // Run outside the wrapper (cron.Job's Run, or a wrapper between OnOneReplica and the job
 // that hides its type, like cron.Recover placed after it), it runs with
@@ -50,7 +50,7 @@ var _ cron.Job = FuncJob(nil)
 // while the Cron runs. OnOneReplica panics if m is nil.
 func OnOneReplica(m *advisory.Manager, name string, atLeast time.Duration, opts ...Option) cron.JobWrapper {
 	if m == nil {
-		panic("advcron: OnOneReplica with a nil Manager")
+		panic("advrobfigcron: OnOneReplica with a nil Manager")
 	}
 	o := newOptions(opts)
 	return func(j cron.Job) cron.Job {
@@ -74,7 +74,7 @@ func run(m *advisory.Manager, name string, atLeast time.Duration, o options, fn 
 	case !ran && err == nil:
 		o.logger.Info("skip: lock held by another replica", "lock", name)
 	case !ran:
-		o.logger.Error(fmt.Errorf("advcron: try %q: %w", name, err), "not run", "lock", name)
+		o.logger.Error(fmt.Errorf("advrobfigcron: try %q: %w", name, err), "not run", "lock", name)
 	case err != nil:
 		o.logger.Error(err, "job failed", "lock", name)
 	}

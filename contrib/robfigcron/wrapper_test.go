@@ -1,4 +1,4 @@
-package advcron_test
+package advrobfigcron_test
 
 import (
 	"context"
@@ -11,7 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/pgadvisory/advisory"
-	advcron "github.com/pgadvisory/advisory/contrib/robfigcron"
+	advrobfigcron "github.com/pgadvisory/advisory/contrib/robfigcron"
 )
 
 // TestLateReplicaSkips calls two replicas' wrapped jobs by hand, the second after the
@@ -24,9 +24,9 @@ func TestLateReplicaSkips(t *testing.T) {
 		ctx, cancel := context.WithCancel(context.Background())
 		la, lb := &recLogger{}, &recLogger{}
 		ranA, ranB := make(chan struct{}, 1), make(chan struct{}, 1)
-		jobA := advcron.OnOneReplica(a, name, atLeast, advcron.WithLogger(la), advcron.WithContext(ctx))(
+		jobA := advrobfigcron.OnOneReplica(a, name, atLeast, advrobfigcron.WithLogger(la), advrobfigcron.WithContext(ctx))(
 			cron.FuncJob(func() { ranA <- struct{}{} }))
-		jobB := advcron.OnOneReplica(b, name, atLeast, advcron.WithLogger(lb))(
+		jobB := advrobfigcron.OnOneReplica(b, name, atLeast, advrobfigcron.WithLogger(lb))(
 			cron.FuncJob(func() { ranB <- struct{}{} }))
 		doneA := make(chan struct{})
 		go func() { defer close(doneA); jobA.Run() }()
@@ -59,9 +59,9 @@ func TestLossCancelsFuncJob(t *testing.T) {
 	log := &recLogger{}
 	ctx, shutdown := context.WithCancel(context.Background())
 	c := cron.New(cron.WithSeconds(), cron.WithLogger(log), cron.WithChain(
-		cron.Recover(log), advcron.OnOneReplica(m, name, 0, advcron.WithLogger(log), advcron.WithContext(ctx))))
+		cron.Recover(log), advrobfigcron.OnOneReplica(m, name, 0, advrobfigcron.WithLogger(log), advrobfigcron.WithContext(ctx))))
 	started, cause := make(chan struct{}, 1), make(chan error, 1)
-	_, err := c.AddJob("* * * * * *", advcron.FuncJob(func(ctx context.Context) error {
+	_, err := c.AddJob("* * * * * *", advrobfigcron.FuncJob(func(ctx context.Context) error {
 		select { // later ticks skip while this one runs; one after the loss may run
 		case started <- struct{}{}:
 		default:
@@ -96,11 +96,11 @@ func TestFuncJobError(t *testing.T) {
 	m := newManager(t)
 	log := &recLogger{}
 	boom := errors.New("boom")
-	advcron.OnOneReplica(m, name, 0, advcron.WithLogger(log))(advcron.FuncJob(func(context.Context) error { return boom })).Run()
+	advrobfigcron.OnOneReplica(m, name, 0, advrobfigcron.WithLogger(log))(advrobfigcron.FuncJob(func(context.Context) error { return boom })).Run()
 	ran := false
-	advcron.OnOneReplica(m, name, -time.Second, advcron.WithLogger(log))(cron.FuncJob(func() { ran = true })).Run()
+	advrobfigcron.OnOneReplica(m, name, -time.Second, advrobfigcron.WithLogger(log))(cron.FuncJob(func() { ran = true })).Run()
 	m.Close()
-	advcron.OnOneReplica(m, name, 0, advcron.WithLogger(log))(cron.FuncJob(func() { ran = true })).Run()
+	advrobfigcron.OnOneReplica(m, name, 0, advrobfigcron.WithLogger(log))(cron.FuncJob(func() { ran = true })).Run()
 	assert.False(t, ran, "a job ran with a negative atLeast or a closed Manager")
 	errs := log.errs()
 	require.Len(t, errs, 3)
@@ -116,18 +116,18 @@ func TestPanicWithRecover(t *testing.T) {
 	name := lockName(t)
 	m := newManager(t)
 	log := &recLogger{}
-	job := cron.NewChain(cron.Recover(log), advcron.OnOneReplica(m, name, time.Hour, advcron.WithLogger(log))).
+	job := cron.NewChain(cron.Recover(log), advrobfigcron.OnOneReplica(m, name, time.Hour, advrobfigcron.WithLogger(log))).
 		Then(cron.FuncJob(func() { panic("job panicked") }))
 	start := time.Now()
 	require.NotPanics(t, job.Run)
 	assert.Less(t, time.Since(start), time.Minute, "the hold was kept after a panic")
 	assert.Empty(t, holders(t, name))
 	require.Len(t, log.errs(), 1) // cron.Recover's report
-	assert.Panics(t, advcron.OnOneReplica(m, name, time.Hour, advcron.WithLogger(log))(cron.FuncJob(func() { panic("bare") })).Run)
+	assert.Panics(t, advrobfigcron.OnOneReplica(m, name, time.Hour, advrobfigcron.WithLogger(log))(cron.FuncJob(func() { panic("bare") })).Run)
 }
 
 func TestNilArguments(t *testing.T) {
-	assert.Panics(t, func() { advcron.OnOneReplica(nil, "x", 0) })
-	assert.Panics(t, func() { advcron.WithLogger(nil) })
-	assert.Panics(t, func() { advcron.WithContext(nil) }) //nolint:staticcheck // the point of the test
+	assert.Panics(t, func() { advrobfigcron.OnOneReplica(nil, "x", 0) })
+	assert.Panics(t, func() { advrobfigcron.WithLogger(nil) })
+	assert.Panics(t, func() { advrobfigcron.WithContext(nil) }) //nolint:staticcheck // the point of the test
 }

@@ -1,0 +1,1 @@
+CREATE TABLE accounts (id int PRIMARY KEY);

@@ -1,0 +1,141 @@
+package usermodule_test
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/pgadvisory/advisory/advisorytest"
+)
+
+// adapters are the contrib modules, by directory, with what their program prints.
+var adapters = map[string]string{
+	"goose":      "schema at version 1\n",
+	"migrate":    "migrated\n",
+	"gocron":     "report written\n",
+	"robfigcron": "report written\n",
+	"otel":       "locked and unlocked, measured\n",
+}
+
+// TestRecipeFromAClone: the README's recipe, run as a user runs it. A fresh module in a
+// temporary directory (outside the repository) gets the README's `go mod edit` lines,
+// with the clone's path for /src/advisory, for the library and for each adapter; then
+// `go mod tidy`, `go vet`, and each program of testdata (the README's quick start, each
+// adapter's Example) is built and run against a database of its own.
+func TestRecipeFromAClone(t *testing.T) {
+	root, err := filepath.Abs("../..")
+	require.NoError(t, err)
+	lib, adapter := recipe(t, root)
+	dir := t.TempDir()
+	goCmd(t, dir, "mod", "init", "example.com/app")
+	run(t, dir, "sh", "-c", lib)
+	for a := range adapters {
+		run(t, dir, "sh", "-c", strings.ReplaceAll(adapter, "contrib/migrate", "contrib/"+a))
+	}
+	require.NoError(t, os.CopyFS(filepath.Join(dir, "cmd"), os.DirFS("testdata")))
+	require.NoError(t, os.Rename(filepath.Join(dir, "cmd", "migrate", "migrations"), filepath.Join(dir, "migrations")))
+	goCmd(t, dir, "mod", "tidy")
+	goCmd(t, dir, "vet", "./...")
+	for prog, want := range adapters {
+		t.Run(prog, func(t *testing.T) { runProgram(t, dir, prog, want) })
+	}
+	t.Run("library", func(t *testing.T) { runProgram(t, dir, "library", "migrated\n") })
+}
+
+// recipe returns the README's `go mod edit` lines for the library and for an adapter
+// (golang-migrate's, the README's example of one), with root for /src/advisory.
+func recipe(t *testing.T, root string) (lib, adapter string) {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(root, "README.md"))
+	require.NoError(t, err)
+	block := regexp.MustCompile("(?s)<!-- clone-recipe -->\n```sh\n(.*?)```").FindSubmatch(b)
+	require.NotNil(t, block, "the README's clone-recipe block")
+	var edits []string
+	for _, cmd := range strings.Split(strings.ReplaceAll(string(block[1]), "\\\n", ""), "\n") {
+		cmd, _, _ = strings.Cut(cmd, "#")
+		if strings.HasPrefix(strings.TrimSpace(cmd), "go mod edit") {
+			edits = append(edits, strings.ReplaceAll(cmd, "/src/advisory", root))
+		}
+	}
+	require.Len(t, edits, 2, "a line for the library, one for an adapter: %q", block[1])
+	require.Contains(t, edits[1], "contrib/migrate")
+	return edits[0], edits[1]
+}
+
+// runProgram builds and runs ./cmd/prog of the module in dir with a database of its own,
+// and checks what it prints.
+func runProgram(t *testing.T, dir, prog, want string) {
+	bin := filepath.Join(t.TempDir(), prog)
+	goCmd(t, dir, "build", "-o", bin, "./cmd/"+prog)
+	cmd := exec.Command(bin)
+	cmd.Dir = dir // the migrate program reads file://migrations
+	cmd.Env = append(os.Environ(), "DATABASE_URL="+advisorytest.DSN(t))
+	start := time.Now()
+	out, err := cmd.Output()
+	var stderr []byte
+	if ee, ok := err.(*exec.ExitError); ok {
+		stderr = ee.Stderr
+	}
+	require.NoError(t, err, "%s: %s", prog, stderr)
+	assert.Equal(t, want, string(out))
+	t.Logf("%s ran in %v", prog, time.Since(start).Round(time.Millisecond))
+}
+
+func goCmd(t *testing.T, dir string, args ...string) {
+	t.Helper()
+	run(t, dir, "go", args...)
+}
+
+func run(t *testing.T, dir, name string, args ...string) {
+	t.Helper()
+	cmd := exec.Command(name, args...)
+	cmd.Dir = dir
+	out, err := cmd.CombinedOutput()
+	require.NoError(t, err, "%s %q: %s", name, args, out)
+}
+
+// linkedWithPgxOnly are the modules a program that imports only the library links.
+var linkedWithPgxOnly = []string{"github.com/jackc/pgpassfile", "github.com/jackc/pgservicefile",
+	"github.com/jackc/pgx/v5", "github.com/jackc/puddle/v2", "github.com/pgadvisory/advisory",
+	"golang.org/x/sync", "golang.org/x/text"}
+
+// TestWhatAUserModuleGets: what the README says a module that uses only the library gets.
+// Its program links pgx/v5 and pgx's own dependencies, nothing else; `go mod tidy` also
+// records the checksums of the library's test dependencies (testify, testcontainers-go
+// and theirs), because the library's tests import them. The counts are logged.
+func TestWhatAUserModuleGets(t *testing.T) {
+	root, err := filepath.Abs("../..")
+	require.NoError(t, err)
+	lib, _ := recipe(t, root)
+	dir := t.TempDir()
+	goCmd(t, dir, "mod", "init", "example.com/app")
+	run(t, dir, "sh", "-c", lib)
+	require.NoError(t, os.CopyFS(filepath.Join(dir, "cmd"), os.DirFS("testdata/library")))
+	goCmd(t, dir, "mod", "tidy")
+	bin := filepath.Join(dir, "app")
+	goCmd(t, dir, "build", "-o", bin, "./cmd")
+	out, err := exec.Command("go", "version", "-m", bin).Output()
+	require.NoError(t, err)
+	var linked []string
+	for _, l := range strings.Split(string(out), "\n") {
+		if f := strings.Fields(l); len(f) >= 2 && f[0] == "dep" {
+			linked = append(linked, f[1])
+		}
+	}
+	assert.ElementsMatch(t, linkedWithPgxOnly, linked, "the modules the program links")
+	sum, err := os.ReadFile(filepath.Join(dir, "go.sum"))
+	require.NoError(t, err)
+	modules := map[string]bool{}
+	for _, l := range strings.Split(strings.TrimSpace(string(sum)), "\n") {
+		modules[strings.Fields(l)[0]] = true
+	}
+	t.Logf("go.sum: %d lines, %d modules; testcontainers-go among them: %v; the program links %d modules",
+		strings.Count(string(sum), "\n"), len(modules), modules["github.com/testcontainers/testcontainers-go"], len(linked))
+}
