@@ -38,7 +38,7 @@ func secs(d time.Duration) string {
 }
 
 // logFigures logs each holder's figures of one round, for the reader and for
-// POOLER_FIGURES.md.
+// docs/pooler-faults.md.
 func logFigures(t *testing.T, fault string, cases []*poolerCase) []poolFigure {
 	t.Helper()
 	var out []poolFigure

@@ -12,7 +12,7 @@ import (
 )
 
 // The bounds these tests assert, from the settings (generous: tight figures are in
-// POOLER_FIGURES.md). The holder's keepalive budget is 10 s (4 s + 3 x 2 s, user timeout
+// docs/pooler-faults.md). The holder's keepalive budget is 10 s (4 s + 3 x 2 s, user timeout
 // 10 s), its heartbeat fails within 0.5 s + 5 s; the server's is 30 s (tcp_user_timeout)
 // and frees no sooner than 20 s (its probing phase); PgBouncer's 10/2/3 is 16 s.
 const (

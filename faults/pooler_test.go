@@ -18,7 +18,7 @@ import (
 // The pooler tests hold locks the way the library will behind a transaction pooler (one
 // open transaction per lock, on one PgBouncer client connection) with raw pgconn, in
 // holder processes in the pooler network's client namespace, and measure for each fault
-// when the holder is told and when the lock is free. See POOLER_FIGURES.md.
+// when the holder is told and when the lock is free. See docs/pooler-faults.md.
 
 // watches are the ways a holder learns of a loss: a reader blocked on the idle socket,
 // a SELECT 1 every 500 ms under a 5 s deadline, and the library itself (a Manager that
