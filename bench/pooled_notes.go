@@ -39,4 +39,3 @@ holdings (abc74d4) and after, alternated 8 times each, pinned likewise:
 | TryLock + Unlock | median 1.066x (1.002-1.110x) | median 1.073x (1.049-1.115x) |
 
 `
-
