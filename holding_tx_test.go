@@ -4,6 +4,7 @@ import (
 	"context"
 	"testing"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/pgadvisory/advisory"
@@ -48,4 +49,27 @@ func TestTransactionHoldingLocksAndUnlocks(t *testing.T) {
 	_, err = m.TryLock(ctx, name)
 	require.ErrorIs(t, err, advisory.ErrLocked)
 	require.NoError(t, l2.Unlock(ctx))
+}
+
+// TestTransactionHoldingCloseDropsPendingWrites: BeginFunc's writes wait in the holding's
+// transaction for its Unlock; the Manager's Close ends the Lock as lost, so they must
+// never commit (Close rolls the holding back instead of committing it). A Session's
+// likewise.
+func TestTransactionHoldingCloseDropsPendingWrites(t *testing.T) {
+	t.Parallel()
+	ctx, table := ctxT(t), fenceTable(t)
+	m := txManager(t)
+	l, err := m.Lock(ctx, t.Name())
+	require.NoError(t, err)
+	require.NoError(t, l.BeginFunc(ctx, func(tx pgx.Tx) error { return insert(ctx, tx, table, "lock") }))
+	s, err := m.Session(ctx)
+	require.NoError(t, err)
+	require.NoError(t, s.Lock(ctx, t.Name()+"/session"))
+	require.NoError(t, s.BeginFunc(ctx, func(tx pgx.Tx) error { return insert(ctx, tx, table, "session") }))
+	require.Empty(t, rowsIn(t, table), "pending until the holding's Unlock")
+	m.Close()
+	require.ErrorIs(t, l.Err(), advisory.ErrLockLost)
+	require.ErrorIs(t, s.Err(), advisory.ErrLockLost)
+	require.Empty(t, rowsIn(t, table), "a holding lost to Close commits nothing")
+	requireFree(t, l.Key())
 }
