@@ -73,3 +73,27 @@ func TestTransactionHoldingCloseDropsPendingWrites(t *testing.T) {
 	require.Empty(t, rowsIn(t, table), "a holding lost to Close commits nothing")
 	requireFree(t, l.Key())
 }
+
+// TestTransactionHoldingDoTxReportsAFailedCommit: on a transaction holding, DoTx's
+// transaction commits at the unlock, so a COMMIT that fails (here a deferred constraint)
+// is DoTx's error: it returns nil only if the transaction committed.
+func TestTransactionHoldingDoTxReportsAFailedCommit(t *testing.T) {
+	t.Parallel()
+	ctx := ctxT(t)
+	table := pgx.Identifier{"deferred_" + advisory.KeyOf(t.Name()).String()}.Sanitize()
+	_, err := admin.Exec(ctx, "DROP TABLE IF EXISTS "+table+"; CREATE TABLE "+table+
+		" (id int PRIMARY KEY, ref int REFERENCES "+table+" DEFERRABLE INITIALLY DEFERRED)")
+	require.NoError(t, err)
+	t.Cleanup(func() { admin.Exec(context.Background(), "DROP TABLE IF EXISTS "+table) })
+	m := txManager(t)
+	err = m.DoTx(ctx, t.Name(), func(ctx context.Context, tx pgx.Tx) error {
+		_, err := tx.Exec(ctx, "INSERT INTO "+table+" VALUES (1, 2)") // no row 2: fails at COMMIT
+		return err
+	})
+	require.Error(t, err, "the COMMIT failed: DoTx must not report success")
+	var n int
+	require.NoError(t, admin.QueryRow(ctx, "SELECT count(*) FROM "+table).Scan(&n))
+	require.Zero(t, n)
+	requireFree(t, advisory.KeyOf(t.Name()))
+	requireNoAcquired(t, m)
+}
