@@ -99,3 +99,31 @@ func namesPreparedSoon(cfg modelcheck.Config) modelcheck.Config {
 	cfg.Options = append(cfg.Options, advisory.WithPrepareNamedAtForTest(2))
 	return cfg
 }
+
+// TestModelTransaction is TestModel, for a third of its time, with every Manager holding
+// its locks as transactions (WithHolding(HoldingTransaction)) on direct connections: the
+// judge then also holds BeginFunc's writes pending until the holding's Unlock or Close,
+// a Session's Unlock of a lock held once to ErrTransactionHolding, BeginTxFunc with
+// options to a refusal, and each holding's backend to idle in transaction (see package
+// internal/modelcheck).
+func TestModelTransaction(t *testing.T) {
+	if testing.Short() {
+		t.Skip("model-based randomized test: skipped with -short")
+	}
+	cfg := modelConfig(t, advisory.WithHolding(advisory.HoldingTransaction))
+	cfg.Duration /= 3
+	modelcheck.Run(t, cfg)
+}
+
+// TestModelTransactionMixed is TestModel, for a third of its time, with one Manager of
+// three holding by transaction and the others by session, so that both kinds of holding
+// contend on the same keys (and the same Do, DoTx and Session calls).
+func TestModelTransactionMixed(t *testing.T) {
+	if testing.Short() {
+		t.Skip("model-based randomized test: skipped with -short")
+	}
+	cfg := modelConfig(t)
+	cfg.Extra = map[int][]advisory.Option{1: {advisory.WithHolding(advisory.HoldingTransaction)}}
+	cfg.Duration /= 3
+	modelcheck.Run(t, cfg)
+}
