@@ -3,6 +3,7 @@ package advisory_test
 import (
 	"context"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
@@ -96,4 +97,38 @@ func TestTransactionHoldingDoTxReportsAFailedCommit(t *testing.T) {
 	require.Zero(t, n)
 	requireFree(t, advisory.KeyOf(t.Name()))
 	requireNoAcquired(t, m)
+}
+
+// TestTransactionHoldingCancelledTokenTakesNone: a transaction holding takes its token
+// on another connection of the pool; a Token whose ctx ends as that statement finishes
+// returns the token it took, or takes none and keeps the lock, as on a session holding:
+// an error never leaves the key's counter moved.
+func TestTransactionHoldingCancelledTokenTakesNone(t *testing.T) {
+	t.Parallel()
+	dsn(t) // skips without a server, before the cleanup that needs one
+	table := "fence_tokens_" + advisory.KeyOf(t.Name()).String()
+	t.Cleanup(func() { admin.Exec(context.Background(), "DROP TABLE IF EXISTS "+pgx.Identifier{table}.Sanitize()) })
+	m := txManager(t, advisory.WithFenceTable(table))
+	ctx := ctxT(t)
+	require.NoError(t, m.CreateFenceTable(ctx))
+	var newest int64
+	for i := range 300 {
+		l, err := m.Lock(ctx, t.Name())
+		require.NoError(t, err)
+		tctx, cancel := context.WithCancel(ctx)
+		time.AfterFunc(time.Duration(i%40)*50*time.Microsecond, cancel)
+		tok, err := l.Token(tctx)
+		cancel()
+		var now int64
+		require.NoError(t, admin.QueryRow(ctx, "SELECT coalesce(max(token), 0) FROM "+pgx.Identifier{table}.Sanitize()).Scan(&now))
+		if err != nil {
+			require.ErrorIs(t, err, context.Canceled)
+			require.NoError(t, l.Err(), "round %d: a failed Token keeps the lock", i)
+			require.Equal(t, newest, now, "round %d: Token returned %v, but the key's token went from %d to %d", i, err, newest, now)
+		} else {
+			require.Equal(t, now, tok, "round %d", i)
+		}
+		newest = now
+		require.NoError(t, l.Unlock(ctx))
+	}
 }
