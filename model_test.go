@@ -9,6 +9,7 @@ import (
 
 	"github.com/pgadvisory/advisory"
 	"github.com/pgadvisory/advisory/internal/modelcheck"
+	"github.com/pgadvisory/advisory/internal/pgtest"
 )
 
 // TestModel is the model-based randomized test of the whole public API: see package
@@ -126,4 +127,36 @@ func TestModelTransactionMixed(t *testing.T) {
 	cfg.Extra = map[int][]advisory.Option{1: {advisory.WithHolding(advisory.HoldingTransaction)}}
 	cfg.Duration /= 3
 	modelcheck.Run(t, cfg)
+}
+
+// modelPooledServers is the PgBouncer pool of TestModelTransactionPooled: more server
+// connections than the model's three Managers ever hold transactions open on at once
+// (their live Locks and Sessions, a batch's calls, a Token's statement beside its lock),
+// so that no call of the model waits in PgBouncer's queue for one.
+const modelPooledServers = 40
+
+// TestModelTransactionPooled is TestModelTransaction, for a third of TestModel's time,
+// with the three Managers (HoldingAuto) behind a real PgBouncer in transaction mode: each
+// finds the pooler and holds by transaction, every statement of theirs goes through it,
+// and the model's terminations, reads of pg_locks and fencing checks go straight to the
+// server, whose backends PgBouncer hands from client to client between transactions.
+func TestModelTransactionPooled(t *testing.T) {
+	if testing.Short() {
+		t.Skip("model-based randomized test: skipped with -short")
+	}
+	dsn(t) // skips without a server
+	b := pgtest.PgBouncerForTest(t, srv, pgtest.PoolTransaction, pgtest.WithPoolSize(modelPooledServers))
+	cfg := modelConfig(t)
+	cfg.DSN = func(_ testing.TB, extra ...string) string { return pgtest.WithPairs(b.DSN(), extra...) }
+	cfg.Duration /= 3
+	requireHolding(t, cfg, advisory.HoldingTransaction)
+	modelcheck.Run(t, cfg)
+}
+
+// requireHolding checks that a Manager with the model's options holds as want.
+func requireHolding(t *testing.T, cfg modelcheck.Config, want advisory.Holding) {
+	m, err := advisory.New(ctxT(t), cfg.DSN(t), cfg.ManagerOptions()...)
+	require.NoError(t, err)
+	defer m.Close()
+	require.Equal(t, want, m.Holding())
 }

@@ -44,7 +44,9 @@
 // error, and nothing of the transaction commits. A Session's Unlock of a lock held once
 // returns ErrTransactionHolding and keeps it; BeginTxFunc with options is refused with
 // ErrTransactionHolding, running nothing. DoTx returns nil if and only if its row
-// committed, as with session holdings.
+// committed, as with session holdings. The root's TestModelTransaction (every Manager),
+// TestModelTransactionMixed (one of three) and TestModelTransactionPooled (all three
+// behind PgBouncer in transaction mode) run these.
 //
 // # Replaying a seed
 //

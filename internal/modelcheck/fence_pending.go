@@ -24,6 +24,8 @@ type txHolding struct {
 	rows  []txRow // its BeginFunc rows (fn ran), not judged to the end yet
 	end   txEnd   // how its transaction ended, once the handle has
 	endBy string  // the call that ended it that way, for messages
+	// releaseStart: when the Unlock or Close that ended it in doubt began (see txWait).
+	releaseStart time.Time
 }
 
 // txRow is one row a BeginFunc on a transaction holding inserted.
@@ -125,18 +127,19 @@ func (w *world) txHandles() (out []txHandle) {
 
 // txRowIDs returns the ids of every row still to be judged with its holding, and the
 // backends of holdings whose COMMIT is in doubt (its client closed the connection, or it
-// was terminated, while it ran), which judgeFence waits to see gone before it reads the
-// rows. Every other end of a holding is over when the call that reported it returned.
-func (w *world) txRowIDs() (ids []int64, gone []int32) {
+// was terminated, while it ran), whose transaction judgeFence waits to see over before
+// it reads the rows. Every other end of a holding is over when the call that reported it
+// returned.
+func (w *world) txRowIDs() (ids []int64, waits []txWait) {
 	for _, h := range w.txHandles() {
 		for _, r := range h.t.rows {
 			ids = append(ids, r.id)
 		}
 		if h.state != hLive && h.t.end == txInDoubt {
-			gone = append(gone, int32(h.pid))
+			waits = append(waits, txWait{int32(h.pid), h.t.releaseStart})
 		}
 	}
-	return ids, gone
+	return ids, waits
 }
 
 // trackTxRows takes the rows of the batch's BeginFunc calls on transaction holdings

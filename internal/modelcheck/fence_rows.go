@@ -76,17 +76,23 @@ CREATE CONSTRAINT TRIGGER model_poison AFTER INSERT ON ` + modelWrites + `
 // judgeFence checks the batch's rows and tokens against its results, and updates the
 // model's tokens.
 func (w *world) judgeFence(ops []*op) []string {
-	ids, gone := w.txRowIDs()
+	ids, waits := w.txRowIDs()
+	var gone []int32
 	for _, o := range ops {
-		if o.fenced() && !o.onTxHolding() && o.res.fnCalls > 0 {
-			ids = append(ids, o.fin.opID)
-			if errors.Is(o.res.err, advisory.ErrLockLost) && o.res.fence.insertPID != 0 {
-				gone = append(gone, int32(o.res.fence.insertPID))
-			}
+		if !o.fenced() || o.onTxHolding() || o.res.fnCalls == 0 {
+			continue
+		}
+		ids = append(ids, o.fin.opID)
+		switch {
+		case !errors.Is(o.res.err, advisory.ErrLockLost) || o.res.fence.insertPID == 0:
+		case o.kind == opDoTx && o.m.Holding() == advisory.HoldingTransaction: // see txWait
+			waits = append(waits, txWait{int32(o.res.fence.insertPID), o.res.fence.fnStart})
+		default:
+			gone = append(gone, int32(o.res.fence.insertPID))
 		}
 	}
 	// A backend whose client saw the connection fail may still be finishing its COMMIT.
-	if bad := w.waitGone(gone); bad != "" {
+	if bad := w.waitGone(gone) + w.waitTxOver(waits); bad != "" {
 		return []string{bad}
 	}
 	rows, tokens, err := w.readFence(ids)
@@ -106,29 +112,6 @@ func (w *world) judgeFence(ops []*op) []string {
 		w.fence.tokens[n] = tokens[w.key(n)]
 	}
 	return bad
-}
-
-// waitGone polls until none of the backends pids is left, for up to settleBound.
-func (w *world) waitGone(pids []int32) string {
-	if len(pids) == 0 {
-		return ""
-	}
-	deadline := time.Now().Add(settleBound)
-	for {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		var left int
-		err := w.admin.QueryRow(ctx, "SELECT count(*) FROM pg_stat_activity WHERE pid = ANY($1)", pids).Scan(&left)
-		cancel()
-		switch {
-		case err != nil:
-			return "reading pg_stat_activity: " + err.Error()
-		case left == 0:
-			return ""
-		case time.Now().After(deadline):
-			return fmt.Sprintf("%d of the backends %v of failed fenced calls still run %v later", left, pids, settleBound)
-		}
-		time.Sleep(5 * time.Millisecond) // polling interval
-	}
 }
 
 // fenceRow is a committed row: the backend it was inserted on, and whether that backend

@@ -41,6 +41,9 @@ func (v *verdict) endTx(t *txHolding, ended bool, pid uint32, m *advisory.Manage
 		v.w.fence.txPoisoned++
 	}
 	t.ended(end, fmt.Sprintf("step %d call %d, %v → %s", o.step, o.idx, o, o.outcome()))
+	if t.end == txInDoubt && t.releaseStart.IsZero() {
+		t.releaseStart = o.res.start
+	}
 }
 
 // txSessionUnlock judges a Session's Unlock on a transaction holding, which releases

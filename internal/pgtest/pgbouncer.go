@@ -60,8 +60,8 @@ type PgBouncer struct {
 //
 //   - auth_type=trust with an auth_file naming the server DSN's user (trust still needs the
 //     user listed); the file's password, the server DSN's, is what PgBouncer logs in with;
-//   - default_pool_size=[PgBouncerPoolSize] ([PgBouncerSessionPoolSize] in session mode),
-//     no reserve pool; max_client_conn=200;
+//   - default_pool_size=[PgBouncerPoolSize] ([PgBouncerSessionPoolSize] in session mode;
+//     see [WithPoolSize]), no reserve pool; max_client_conn=200;
 //   - ignore_startup_parameters=extra_float_digits (pgx and libpq send it; application_name,
 //     which PgBouncer tracks itself, passes through);
 //   - server_reset_query left at its default, DISCARD ALL, which PgBouncer runs only in
@@ -134,7 +134,10 @@ func (b *PgBouncer) start(ctx context.Context, bin string, up *pgconn.Config, se
 
 func (b *PgBouncer) writeConfig(up *pgconn.Config, set pgbouncerSettings, cred *syscall.Credential) error {
 	poolSize := PgBouncerPoolSize
-	if b.mode == PoolSession {
+	switch {
+	case set.poolSize > 0:
+		poolSize = set.poolSize
+	case b.mode == PoolSession:
 		poolSize = PgBouncerSessionPoolSize
 	}
 	db := fmt.Sprintf("host=%s port=%d dbname=%s", up.Host, up.Port, b.db)

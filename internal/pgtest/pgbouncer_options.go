@@ -6,6 +6,15 @@ type PgBouncerOption func(*pgbouncerSettings)
 type pgbouncerSettings struct {
 	connectQuery      string
 	clientIdleTimeout int
+	poolSize          int
+}
+
+// WithPoolSize sets default_pool_size, the server connections PgBouncer opens at most:
+// room for a test whose clients hold many transactions open at once (each pins one
+// server connection for its length in transaction mode). The default is
+// [PgBouncerPoolSize], [PgBouncerSessionPoolSize] in session mode.
+func WithPoolSize(n int) PgBouncerOption {
+	return func(s *pgbouncerSettings) { s.poolSize = n }
 }
 
 // WithClientIdleTimeout sets client_idle_timeout: PgBouncer closes a client connection idle
