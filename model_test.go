@@ -52,14 +52,31 @@ func TestModelHandoff(t *testing.T) {
 	if testing.Short() {
 		t.Skip("model-based randomized test: skipped with -short")
 	}
+	runModelHandoff(t, 2)
+}
+
+// TestModelTransactionHandoff is TestModelHandoff, for a third of TestModel's time, with
+// every Manager holding by transaction: a Lock whose BeginFunc left writes pending must
+// not pass on (its Unlock commits them, which the judge checks), one without may, to a
+// successor on the same backend.
+func TestModelTransactionHandoff(t *testing.T) {
+	if testing.Short() {
+		t.Skip("model-based randomized test: skipped with -short")
+	}
+	runModelHandoff(t, 3, advisory.WithHolding(advisory.HoldingTransaction))
+}
+
+// runModelHandoff runs the model for 1/part of its time with in-process handoff on in
+// every Manager, and opts, and fails if no lock passed in process.
+func runModelHandoff(t *testing.T, part time.Duration, opts ...advisory.Option) {
 	var handoffs atomic.Int64
 	count := advisory.WithHooks(advisory.Hooks{Acquired: func(e advisory.LockEvent) {
 		if e.Handoff {
 			handoffs.Add(1)
 		}
 	}})
-	cfg := namesPreparedSoon(modelConfig(t, advisory.WithLocalHandoff(3, time.Minute), count))
-	cfg.Duration /= 2
+	cfg := namesPreparedSoon(modelConfig(t, append(opts, advisory.WithLocalHandoff(3, time.Minute), count)...))
+	cfg.Duration /= part
 	cfg.Handoffs = true
 	modelcheck.Run(t, cfg)
 	t.Logf("%d handoffs", handoffs.Load())
