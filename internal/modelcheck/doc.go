@@ -45,8 +45,8 @@
 // returns ErrTransactionHolding and keeps it; BeginTxFunc with options is refused with
 // ErrTransactionHolding, running nothing. DoTx returns nil if and only if its row
 // committed, as with session holdings. The root's TestModelTransaction (every Manager),
-// TestModelTransactionMixed (one of three) and TestModelTransactionPooled (all three
-// behind PgBouncer in transaction mode) run these.
+// TestModelTransactionMixed (one of three), TestModelTransactionPooled (all three behind
+// PgBouncer in transaction mode) and TestModelTransactionHandoff run these.
 //
 // # Replaying a seed
 //
