@@ -169,7 +169,8 @@ func (m *Manager) Stat() *pgxpool.Stat { return m.pool.Stat() }
 // return an error wrapping [ErrClosed]), and closes the pool. It blocks until that is
 // done: normally milliseconds; a lock whose release cannot be confirmed within 5 s has its
 // connection closed, which frees it on the server. Later calls return at once; calls on
-// the Manager then return [ErrClosed]. Locks ended by Close report [ErrLockLost].
+// the Manager then return [ErrClosed]. Locks ended by Close report [ErrLockLost]; on a
+// transaction holding, the writes [Lock.BeginFunc] left waiting for the Unlock are rolled back.
 func (m *Manager) Close() {
 	m.mu.Lock()
 	if m.closed {

@@ -39,7 +39,8 @@ func (l *Lock) BeginTxFunc(ctx context.Context, opts pgx.TxOptions, fn func(pgx.
 // error wraps [ErrLockLost].
 //
 // It returns nil if and only if the transaction committed, confirmed (even if the lock
-// ends before the unlock: the commit happened while it was held); an error wrapping
+// ends before the unlock: the commit happened while it was held; on a transaction
+// holding the commit is the unlock's, see [WithHolding]); an error wrapping
 // [ErrCommitUnconfirmed] says it committed without the confirmation synchronous_commit
 // promises (see [Lock.BeginFunc]). Otherwise it returns the error of Lock, of fn (the
 // transaction was rolled back) or of the commit, joined with a loss reported by the
@@ -59,9 +60,11 @@ func (m *Manager) DoTx(ctx context.Context, name string, fn func(ctx context.Con
 	txErr, uerr := runThenUnlock(ctx, l, func(ctx context.Context) error {
 		return l.BeginFunc(ctx, func(tx pgx.Tx) error { return fn(ctx, tx) })
 	})
-	if txErr == nil {
+	if txErr == nil && (uerr == nil || l.s.lease.kind() == HoldingSession) {
 		// Committed while held. The unlock cannot undo that, and if it failed the
-		// connection was closed, which freed the lock: report the commit.
+		// connection was closed, which freed the lock: report the commit. On a
+		// transaction holding the unlock's COMMIT is the transaction's: its error is
+		// DoTx's (see txLease.unlock).
 		return nil
 	}
 	return doResult(txErr, uerr)

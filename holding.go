@@ -60,7 +60,8 @@ func (h Holding) String() string {
 //
 // A transaction holding keeps every guarantee of a session holding but these
 // (docs/guarantees.md has the full table): [Lock.BeginFunc]'s writes commit when the lock
-// is released, with its COMMIT, not when BeginFunc returns; a [Session] releases its
+// is released, with its COMMIT, not when BeginFunc returns (never if the lock is lost, the
+// Manager's Close included); a [Session] releases its
 // locks only all at once, with Close; behind a proxy, [Manager.Observe] re-checks on a
 // timer instead of listening, and a heartbeat is on by default (see [WithHeartbeat]).
 func WithHolding(h Holding) Option {
@@ -96,8 +97,10 @@ type lease interface {
 	// on the same connection; cancelSent: a CancelRequest may still strike.
 	clear(p *pin, cancelSent bool) error
 	// unlock releases what the pin holds on the server, its watcher stopped. It returns
-	// nil only if the server confirmed the release.
-	unlock(p *pin, ctx context.Context) error
+	// nil only if the server confirmed the release. keep says whether writes the holding
+	// made (a transaction holding's BeginFunc) commit with it: they do at an Unlock or a
+	// Session's Close, never at the Manager's Close, after which the holding reports a loss.
+	unlock(p *pin, ctx context.Context, keep bool) error
 	// idle is the connection's transaction status ('I', 'T') while the pin holds its locks
 	// and nothing runs on it.
 	idle() byte

@@ -30,7 +30,9 @@ func (sessionLease) clear(p *pin, cancelSent bool) error {
 	return p.reconcile(p.key, p.st, cancelSent)
 }
 
-func (sessionLease) unlock(p *pin, ctx context.Context) error {
+// unlock: a session holding's writes committed each with its own transaction: keep is
+// moot.
+func (sessionLease) unlock(p *pin, ctx context.Context, _ bool) error {
 	pid, ok, err := p.unlockRow(ctx)
 	if err == nil {
 		err = p.checkOwned(pid, ok)

@@ -53,24 +53,30 @@ func (txLease) clear(p *pin, cancelSent bool) error {
 	return p.afterCancelExec(cancelSent, "ROLLBACK")
 }
 
-// unlock commits the holding transaction. A holding whose transaction is no longer open
-// holds nothing; one whose transaction failed (a statement outside a savepoint) still
-// held the lock until now, and COMMIT rolls it back: the lock is released either way, and
-// writes made in it (BeginFunc) are reported lost, or unconfirmed.
-func (txLease) unlock(p *pin, ctx context.Context) error {
+// unlock commits the holding transaction, or with !keep (the Manager's Close, after which
+// the holding reports a loss) rolls it back, so that the writes made in it (BeginFunc)
+// never commit for a holder told its lock was lost. A holding whose transaction is no
+// longer open holds nothing; one whose transaction failed (a statement outside a
+// savepoint) still held the lock until now, and COMMIT rolls it back: the lock is
+// released either way, and writes made in it are reported lost, or unconfirmed.
+func (txLease) unlock(p *pin, ctx context.Context, keep bool) error {
 	if p.pg.TxStatus() == 'I' {
 		return errNotHeldByServer
 	}
+	end := "COMMIT"
+	if !keep {
+		end = "ROLLBACK"
+	}
 	clearWarning(p.pg)
-	res, err := p.pg.Exec(ctx, "COMMIT").ReadAll()
+	res, err := p.pg.Exec(ctx, end).ReadAll()
 	if err != nil {
 		return err
 	}
 	warning := takeWarning(p.pg)
 	switch {
 	case p.pg.TxStatus() != 'I':
-		return errors.New("the holding transaction is still open after COMMIT")
-	case !p.dirty:
+		return errors.New("the holding transaction is still open after " + end)
+	case !p.dirty || !keep:
 		return nil
 	case len(res) == 1 && res[0].CommandTag.String() == "ROLLBACK":
 		return &releasedError{errors.New("the lock's transaction had failed, and COMMIT rolled it back: " +

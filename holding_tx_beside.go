@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -89,10 +90,16 @@ func (txLease) announce(p *pin, ctx context.Context, sql string, args []any) (in
 
 // beside runs stmt on another connection of the Manager's pool, with the holding
 // transaction's virtual id (read once, on the holding's connection, which the caller has
-// borrowed). ctx governs getting the connection and stmt.
+// borrowed). ctx governs getting the connection and stmt. As on the holding's own
+// connection (see pin.beginTx), ctx ending during stmt asks the server to cancel it
+// instead of breaking the connection: a statement that had committed by then (a token
+// taken) reports its result, never ctx's error. A connection a cancel was sent on may
+// still meet it at its next statement, so it is closed rather than given back.
 func (p *pin) beside(ctx context.Context, stmt func(c *pgxpool.Conn, vxid string) error) error {
 	if p.vxid == "" {
-		err := p.pc.QueryRow(ctx, "SELECT virtualtransaction FROM pg_catalog.pg_locks WHERE locktype "+
+		// Not under ctx: a cancel would fail the holding's transaction, and so lose the
+		// lock; the read never waits on the server (as BEGIN, see pin.begin).
+		err := p.pc.QueryRow(context.WithoutCancel(ctx), "SELECT virtualtransaction FROM pg_catalog.pg_locks WHERE locktype "+
 			"OPERATOR(pg_catalog.=) 'virtualxid' AND pid OPERATOR(pg_catalog.=) pg_catalog.pg_backend_pid()").Scan(&p.vxid)
 		if err != nil {
 			return fmt.Errorf("advisory: read the lock's transaction id: %w", err)
@@ -103,7 +110,16 @@ func (p *pin) beside(ctx context.Context, stmt func(c *pgxpool.Conn, vxid string
 		return p.m.acquireError(ctx, err)
 	}
 	defer c.Release()
-	return stmt(c, p.vxid)
+	h := handlerOf(c.Conn().PgConn())
+	h.SetGentle(true)
+	err = stmt(c, p.vxid)
+	h.SetGentle(false)
+	if h.Settle() {
+		cctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+		c.Conn().Close(cctx)
+		cancel()
+	}
+	return err
 }
 
 // notHeldBeside is the error of a statement beside the holding that found it not

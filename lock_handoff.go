@@ -176,7 +176,7 @@ func (p *pin) giveUp() {
 	p.hidden.Store(true)
 	ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
 	defer cancel()
-	if err := p.unlock(ctx); err != nil {
+	if err := p.unlock(ctx, true); err != nil { // handed on: no writes of its own
 		p.end(false, ErrNotHeld)
 		return
 	}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/pgadvisory/advisory"
 	"github.com/pgadvisory/advisory/internal/modelcheck"
+	"github.com/pgadvisory/advisory/internal/pgtest"
 )
 
 // TestModel is the model-based randomized test of the whole public API: see package
@@ -51,14 +52,31 @@ func TestModelHandoff(t *testing.T) {
 	if testing.Short() {
 		t.Skip("model-based randomized test: skipped with -short")
 	}
+	runModelHandoff(t, 2)
+}
+
+// TestModelTransactionHandoff is TestModelHandoff, for a third of TestModel's time, with
+// every Manager holding by transaction: a Lock whose BeginFunc left writes pending must
+// not pass on (its Unlock commits them, which the judge checks), one without may, to a
+// successor on the same backend.
+func TestModelTransactionHandoff(t *testing.T) {
+	if testing.Short() {
+		t.Skip("model-based randomized test: skipped with -short")
+	}
+	runModelHandoff(t, 3, advisory.WithHolding(advisory.HoldingTransaction))
+}
+
+// runModelHandoff runs the model for 1/part of its time with in-process handoff on in
+// every Manager, and opts, and fails if no lock passed in process.
+func runModelHandoff(t *testing.T, part time.Duration, opts ...advisory.Option) {
 	var handoffs atomic.Int64
 	count := advisory.WithHooks(advisory.Hooks{Acquired: func(e advisory.LockEvent) {
 		if e.Handoff {
 			handoffs.Add(1)
 		}
 	}})
-	cfg := namesPreparedSoon(modelConfig(t, advisory.WithLocalHandoff(3, time.Minute), count))
-	cfg.Duration /= 2
+	cfg := namesPreparedSoon(modelConfig(t, append(opts, advisory.WithLocalHandoff(3, time.Minute), count)...))
+	cfg.Duration /= part
 	cfg.Handoffs = true
 	modelcheck.Run(t, cfg)
 	t.Logf("%d handoffs", handoffs.Load())
@@ -98,4 +116,64 @@ func namesPreparedSoon(cfg modelcheck.Config) modelcheck.Config {
 	}
 	cfg.Options = append(cfg.Options, advisory.WithPrepareNamedAtForTest(2))
 	return cfg
+}
+
+// TestModelTransaction is TestModel, for a third of its time, with every Manager holding
+// its locks as transactions (WithHolding(HoldingTransaction)) on direct connections: the
+// judge then also holds BeginFunc's writes pending until the holding's Unlock or Close,
+// a Session's Unlock of a lock held once to ErrTransactionHolding, BeginTxFunc with
+// options to a refusal, and each holding's backend to idle in transaction (see package
+// internal/modelcheck).
+func TestModelTransaction(t *testing.T) {
+	if testing.Short() {
+		t.Skip("model-based randomized test: skipped with -short")
+	}
+	cfg := modelConfig(t, advisory.WithHolding(advisory.HoldingTransaction))
+	cfg.Duration /= 3
+	modelcheck.Run(t, cfg)
+}
+
+// TestModelTransactionMixed is TestModel, for a third of its time, with one Manager of
+// three holding by transaction and the others by session, so that both kinds of holding
+// contend on the same keys (and the same Do, DoTx and Session calls).
+func TestModelTransactionMixed(t *testing.T) {
+	if testing.Short() {
+		t.Skip("model-based randomized test: skipped with -short")
+	}
+	cfg := modelConfig(t)
+	cfg.Extra = map[int][]advisory.Option{1: {advisory.WithHolding(advisory.HoldingTransaction)}}
+	cfg.Duration /= 3
+	modelcheck.Run(t, cfg)
+}
+
+// modelPooledServers is the PgBouncer pool of TestModelTransactionPooled: more server
+// connections than the model's three Managers ever hold transactions open on at once
+// (their live Locks and Sessions, a batch's calls, a Token's statement beside its lock),
+// so that no call of the model waits in PgBouncer's queue for one.
+const modelPooledServers = 40
+
+// TestModelTransactionPooled is TestModelTransaction, for a third of TestModel's time,
+// with the three Managers (HoldingAuto) behind a real PgBouncer in transaction mode: each
+// finds the pooler and holds by transaction, every statement of theirs goes through it,
+// and the model's terminations, reads of pg_locks and fencing checks go straight to the
+// server, whose backends PgBouncer hands from client to client between transactions.
+func TestModelTransactionPooled(t *testing.T) {
+	if testing.Short() {
+		t.Skip("model-based randomized test: skipped with -short")
+	}
+	dsn(t) // skips without a server
+	b := pgtest.PgBouncerForTest(t, srv, pgtest.PoolTransaction, pgtest.WithPoolSize(modelPooledServers))
+	cfg := modelConfig(t)
+	cfg.DSN = func(_ testing.TB, extra ...string) string { return pgtest.WithPairs(b.DSN(), extra...) }
+	cfg.Duration /= 3
+	requireHolding(t, cfg, advisory.HoldingTransaction)
+	modelcheck.Run(t, cfg)
+}
+
+// requireHolding checks that a Manager with the model's options holds as want.
+func requireHolding(t *testing.T, cfg modelcheck.Config, want advisory.Holding) {
+	m, err := advisory.New(ctxT(t), cfg.DSN(t), cfg.ManagerOptions()...)
+	require.NoError(t, err)
+	defer m.Close()
+	require.Equal(t, want, m.Holding())
 }

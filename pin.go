@@ -174,7 +174,7 @@ var errNotHeldByServer = errors.New("the server reports the lock was not held by
 // unlock releases what the pin holds on the server (pg_advisory_unlock, or the holding
 // transaction's COMMIT: see lease), its watcher stopped. It returns nil only if the
 // server confirmed the release.
-func (p *pin) unlock(ctx context.Context) error { return p.lease.unlock(p, ctx) }
+func (p *pin) unlock(ctx context.Context, keep bool) error { return p.lease.unlock(p, ctx, keep) }
 
 func (p *pin) unlockRow(ctx context.Context) (uint32, *bool, error) {
 	if !p.multi {

@@ -42,7 +42,8 @@ func (p *pin) release(ctx context.Context, endErr error) error {
 	if !p.stopWatch() {
 		return p.endErr()
 	}
-	if err := p.unlock(ctx); err != nil {
+	// Only Close's release ends with a loss: the holding's writes must not commit then.
+	if err := p.unlock(ctx, !errors.Is(endErr, ErrLockLost)); err != nil {
 		var rel *releasedError
 		if errors.As(err, &rel) { // released all the same: see txLease.unlock
 			p.end(!p.retire.Load(), endErr)

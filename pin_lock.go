@@ -75,7 +75,7 @@ func (p *pin) tryLock(ctx context.Context) error {
 	case !p.hold():
 		ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
 		defer cancel()
-		if err := p.unlock(ctx); err != nil {
+		if err := p.unlock(ctx, true); err != nil { // just taken: no writes
 			p.discard()
 		}
 		return ErrClosed

@@ -1,6 +1,6 @@
 // Package modelcheck is the model-based randomized test of the whole public API of
-// package advisory. The root package's TestModel and TestModelChecked call [Run], giving
-// it the test server, an admin pool and extra Manager options in a [Config].
+// package advisory. The root package's TestModel* tests call [Run], giving it the test
+// server, an admin pool and extra Manager options in a [Config].
 //
 // # What it drives
 //
@@ -29,6 +29,24 @@
 // the fenced rows (fence_rows.go): committed if and only if the call returned nil (or in
 // doubt after a loss during COMMIT), on the lock's backend, holding the keys at COMMIT;
 // and the tokens against the table. At the end: nothing in pg_locks, no goroutine left.
+//
+// # Transaction holdings
+//
+// A Lock or Session of a Manager whose Holding() is HoldingTransaction (judge_tx.go,
+// fence_pending.go) is judged by the same rules, and these: its backend is idle in
+// transaction while it holds; a BeginFunc that returned nil leaves its row pending,
+// invisible to every other session while the holding lives, committed (by the holding's
+// backend, holding the keys at COMMIT) when its Unlock or Close returns nil, never if it
+// is lost (terminated, its Manager closed, its COMMIT failed), and all or none of its
+// pending rows when a termination, a Close of its Manager or its ctx cut that COMMIT; a
+// BeginFunc that failed leaves nothing, ever. Some rows are drawn poisoned (a deferred
+// trigger fails the COMMIT): the Unlock, the Session's Close or DoTx must then report an
+// error, and nothing of the transaction commits. A Session's Unlock of a lock held once
+// returns ErrTransactionHolding and keeps it; BeginTxFunc with options is refused with
+// ErrTransactionHolding, running nothing. DoTx returns nil if and only if its row
+// committed, as with session holdings. The root's TestModelTransaction (every Manager),
+// TestModelTransactionMixed (one of three), TestModelTransactionPooled (all three behind
+// PgBouncer in transaction mode) and TestModelTransactionHandoff run these.
 //
 // # Replaying a seed
 //

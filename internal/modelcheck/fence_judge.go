@@ -58,7 +58,10 @@ func (v *verdict) fencedTx() {
 		v.endedTarget()
 		return
 	}
-	if !v.doneCtx() {
+	switch {
+	case o.txOpts:
+		v.optsRefused()
+	case !v.doneCtx():
 		v.txResult()
 	}
 	v.heldAfter()
@@ -113,6 +116,10 @@ func (v *verdict) txResult() {
 	case o.fn == fnErr:
 		if !errors.Is(err, errModelFn) || (errors.Is(err, advisory.ErrLockLost) && !v.lossOK) {
 			v.fail("fn returned errModelFn; got %v", err)
+		}
+	case o.fin.poison && o.kind == opDoTx:
+		if err == nil {
+			v.fail("returned nil, but its row fails the COMMIT")
 		}
 	case err != nil && !o.isCtx(err) && !lost && !closed:
 		v.fail("fn returned nil or ctx.Err(); got %v", err)

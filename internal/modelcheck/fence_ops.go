@@ -46,6 +46,10 @@ type fenceInput struct {
 	// prefer: opTerminate: the backend of the batch's first call, if it is a fenced call
 	// on a live Lock or Session, so that the termination lands during its fn.
 	prefer uint32
+	// poison: the row fails its transaction's COMMIT (a deferred trigger raises): drawn
+	// for the fenced calls of transaction holdings only, whose BeginFunc returns before
+	// the COMMIT, so that the Unlock, the Session's Close or DoTx meets the failure.
+	poison bool
 }
 
 // fenceResult is what a fencing call did, beyond op.res.
@@ -75,12 +79,19 @@ func (o *op) fenceString() string {
 	if o.fn == fnWait {
 		fn += " " + o.fnWait.String()
 	}
+	if o.fin.poison {
+		fn += ", row poisoned"
+	}
 	var call string
+	begin := "BeginFunc("
+	if o.txOpts {
+		begin = "BeginTxFunc(repeatable read, "
+	}
 	switch o.kind {
 	case opBegin:
-		call = fmt.Sprintf("%v[%v].BeginFunc(#%d, fn=%s)", o.lh, o.pre, o.fin.opID, fn)
+		call = fmt.Sprintf("%v[%v].%s#%d, fn=%s)", o.lh, o.pre, begin, o.fin.opID, fn)
 	case opSBegin:
-		call = fmt.Sprintf("%v[%v].BeginFunc(#%d, fn=%s) holding %v", o.sh, o.pre, o.fin.opID, fn, o.names)
+		call = fmt.Sprintf("%v[%v].%s#%d, fn=%s) holding %v", o.sh, o.pre, begin, o.fin.opID, fn, o.names)
 	case opDoTx:
 		call = fmt.Sprintf("%s.DoTx(%s, #%d, fn=%s)", o.slot, o.names[0], o.fin.opID, fn)
 	case opToken:
@@ -106,6 +117,13 @@ func (w *world) genFn(o *op) {
 		o.fnWait = time.Duration(w.rng.IntN(80)) * time.Millisecond
 		w.fence.nextOp++
 		o.fin.opID = w.fence.nextOp
+		// On a transaction holding, BeginTxFunc with options now and then (refused), and
+		// rows that fail the COMMIT. Drawn there only, so that runs of session holdings
+		// draw as they always did.
+		if o.onTxHolding() || (o.kind == opDoTx && o.m.Holding() == advisory.HoldingTransaction) {
+			o.txOpts = o.kind != opDoTx && w.rng.IntN(6) == 0
+			o.fin.poison = w.rng.IntN(8) == 0
+		}
 	}
 }
 
@@ -153,9 +171,9 @@ func (o *op) fenceCall(ctx context.Context) {
 	r := &o.res
 	switch o.kind {
 	case opBegin:
-		r.err = o.lh.l.BeginFunc(ctx, func(tx pgx.Tx) error { return o.txBody(ctx, tx) })
+		r.err = o.lh.l.BeginTxFunc(ctx, o.txOptions(), func(tx pgx.Tx) error { return o.txBody(ctx, tx) })
 	case opSBegin:
-		r.err = o.sh.S.BeginFunc(ctx, func(tx pgx.Tx) error { return o.txBody(ctx, tx) })
+		r.err = o.sh.S.BeginTxFunc(ctx, o.txOptions(), func(tx pgx.Tx) error { return o.txBody(ctx, tx) })
 	case opDoTx:
 		r.err = o.m.DoTx(ctx, o.full[0], o.txBody)
 	case opToken:
@@ -163,6 +181,14 @@ func (o *op) fenceCall(ctx context.Context) {
 	case opCheckToken:
 		r.err = o.checkToken(ctx)
 	}
+}
+
+// txOptions are the options of a BeginTxFunc: none, as BeginFunc's, unless txOpts.
+func (o *op) txOptions() pgx.TxOptions {
+	if o.txOpts {
+		return pgx.TxOptions{IsoLevel: pgx.RepeatableRead}
+	}
+	return pgx.TxOptions{}
 }
 
 // txBody is fn of the fenced calls: it inserts the call's row, asks the server whether its
@@ -176,8 +202,8 @@ func (o *op) txBody(ctx context.Context, tx pgx.Tx) error {
 	for _, k := range o.fin.witness {
 		keys = append(keys, int64(advisory.KeyOf(k)))
 	}
-	err := tx.QueryRow(ctx, "INSERT INTO "+modelWrites+" (op, pid, keys) VALUES ($1, pg_backend_pid(), $2) RETURNING pid",
-		o.fin.opID, keys).Scan(&r.fence.insertPID)
+	err := tx.QueryRow(ctx, "INSERT INTO "+modelWrites+" (op, pid, keys, poison) VALUES ($1, pg_backend_pid(), $2, $3) RETURNING pid",
+		o.fin.opID, keys, o.fin.poison).Scan(&r.fence.insertPID)
 	if err != nil {
 		r.fence.insertErr = err
 		return err

@@ -24,11 +24,16 @@ type fenceState struct {
 	lostInFn  int              // fenced calls whose fn ran and that reported a loss
 	// ctxLossSeen: the first few of the ctxLoss calls, for the log.
 	ctxLossSeen []string
+	// Transaction holdings (fence_pending.go): pending rows committed at Unlock or Close,
+	// pending rows dropped with a lost holding, holdings whose COMMIT was in doubt and the
+	// rows they committed, releases whose COMMIT a poisoned row failed, BeginTxFunc calls
+	// with options refused.
+	txCommitted, txDropped, txDoubt, txDoubtRows, txPoisoned, txRefused int
 }
 
 func (f *fenceState) stats() string {
 	return fmt.Sprintf("fenced rows: %d committed, %d absent; lost after fn began: %d; in-doubt commits (loss reported, row committed): %d; "+
-		"losses from an ended ctx: %d %q; tokens taken: %d", f.committed, f.absent, f.lostInFn, f.inDoubt, f.ctxLoss, f.ctxLossSeen, f.fresh)
+		"losses from an ended ctx: %d %q; tokens taken: %d%s", f.committed, f.absent, f.lostInFn, f.inDoubt, f.ctxLoss, f.ctxLossSeen, f.fresh, f.txStats())
 }
 
 // setupFence creates the row table and the fencing table, empty.
@@ -50,7 +55,7 @@ func (w *world) setupFence() {
 // session-level lock between the trigger and the commit record but the session's end,
 // which aborts the commit).
 const witnessSQL = `CREATE TABLE ` + modelWrites + ` (op bigint PRIMARY KEY, pid int NOT NULL, keys bigint[] NOT NULL,
-	held_at_commit boolean);
+	held_at_commit boolean, poison boolean NOT NULL);
 CREATE OR REPLACE FUNCTION model_witness() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
 	UPDATE ` + modelWrites + ` SET held_at_commit = (SELECT count(DISTINCT l.classid::bigint << 32 | l.objid::bigint)
@@ -60,23 +65,34 @@ BEGIN
 	RETURN NULL;
 END $$;
 CREATE CONSTRAINT TRIGGER model_witness AFTER INSERT ON ` + modelWrites + `
-	DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION model_witness()`
+	DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION model_witness();
+CREATE OR REPLACE FUNCTION model_poison() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+	RAISE EXCEPTION 'model: row % is poisoned: its transaction must not commit', NEW.op;
+END $$;
+CREATE CONSTRAINT TRIGGER model_poison AFTER INSERT ON ` + modelWrites + `
+	DEFERRABLE INITIALLY DEFERRED FOR EACH ROW WHEN (NEW.poison) EXECUTE FUNCTION model_poison()`
 
 // judgeFence checks the batch's rows and tokens against its results, and updates the
 // model's tokens.
 func (w *world) judgeFence(ops []*op) []string {
-	var ids []int64
+	ids, waits := w.txRowIDs()
 	var gone []int32
 	for _, o := range ops {
-		if o.fenced() && o.res.fnCalls > 0 {
-			ids = append(ids, o.fin.opID)
-			if errors.Is(o.res.err, advisory.ErrLockLost) && o.res.fence.insertPID != 0 {
-				gone = append(gone, int32(o.res.fence.insertPID))
-			}
+		if !o.fenced() || o.onTxHolding() || o.res.fnCalls == 0 {
+			continue
+		}
+		ids = append(ids, o.fin.opID)
+		switch {
+		case !errors.Is(o.res.err, advisory.ErrLockLost) || o.res.fence.insertPID == 0:
+		case o.kind == opDoTx && o.m.Holding() == advisory.HoldingTransaction: // see txWait
+			waits = append(waits, txWait{int32(o.res.fence.insertPID), o.res.fence.fnStart})
+		default:
+			gone = append(gone, int32(o.res.fence.insertPID))
 		}
 	}
 	// A backend whose client saw the connection fail may still be finishing its COMMIT.
-	if bad := w.waitGone(gone); bad != "" {
+	if bad := w.waitGone(gone) + w.waitTxOver(waits); bad != "" {
 		return []string{bad}
 	}
 	rows, tokens, err := w.readFence(ids)
@@ -85,39 +101,17 @@ func (w *world) judgeFence(ops []*op) []string {
 	}
 	var bad []string
 	for _, o := range ops {
-		if o.fenced() {
-			row, present := rows[o.fin.opID]
+		row, present := rows[o.fin.opID]
+		if o.fenced() && !o.onTxHolding() {
 			bad = append(bad, w.judgeRow(o, row, present)...)
 		}
 	}
+	bad = append(bad, w.judgeTxRows(rows)...)
 	bad = append(bad, w.judgeTokens(ops, tokens)...)
 	for _, n := range w.names {
 		w.fence.tokens[n] = tokens[w.key(n)]
 	}
 	return bad
-}
-
-// waitGone polls until none of the backends pids is left, for up to settleBound.
-func (w *world) waitGone(pids []int32) string {
-	if len(pids) == 0 {
-		return ""
-	}
-	deadline := time.Now().Add(settleBound)
-	for {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		var left int
-		err := w.admin.QueryRow(ctx, "SELECT count(*) FROM pg_stat_activity WHERE pid = ANY($1)", pids).Scan(&left)
-		cancel()
-		switch {
-		case err != nil:
-			return "reading pg_stat_activity: " + err.Error()
-		case left == 0:
-			return ""
-		case time.Now().After(deadline):
-			return fmt.Sprintf("%d of the backends %v of failed fenced calls still run %v later", left, pids, settleBound)
-		}
-		time.Sleep(5 * time.Millisecond) // polling interval
-	}
 }
 
 // fenceRow is a committed row: the backend it was inserted on, and whether that backend
@@ -237,16 +231,7 @@ func (o *op) target() *advisory.Manager {
 // overlapsCommit reports whether a termination of pid or a Close of the call's Manager
 // ran while the call committed (between fn's return and the call's).
 func (w *world) overlapsCommit(o *op, pid uint32) bool {
-	from, to := o.res.fence.fnEnd, o.res.end
-	for _, p := range w.batch {
-		switch {
-		case p.kind == opTerminate && p.res.victim == pid && !p.res.start.After(to) && !p.res.end.Before(from):
-			return true
-		case p.kind == opClose && p.m == o.target() && !p.res.fence.closeStart.After(to) && !p.res.fence.closedAt.Before(from):
-			return true
-		}
-	}
-	return false
+	return w.disruptedDuring(pid, o.target(), o.res.fence.fnEnd, o.res.end)
 }
 
 // judgeTokens: a token Token took is at most the key's newest in the table, and no two

@@ -18,6 +18,9 @@ func (w *world) handoffBatch() []*op {
 	for _, h := range w.liveLocks() {
 		if !h.shared && w.slotOf(h) != nil {
 			cands = append(cands, h)
+			if h.pending() { // a transaction holding with writes pending: it must not pass on
+				cands = append(cands, h, h)
+			}
 		}
 	}
 	if len(cands) == 0 {

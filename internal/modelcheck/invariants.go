@@ -87,6 +87,7 @@ func (w *world) invariants() []string {
 	}
 	claimed, bad := w.handlesHold(granted)
 	bad = append(bad, w.rowsExplained(rows, claimed)...)
+	bad = append(bad, w.txIdle()...)
 	for _, s := range w.slots {
 		if got, want := s.m.Stat().AcquiredConns(), w.handles(s.m); int(got) != want {
 			bad = append(bad, fmt.Sprintf("%v: %d pool connections acquired, but %d live Locks and Sessions", s, got, want))

@@ -54,6 +54,7 @@ func (w *world) judge(ops []*op) []string {
 	sorted := slices.Clone(ops)
 	sort.SliceStable(sorted, func(i, j int) bool { return judgeOrder(sorted[i].kind) < judgeOrder(sorted[j].kind) })
 	w.beforeJudge(ops)
+	w.trackTxRows(ops) // before the Unlocks and Closes that commit them are judged
 	var bad []string
 	for _, o := range sorted {
 		m, pid := o.m, uint32(0)
@@ -152,7 +153,7 @@ func (v *verdict) lock() {
 		}
 		w.nextID++
 		w.locks = append(w.locks, &lockH{id: w.nextID, slot: o.slot, app: o.app, m: o.m, name: o.names[0], shared: o.shared,
-			l: r.lock, pid: r.lock.PID()})
+			l: r.lock, pid: r.lock.PID(), txHolding: holdingOf(o.m)})
 	case o.isCtx(r.err):
 		if o.isolated && o.free && o.plan.kind == ctxLive {
 			v.fail("its ctx ran out (%v) although nothing held %s: %v", liveBound, o.names[0], r.err)
@@ -177,11 +178,12 @@ func (v *verdict) unlock() {
 	case r.err == nil, o.isCtx(r.err):
 		// With an ended ctx, Lock.Unlock is documented to close the connection instead.
 	case o.rivalClose && errors.Is(r.err, advisory.ErrNotHeld):
-	case v.lossOK && errors.Is(r.err, advisory.ErrLockLost):
+	case v.lossOK && errors.Is(r.err, advisory.ErrLockLost), v.releasedAnyway(&h.txHolding):
 	default:
 		v.fail("unexpected error: %v", r.err)
 	}
 	ended, endErr := isClosed(h.l.Done()), h.l.Err()
+	defer v.endTx(&h.txHolding, ended, h.pid, h.m)
 	switch {
 	case !ended && r.err == nil:
 		v.fail("returned nil, but Done is not closed")
@@ -226,7 +228,7 @@ func (v *verdict) session() {
 	case r.err == nil:
 		w.nextID++
 		w.sessions = append(w.sessions, &sessH{id: w.nextID, slot: o.slot, app: o.app, m: o.m, S: r.sess, pid: r.sess.PID(),
-			held: map[string]int{}})
+			held: map[string]int{}, txHolding: holdingOf(o.m)})
 	case o.isCtx(r.err):
 		if o.isolated && o.plan.kind == ctxLive {
 			v.fail("its ctx ran out (%v): %v", liveBound, r.err)

@@ -97,6 +97,7 @@ func (v *verdict) close() {
 				h, isClosed(h.l.Done()), h.l.Err())
 		}
 		h.state = hLost
+		h.ended(txRolledBack, fmt.Sprintf("its Manager's Close (step %d call %d)", o.step, o.idx))
 	}
 	for _, h := range w.liveSessions() {
 		if h.m != o.m {
@@ -107,6 +108,7 @@ func (v *verdict) close() {
 				h, isClosed(h.S.Done()), h.S.Err(), h.S.Held())
 		}
 		h.state = hLost
+		h.ended(txRolledBack, fmt.Sprintf("its Manager's Close (step %d call %d)", o.step, o.idx))
 	}
 	for _, s := range w.slots {
 		if s.m == o.m {

@@ -77,6 +77,8 @@ func (v *verdict) sessionUnlock() {
 	switch {
 	case o.plan.kind == ctxDone && o.preHeld == 0 && errors.Is(r.err, advisory.ErrNotHeld):
 	case v.doneCtx():
+	case v.txSessionUnlock():
+		// A transaction holding's rules, judged there; a count-down falls through below.
 	case r.err == nil:
 		if h.held[name] == 0 {
 			v.fail("returned nil, but the Session did not hold %s", name)
@@ -106,11 +108,12 @@ func (v *verdict) sessionClose() {
 	switch {
 	case r.err == nil, o.isCtx(r.err):
 	case o.rivalClose && errors.Is(r.err, advisory.ErrNotHeld):
-	case v.lossOK && errors.Is(r.err, advisory.ErrLockLost):
+	case v.lossOK && errors.Is(r.err, advisory.ErrLockLost), v.releasedAnyway(&h.txHolding):
 	default:
 		v.fail("unexpected error: %v", r.err)
 	}
 	ended, endErr := isClosed(h.S.Done()), h.S.Err()
+	defer v.endTx(&h.txHolding, ended, h.pid, h.m)
 	switch {
 	case !ended && r.err == nil:
 		v.fail("returned nil, but Done is not closed")

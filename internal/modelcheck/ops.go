@@ -83,6 +83,7 @@ type op struct {
 	after  time.Duration // the call starts this long after the batch does
 	apps   []string      // opTerminate: our application_names
 	fin    fenceInput    // the fenced calls', Token's and CheckToken's
+	txOpts bool          // opBegin, opSBegin on a transaction holding: BeginTxFunc with options
 
 	admin *pgxpool.Pool     // the harness's pool, for pg_locks, terminations, CheckToken
 	opts  []advisory.Option // opClose: the new Manager's options (its slot's)

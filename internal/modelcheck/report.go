@@ -103,6 +103,8 @@ func errClass(err error) string {
 		return "stale"
 	case errors.Is(err, advisory.ErrSharedToken):
 		return "shared"
+	case errors.Is(err, advisory.ErrTransactionHolding):
+		return "txholding"
 	case errors.Is(err, errModelFn):
 		return "fnerr"
 	case isDeadlock(err):

@@ -2,6 +2,7 @@ package modelcheck
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -162,18 +163,25 @@ func (w *world) finish() {
 	defer cancel()
 	var bad []string
 	for _, h := range w.liveLocks() {
-		if err := h.l.Unlock(ctx); err != nil {
+		switch err := h.l.Unlock(ctx); {
+		case err == nil:
+			h.ended(txCommitted, "the final Unlock")
+		case !h.poisoned() || errors.Is(err, advisory.ErrLockLost) || errors.Is(err, advisory.ErrNotHeld):
 			bad = append(bad, fmt.Sprintf("final Unlock of %v: %v", h, err))
 		}
 		h.state = hReleased
 	}
 	for _, h := range w.liveSessions() {
-		if err := h.S.Close(ctx); err != nil {
+		switch err := h.S.Close(ctx); {
+		case err == nil:
+			h.ended(txCommitted, "the final Close")
+		case !h.poisoned() || errors.Is(err, advisory.ErrLockLost) || errors.Is(err, advisory.ErrNotHeld):
 			bad = append(bad, fmt.Sprintf("final Close of %v: %v", h, err))
 		}
 		h.state = hReleased
 	}
 	bad = append(bad, w.settle()...)
+	bad = append(bad, w.finalTxRows()...)
 	for _, s := range w.slots {
 		s.m.Close()
 	}

@@ -70,6 +70,7 @@ type lockH struct {
 	pid    uint32
 	state  hState
 	token  int64 // its fencing token, once Token returned one
+	txHolding
 }
 
 func (h *lockH) String() string {
@@ -92,6 +93,7 @@ type sessH struct {
 	// closed: Close was called. After a loss and then Close, calls may report the loss
 	// or ErrNotHeld ("closed"); unsure which is right, both are accepted.
 	closed bool
+	txHolding
 }
 
 func (h *sessH) String() string { return fmt.Sprintf("S%d(%s pid %d)", h.id, h.slot, h.pid) }
