@@ -67,6 +67,14 @@ func (txLease) unlock(p *pin, ctx context.Context, keep bool) error {
 	if !keep {
 		end = "ROLLBACK"
 	}
+	if keep && p.dirty {
+		// This COMMIT is that of the writes BeginFunc left waiting: sent as BeginFunc's own
+		// would be (see pin.commit), not under ctx, whose end would make pgx close the
+		// connection in the middle of it and leave the commit in doubt; bounded instead.
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+		defer cancel()
+	}
 	clearWarning(p.pg)
 	res, err := p.pg.Exec(ctx, end).ReadAll()
 	if err != nil {

@@ -198,6 +198,7 @@ func rowsOf(t testing.TB, table string) []string {
 	require.NoError(t, err)
 	return vs
 }
+
 // TestTransactionHoldingCloseDropsPendingWrites: BeginFunc's writes wait in the holding's
 // transaction for its Unlock; the Manager's Close ends the Lock as lost, so they must
 // never commit (Close rolls the holding back instead of committing it). A Session's
