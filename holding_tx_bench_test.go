@@ -3,7 +3,6 @@ package advisory_test
 import (
 	"context"
 	"testing"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
@@ -49,23 +48,7 @@ func BenchmarkPooledCycleRatio(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
-	cycles := []func(){
-		rawCycle,
-		func() { cycle(b, m, (*advisory.Manager).Lock, ctx, name) },
-		func() { cycle(b, m, (*advisory.Manager).TryLock, ctx, name) },
-	}
-	var took [3]time.Duration
-	b.ResetTimer()
-	for i := 0; i < b.N; i++ {
-		for j := 0; j < len(cycles); j++ {
-			k := (i + j) % len(cycles)
-			cycles[k]()
-			start := time.Now()
-			cycles[k]()
-			took[k] += time.Since(start)
-		}
-	}
-	raw, lock, try := took[0], took[1], took[2]
+	raw, lock, try := rotateCycles(b, rawCycle, m, ctx, name)
 	b.ReportMetric(float64(raw.Nanoseconds())/1e3/float64(b.N), "raw-µs")
 	b.ReportMetric(float64(lock)/float64(raw), "x-lock")
 	b.ReportMetric(float64(try)/float64(raw), "x-trylock")

@@ -2,18 +2,13 @@ package advgoose_test
 
 import (
 	"context"
-	"os"
-	"os/exec"
-	"sync"
 	"testing"
-	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/pgadvisory/advisory"
-	advgoose "github.com/pgadvisory/advisory/contrib/goose"
 	"github.com/pgadvisory/advisory/internal/pgtest"
 )
 
@@ -31,47 +26,11 @@ func TestFiveProvidersOneSIGKILLedThroughAPooler(t *testing.T) {
 	require.NoError(t, err)
 	b := pgtest.PgBouncerForTest(t, srv, pgtest.PoolTransaction, pgtest.WithPoolSize(12))
 	dsn := pgtest.WithParams(b.DSN(), map[string]string{"dbname": cfg.Database, "default_query_exec_mode": "exec"})
-	ctx := context.Background()
-	victim := exec.Command(os.Args[0], "-test.run=^$")
-	victim.Env = append(os.Environ(), envVictim+"="+dsn, envVictimPooled+"=1")
-	victim.Stderr = os.Stderr
-	require.NoError(t, victim.Start())
-	t.Cleanup(func() { victim.Process.Kill(); victim.Wait() })
-	deadPID := sleepingPooledBackend(t, admin)
-
-	results := make([]struct {
-		n   int
-		err error
-	}, 4)
-	var wg sync.WaitGroup
-	for i := range results {
+	deadPID, took := fiveProviders(t, dsn, admin, []string{envVictimPooled + "=1"}, func() *advisory.Manager {
 		m := newManager(t, dsn)
 		require.Equal(t, advisory.HoldingTransaction, m.Holding())
-		p := newProvider(t, dsn, advgoose.New(m, "migrations"), true)
-		wg.Go(func() {
-			rs, err := p.Up(ctx)
-			results[i].n, results[i].err = len(rs), err
-		})
-	}
-	waitFor(t, "4 Providers waiting for the lock", func() bool {
-		return count(t, admin, `SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted
-			AND database = (SELECT oid FROM pg_database WHERE datname = current_database())`) == 4
-	})
-	require.NoError(t, victim.Process.Kill())
-	killed := time.Now()
-	wg.Wait()
-	took := time.Since(killed)
-	applied := 0
-	for i, r := range results {
-		require.NoError(t, r.err, "provider %d", i)
-		applied += r.n
-		require.Contains(t, []int{0, 2}, r.n, "provider %d applied %d migrations", i, r.n)
-	}
-	require.Equal(t, 2, applied, "migrations 2 and 3 applied once in all")
-	apps := appliedOnce(t, admin)
-	require.Len(t, apps, 3)
-	require.Contains(t, apps[1], "victim", "migration 1 committed by the victim")
-	require.NotContains(t, apps[2], "victim", "the victim's migration 2 never committed")
+		return m
+	}, func() int32 { return sleepingPooledBackend(t, admin) })
 	waitFor(t, "the dead backend gone", func() bool {
 		return count(t, admin, "SELECT count(*) FROM pg_stat_activity WHERE pid = $1", deadPID) == 0
 	})
