@@ -17,7 +17,8 @@ import (
 var libraryPrefix = regexp.MustCompile(`(^|[^g])advisory:`)
 
 // TestErrorsSayAdvisoryOnce (issue 37, item 7): errors of the library carry one
-// "advisory:" prefix, however deep the cause. New behind a transaction pooler said
+// "advisory:" prefix, however deep the cause. New behind a transaction pooler (asked for
+// session holdings; or a statement pooler) said
 // "advisory: connect: advisory: connection is behind a transaction-pooling proxy",
 // TryDo with a negative atLeast "advisory: try-do ...: advisory: invalid option", LeadAs
 // without a leader table "advisory: lead ...: advisory: no leader table ...".
@@ -27,7 +28,11 @@ func TestErrorsSayAdvisoryOnce(t *testing.T) {
 	var errs []error
 
 	b := pgtest.PgBouncerForTest(t, srv, pgtest.PoolTransaction)
-	_, err := advisory.New(ctx, b.DSN())
+	_, err := advisory.New(ctx, b.DSN(), advisory.WithHolding(advisory.HoldingSession))
+	require.ErrorIs(t, err, advisory.ErrPooler)
+	errs = append(errs, err)
+	st := pgtest.PgBouncerForTest(t, srv, pgtest.PoolStatement)
+	_, err = advisory.New(ctx, st.DSN())
 	require.ErrorIs(t, err, advisory.ErrPooler)
 	errs = append(errs, err)
 

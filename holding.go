@@ -64,6 +64,9 @@ func (h Holding) String() string {
 // Manager's Close included); a [Session] releases its
 // locks only all at once, with Close; behind a proxy, [Manager.Observe] re-checks on a
 // timer instead of listening, and a heartbeat is on by default (see [WithHeartbeat]).
+// Behind a transaction pooler each held lock, and each Lock waiting for one, keeps one of
+// the pooler's server connections for as long as it holds or waits: size the pooler's
+// pool for them, and for the work they protect.
 func WithHolding(h Holding) Option {
 	return option(func(s *settings) error {
 		if h < HoldingAuto || h > HoldingTransaction {

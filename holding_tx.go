@@ -77,6 +77,12 @@ func (txLease) unlock(p *pin, ctx context.Context, keep bool) error {
 	}
 	clearWarning(p.pg)
 	res, err := p.pg.Exec(ctx, end).ReadAll()
+	if err != nil && usable(p.pg, err) && p.pg.TxStatus() == 'I' {
+		// The server refused the COMMIT (a deferred constraint, a serialization failure):
+		// the transaction ended, rolled back, and the lock with it; the connection is fine.
+		return &releasedError{fmt.Errorf("the lock's transaction did not commit: the writes made in it "+
+			"(BeginFunc) were rolled back: %w", err)}
+	}
 	if err != nil {
 		return err
 	}

@@ -239,6 +239,9 @@ func TestTransactionHoldingDoTxReportsAFailedCommit(t *testing.T) {
 		return err
 	})
 	require.Error(t, err, "the COMMIT failed: DoTx must not report success")
+	assert.Contains(t, err.Error(), "the lock is released")
+	assert.NotContains(t, err.Error(), "connection closed")
+	assert.EqualValues(t, 1, m.Stat().TotalConns(), "the connection kept: the server ended the transaction, not the session")
 	var n int
 	require.NoError(t, admin.QueryRow(ctx, "SELECT count(*) FROM "+table).Scan(&n))
 	require.Zero(t, n)
