@@ -19,6 +19,17 @@
 // running runs on until it ends, or until the next holder's drain ends its session.
 // [WithRecoverDirty] mends, under the lock, a version an interrupted migration left dirty.
 //
+// Behind a transaction pooler (PgBouncer pool_mode=transaction, Supabase's port 6543,
+// Neon's -pooler endpoints, RDS Proxy) the Manager holds the lock as one open transaction
+// (advisory.WithHolding), and the driver's connection is no server session of its own:
+// the wrapper sets nothing on it (a session setting would stay on a server session that
+// other clients get next). It gives each migration the holding's tag for that
+// migration's own transaction instead, in a statement run first with it, so that a
+// later holder's drain still finds a killed holder's migration on the server and rolls it
+// back. That holds for a migration run as one statement list, the drivers' default, not
+// with MultiStatementEnabled. The driver's connection string must not make pgx cache
+// prepared statements there (default_query_exec_mode=exec, or simple_protocol).
+//
 // See the "golang-migrate as a library" section of docs/migrations.md in the advisory
 // repository for the mixed case (wrapped and unwrapped replicas) and the recovery from a
 // migration left dirty.

@@ -94,10 +94,20 @@ func (d *Driver) Run(migration io.Reader) error {
 	if err := d.check("run a migration"); err != nil {
 		return err
 	}
+	d.mu.Lock()
+	l := d.l
+	d.mu.Unlock()
+	if l != nil && d.pooled() {
+		tagged, err := taggedInTransaction(l, migration)
+		if err != nil {
+			return err
+		}
+		migration = tagged
+	}
 	err := d.inner.Run(migration)
 	d.mu.Lock()
 	d.ranOK = err == nil
-	l := d.l
+	l = d.l
 	d.mu.Unlock()
 	if err != nil && l != nil && l.Err() != nil { // the next holder's drain ended it
 		return fmt.Errorf("advmigrate: the migration failed after the lock %q was lost: %w", d.name, errors.Join(err, l.Err()))

@@ -1,9 +1,11 @@
 package advmigrate
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"strings"
 	"time"
@@ -71,7 +73,7 @@ func (d *Driver) hold() (*advisory.Lock, error) {
 	if err != nil {
 		return nil, fmt.Errorf("advmigrate: lock %q: %w", d.name, err)
 	}
-	if err := d.inner.Run(strings.NewReader(tagSQL(l))); err != nil {
+	if err := d.tag(l); err != nil {
 		release(l)
 		return nil, fmt.Errorf("advmigrate: lock %q: tag the migration's session: %w", d.name, err)
 	}
@@ -91,8 +93,41 @@ func (d *Driver) hold() (*advisory.Lock, error) {
 // abandon untags the driver's session (best effort: else the next holder ends it) and
 // releases l.
 func (d *Driver) abandon(l *advisory.Lock) {
-	d.inner.Run(strings.NewReader(untagSQL))
+	if !d.pooled() {
+		d.inner.Run(strings.NewReader(untagSQL))
+	}
 	release(l)
+}
+
+// tag tags the driver's session for l (tagSQL), unless the Manager goes through a
+// transaction pooler, where the driver's connection is no server session of its own: a
+// session setting there would stay on a server session other clients get next (and a
+// later drain would end their work as this holding's). Each migration is tagged in its
+// own transaction instead (see Driver.Run).
+func (d *Driver) tag(l *advisory.Lock) error {
+	if d.pooled() {
+		return nil
+	}
+	return d.inner.Run(strings.NewReader(tagSQL(l)))
+}
+
+// pooled reports whether the Manager goes through a transaction pooler.
+func (d *Driver) pooled() bool { return d.m.Bounds().TransactionPooler }
+
+// taggedInTransaction returns the migration with a statement first that gives its
+// session, for the migration's own transaction only, the holding's tag as its
+// application_name: through a transaction pooler the server session a migration runs on
+// is the holding's work for that transaction's length. It holds for a migration run as
+// one statement list (the drivers' default: one implicit transaction, which a BEGIN in
+// the file makes explicit, keeping the setting), not for one split into statements of
+// their own (MultiStatementEnabled).
+func taggedInTransaction(l *advisory.Lock, migration io.Reader) (io.Reader, error) {
+	body, err := io.ReadAll(migration)
+	if err != nil {
+		return nil, err
+	}
+	head := "SELECT pg_catalog.set_config('application_name', " + literal(l.WorkAppName("")) + ", true);\n"
+	return io.MultiReader(strings.NewReader(head), bytes.NewReader(body)), nil
 }
 
 // recoverDirty sets a dirty version to the one before it (WithRecoverDirty).
