@@ -35,10 +35,12 @@ type Holder struct {
 	ClientAddr      string
 	BackendStart    time.Time
 	State           string
-	// Since is when the wait began (waiters), or, for holders, when the lock was granted:
-	// for a lock taken through this library, as its holder recorded it (its clock) in
-	// the text of the statements it ran since; else when the session's last statement
-	// ended.
+	// Since is when the wait began (waiters), or, for holders, when the server granted the
+	// lock to the session: for a lock taken through this library, as its holder recorded
+	// it (its clock) in the text of the statements it ran since; else when the session's
+	// last statement ended. A lock passed between Lock calls of one Manager without
+	// leaving the session ([WithLocalHandoff]) keeps the Since of the run: the server
+	// sees one holding, and every holding of the run records the run's grant.
 	Since time.Time
 }
 

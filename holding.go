@@ -128,6 +128,9 @@ type lease interface {
 	// only while the holding holds the lock; the caller has borrowed the connection.
 	bumpToken(p *pin, ctx context.Context) (int64, error)
 	announce(p *pin, ctx context.Context, sql string, args []any) (int, error)
+	// withdraw runs sql (withdrawSQL), deleting the value the holding published, as its
+	// release begins: on the holding session, or beside the holding transaction.
+	withdraw(p *pin, ctx context.Context, sql string) error
 	// keeps reports whether a lock's connection may pass to another holding as it is:
 	// an in-process handoff, with no statement (see passOn).
 	keeps(p *pin) bool

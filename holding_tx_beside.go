@@ -88,6 +88,17 @@ func (txLease) announce(p *pin, ctx context.Context, sql string, args []any) (in
 	return n, err
 }
 
+// withdraw is txLease's: beside the holding, committed before its own transaction ends.
+func (txLease) withdraw(p *pin, ctx context.Context, sql string) error {
+	c, err := p.m.pool.Acquire(ctx)
+	if err != nil {
+		return err
+	}
+	defer c.Release()
+	_, err = c.Exec(ctx, sql, int64(p.key), p.pair, int32(p.pid))
+	return err
+}
+
 // beside runs stmt on another connection of the Manager's pool, with the holding
 // transaction's virtual id (read once, on the holding's connection, which the caller has
 // borrowed). ctx governs getting the connection and stmt. As on the holding's own

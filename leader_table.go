@@ -150,6 +150,38 @@ func countRows(rows pgx.Rows, err error) (int, error) {
 	return n, rows.Err() // closes rows
 }
 
+// A published value belongs to the holding that published it: rows are matched on the
+// holding's server session (pid, backend_start), which a later holding of the same key on
+// the same session would match too (the session back in the pool and locking again, a
+// Do after LeadAs stepped down, an in-process handoff). A holding that ends by Unlock or
+// Close is alive to clean up, so its release first withdraws the value it published
+// (withdrawValue), and a published Lock is never handed off in process (see passOn).
+// A holding lost with its session leaves a row that no live session matches.
+
+// withdrawSQL deletes the value of the key $1 (pair $2) published from the backend $3.
+const withdrawSQL = `DELETE FROM %s WHERE key OPERATOR(pg_catalog.=) $1 AND pair OPERATOR(pg_catalog.=) $2
+  AND pid OPERATOR(pg_catalog.=) $3`
+
+// withdrawValue withdraws the value the holding published, as its release begins (the
+// connection is the release's). If that cannot be confirmed, the connection is retired:
+// closed at the end of the release, so that no later holding can run on its session.
+func (p *pin) withdrawValue() {
+	if !p.handle.announced.Load() || p.m.set.leaderTable == "" {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
+	defer cancel()
+	if err := p.lease.withdraw(p, ctx, fmt.Sprintf(withdrawSQL, p.m.set.leaderTable)); err != nil {
+		p.retire.Store(true)
+	}
+}
+
+// withdraw is sessionLease's: on the holding session itself.
+func (sessionLease) withdraw(p *pin, ctx context.Context, sql string) error {
+	_, err := p.pc.Exec(ctx, sql, int64(p.key), p.pair, int32(p.pid))
+	return err
+}
+
 // leaderTableError wraps err with ErrNoLeaderTable if it says the table does not exist.
 func leaderTableError(table string, err error) error {
 	if sqlState(err) == "42P01" {

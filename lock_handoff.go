@@ -79,6 +79,7 @@ func (p *pin) successor(t target) *pin {
 	n := newPin(p.m, p.pc, t)
 	n.state = stateSettling
 	n.pid, n.vxid = p.pid, p.vxid // the same server session, and the same transaction if it is one
+	n.grantedAt = p.grantedAt     // the same grant, as the server sees it
 	if !p.m.succeed(p, n) {
 		return nil
 	}
@@ -112,8 +113,8 @@ func (m *Manager) succeed(old, next *pin) bool {
 // the lock is not passed on: the ordinary unlock reads it, and reports a loss to this
 // holder. A loss still in flight, not yet received, reaches the next holder (its Done).
 func (p *pin) passOn() bool {
-	if !p.handoff || p.retire.Load() || !p.lease.keeps(p) {
-		return false
+	if !p.handoff || p.retire.Load() || !p.lease.keeps(p) || p.handle.announced.Load() {
+		return false // a published holding's value must go with it: see withdrawValue
 	}
 	p.mu.Lock()
 	if (p.watch != watchPolled && p.watch != watchArming) || p.closing || sockfd.Pending(p.pg.Conn(), p.fd) {

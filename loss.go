@@ -36,6 +36,7 @@ func (p *pin) hold() bool {
 		return false
 	}
 	p.heldSince = time.Now()
+	p.grantedAt = p.heldSince
 	p.watchIdle()
 	if p.beat == nil && p.m.set.heartbeat > 0 {
 		p.startHeartbeat()

@@ -253,7 +253,9 @@ func WithHeartbeat(d time.Duration) Option {
 // process, not on the server (pg_locks and [Manager.Holders] do not show them), so a
 // waiter in another process that waits on the server gets the lock after at most max
 // more holdings by this Manager, none beginning later than budget into the run.
-// TryLock, shared locks, Sessions and Semaphores never take part. The default is off;
+// TryLock, shared locks, Sessions and Semaphores never take part, nor a Lock that
+// published a value or announced itself ([Lock.Publish], Lead): the value must go with
+// its holding, which its release withdraws on the server. The default is off;
 // max must be from 1 to 1000 and budget from 1µs to 1m (16 and 2ms suit most
 // programs). See docs/locking.md, "In-process handoff".
 func WithLocalHandoff(max int, budget time.Duration) Option {

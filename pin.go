@@ -60,7 +60,11 @@ type pin struct {
 	watchDone chan struct{} // closed when the current reader goroutine has exited; nil before the first (see startReader)
 	stopping  atomic.Bool   // set before the reader is told to stop
 
-	heldSince time.Time   // when the lock was granted, for the logs
+	heldSince time.Time   // when this holding began, for the logs and hooks
+	// grantedAt is when the server granted the lock to the session: the start of a run of
+	// in-process handoffs (see lock_handoff.go), which every holding of the run records in
+	// its statements' comments (see named), as Holders reads it.
+	grantedAt time.Time
 	gated     bool        // counted in the Manager's gate for the key
 	handoff   bool        // may hand the lock to a queued Lock of this Manager (see lock_handoff.go)
 	multi     bool        // a multi-lock Session's connection: key and st are unused

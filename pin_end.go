@@ -42,6 +42,7 @@ func (p *pin) release(ctx context.Context, endErr error) error {
 	if !p.stopWatch() {
 		return p.endErr()
 	}
+	p.withdrawValue()
 	// Only Close's release ends with a loss: the holding's writes must not commit then.
 	if err := p.unlock(ctx, !errors.Is(endErr, ErrLockLost)); err != nil {
 		var rel *releasedError

@@ -188,10 +188,10 @@ func (p *pin) named(sql string) string {
 	switch {
 	case p.m.activityName(p.name) == "" || p.multi:
 		return sql
-	case p.heldSince.IsZero():
+	case p.grantedAt.IsZero():
 		return nameComment(p.name) + sql
 	}
-	return heldComment(p.name, p.heldSince) + sql
+	return heldComment(p.name, p.grantedAt) + sql
 }
 
 // pgLocksKey returns the classid, objid and objsubid of the key's rows in pg_locks.
