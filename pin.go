@@ -60,7 +60,7 @@ type pin struct {
 	watchDone chan struct{} // closed when the current reader goroutine has exited; nil before the first (see startReader)
 	stopping  atomic.Bool   // set before the reader is told to stop
 
-	heldSince time.Time   // when this holding began, for the logs and hooks
+	heldSince time.Time // when this holding began, for the logs and hooks
 	// grantedAt is when the server granted the lock to the session: the start of a run of
 	// in-process handoffs (see lock_handoff.go), which every holding of the run records in
 	// its statements' comments (see named), as Holders reads it.
