@@ -30,8 +30,11 @@ func (txLease) take(p *pin, ctx context.Context, try bool) (uint32, *bool, error
 	p.cancel.SetWaiting(true)
 	defer p.cancel.SetWaiting(false)
 	sql := p.st.lock
-	if try {
+	switch d := p.sliced(); {
+	case try:
 		sql = p.st.tryLock
+	case d > 0: // a slice of the wait: see pin_slices.go
+		sql = txSliceText(sql, d)
 	}
 	return p.txRow(ctx, sql)
 }
@@ -136,15 +139,17 @@ func (p *pin) txRow(ctx context.Context, sql string) (uint32, *bool, error) {
 	return p.rowPID, &p.rowOK.Bool, err
 }
 
-// lastRow reads every result of a simple-protocol Query and hands the last statement's
-// one row to row. It returns the first error: the server's, the connection's, or row's.
+// lastRow reads every result of a simple-protocol Query and hands the one row of the last
+// statement that returns rows (a SET after it returns none) to row. It returns the first error: the server's, the connection's, or row's.
 func lastRow(mrr *pgconn.MultiResultReader, row func([][]byte) error) error {
 	var last [][]byte
 	rows := 0
 	var err error
 	for mrr.NextResult() {
 		rr := mrr.ResultReader()
-		last, rows = nil, 0
+		if len(rr.FieldDescriptions()) > 0 { // a statement that returns rows (not a SET)
+			last, rows = nil, 0
+		}
 		for rr.NextRow() {
 			rows++
 			last = copyRow(rr.Values())

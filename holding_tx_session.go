@@ -39,7 +39,11 @@ func (txLease) open(p *pin, ctx context.Context) error {
 func (txLease) takeKeys(p *pin, ctx context.Context, ts []target, try bool) (uint32, *bool, []int64, error) {
 	var pid uint32
 	var busy []int64
-	err := lastRow(p.pg.Exec(ctx, txKeysSQL(p.m, ts, try)), func(v [][]byte) error {
+	sql := txKeysSQL(p.m, ts, try)
+	if d := p.sliced(); d > 0 && !try { // a slice of the wait: see pin_slices.go
+		sql = txSliceText(sql, d)
+	}
+	err := lastRow(p.pg.Exec(ctx, sql), func(v [][]byte) error {
 		if len(v) != 2 {
 			return errNotOneRow
 		}

@@ -5,8 +5,6 @@ import (
 	"strconv"
 	"sync"
 	"time"
-
-	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // Leader observation. A holder that announces itself ([Lock.Publish], which Lead calls
@@ -156,22 +154,22 @@ func (m *Manager) listenLeadersOnce(ctx context.Context) bool {
 	if err != nil {
 		return false
 	}
-	ln := &listener{pc}
+	ln := &listener{pc, m.set.heartbeat}
 	if _, err := pc.Exec(ctx, "LISTEN "+leaderChannel); err != nil {
 		ln.close(false)
 		return false
 	}
 	m.pokeLeaders(gateKey{}, true)
-	m.relayLeaders(ctx, pc)
+	m.relayLeaders(ctx, ln)
 	ln.close(ctx.Err() != nil) // a failed connection is closed; one that was told to stop, kept
 	return true
 }
 
-// relayLeaders pokes observers for each notification on pc until an error (ctx's end
+// relayLeaders pokes observers for each notification on ln until an error (ctx's end
 // included), which it returns.
-func (m *Manager) relayLeaders(ctx context.Context, pc *pgxpool.Conn) error {
+func (m *Manager) relayLeaders(ctx context.Context, ln *listener) error {
 	for {
-		n, err := pc.Conn().WaitForNotification(ctx)
+		n, err := ln.notification(ctx)
 		if err != nil {
 			return err
 		}

@@ -222,16 +222,23 @@ func WithoutNamesInActivity() Option {
 	return option(func(s *settings) error { s.noNames = true; return nil })
 }
 
-// WithHeartbeat makes every held Lock and Session send one cheap statement (SELECT 1) on
-// its connection every d while it is held, for platforms that end sessions that stay
-// quiet: a pooler's or proxy's idle-client timeout (PgBouncer's client_idle_timeout, RDS
-// Proxy's IdleClientTimeout) or a serverless compute that suspends after inactivity
-// (Neon). Set d well below the shortest such limit. A beat never interrupts or waits for
-// anything: it is skipped while the connection is busy (BeginFunc, Token, a drain, a
-// Session's call, Unlock); a beat that finds the session gone reports the loss as the
-// watcher would (Done closes, Err wraps ErrLockLost). A direct connection needs none:
-// the library sets idle_session_timeout to 0 on it. The default is 0, off: no timer and
-// nothing sent. d must be 0 or at least 100ms. See docs/guarantees.md.
+// WithHeartbeat makes every connection the Manager keeps open speak at least every d,
+// for platforms that end connections or sessions that stay quiet: a pooler's or proxy's
+// idle timeout (PgBouncer's client_idle_timeout and idle_transaction_timeout, RDS Proxy's
+// IdleClientTimeout, HAProxy's timeout client) or a serverless compute that suspends
+// after inactivity (Neon). Set d well below the shortest such limit. A held Lock or
+// Session sends one cheap statement (SELECT pg_backend_pid()) every d; it never interrupts
+// or waits for anything: it is skipped while the connection is busy (BeginFunc, Token, a
+// drain, a Session's call, Unlock), and a beat that finds the session gone, or that gets
+// no answer within 5 s, reports the loss as the watcher would (Done closes, Err wraps
+// ErrLockLost). A Lock waiting on the server (and a Session's Lock) waits in slices of d:
+// each slice is the lock statement under lock_timeout d, and one that ends without the
+// grant is followed at once by the next; between two slices the wait leaves the server's
+// queue and joins it again at its end. The Manager's LISTEN connections (observers, a
+// semaphore's waiter) send SELECT 1 after d without a notification. A direct connection
+// needs none of it: the library sets idle_session_timeout to 0 on it. The default is 0,
+// off (no timer, nothing sent), but behind a transaction pooler, where it is 2s (see
+// [WithHolding]). d must be 0 or at least 100ms. See docs/guarantees.md.
 func WithHeartbeat(d time.Duration) Option {
 	return option(func(s *settings) error {
 		if d != 0 && d < minHeartbeat {

@@ -17,7 +17,7 @@ import (
 // the lock, as verified with the server or by closing the connection.
 func (p *pin) lock(ctx context.Context) error {
 	disarm := p.logWaitLater(ctx)
-	pid, owned, err := p.lease.take(p, ctx, false)
+	pid, owned, err := p.wait(ctx)
 	disarm()
 	p.setState(stateSettling)
 	interrupted := p.cancel.Settle()

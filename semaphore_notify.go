@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -49,7 +50,8 @@ func (m *Manager) sendNotify(channel, payload string) {
 // (none behind a transaction pooler: see Semaphore.listen). It is a plain pool connection that never holds a lock: it goes back to the pool after
 // UNLISTEN, or is closed if that fails.
 type listener struct {
-	pc *pgxpool.Conn
+	pc   *pgxpool.Conn
+	beat time.Duration // the Manager's heartbeat: see notification
 }
 
 // listen returns a listener on s's channel. It blocks for a pool connection and one round
@@ -66,18 +68,39 @@ func (sem *Semaphore) listen(ctx context.Context) (*listener, error) {
 		return nil, sem.m.acquireError(ctx, err)
 	}
 	if _, err := pc.Exec(ctx, "LISTEN "+pgx.Identifier{sem.channel()}.Sanitize()); err != nil {
-		ln := &listener{pc}
+		ln := &listener{pc: pc}
 		ln.close(false)
 		return nil, err
 	}
-	return &listener{pc}, nil
+	return &listener{pc, sem.m.set.heartbeat}, nil
 }
 
 // wait blocks until a notification comes (it returns true) or ctx ends (false).
 // Notifications that came while nobody waited are returned first.
 func (ln *listener) wait(ctx context.Context) bool {
-	_, err := ln.pc.Conn().WaitForNotification(ctx)
+	_, err := ln.notification(ctx)
 	return err == nil && ctx.Err() == nil
+}
+
+// notification waits for the next notification until ctx ends. With a heartbeat (see
+// WithHeartbeat and pin_slices.go: every connection the Manager keeps open speaks at
+// least once a beat) it waits a beat at a time and sends SELECT 1 between, so that an idle
+// reaper in the path does not cut the listening connection.
+func (ln *listener) notification(ctx context.Context) (*pgconn.Notification, error) {
+	if ln.beat <= 0 {
+		return ln.pc.Conn().WaitForNotification(ctx)
+	}
+	for {
+		wctx, cancel := context.WithTimeout(ctx, ln.beat)
+		n, err := ln.pc.Conn().WaitForNotification(wctx)
+		cancel()
+		if err == nil || ctx.Err() != nil || wctx.Err() == nil {
+			return n, err
+		}
+		if _, err := ln.pc.Exec(ctx, heartbeatSQL); err != nil { // a beat's silence: speak
+			return nil, err
+		}
+	}
 }
 
 // watch waits for notifications in a goroutine until ctx ends, and signals them on the

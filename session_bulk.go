@@ -49,6 +49,15 @@ func (s *Session) take(ctx context.Context, ts []target, try bool) error {
 	p := s.pin
 	p.cancel.SetWaiting(true) // each statement below is a lock wait: see waitRow
 	pid, owned, busy, err := p.lease.takeKeys(p, ctx, ts, try)
+	for !try && isSliceEnd(err) && ctx.Err() == nil && !s.isClosing() { // see pin_slices.go
+		p.cancel.SetWaiting(false)
+		if cerr := p.lease.clearKeys(p, keysOf(ts), false); cerr != nil {
+			err = &connFailure{cerr}
+			break
+		}
+		p.cancel.SetWaiting(true)
+		pid, owned, busy, err = p.lease.takeKeys(p, ctx, ts, try)
+	}
 	p.cancel.SetWaiting(false)
 	s.setWaiting(false) // before settle: see setWaiting
 	return s.settleTake(ctx, ts, p.cancel.Settle(), pid, owned, busy, err)
@@ -60,6 +69,8 @@ func (s *Session) take(ctx context.Context, ts []target, try bool) error {
 func (sessionLease) takeKeys(p *pin, ctx context.Context, ts []target, try bool) (pid uint32, owned *bool,
 	busy []int64, err error) {
 	switch {
+	case !try && p.sliced() > 0: // a slice of the wait: see pin_slices.go
+		pid, owned, err = p.takeSlice(ctx, ts)
 	case len(ts) == 1:
 		pid, owned, err = p.takeOne(ctx, ts[0], try)
 		if owned != nil && !*owned {

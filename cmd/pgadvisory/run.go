@@ -28,6 +28,8 @@ type runner struct {
 	quiet    bool
 	grace    time.Duration
 	drainW   time.Duration // --drain-wait
+	beat     time.Duration // --heartbeat, if given (beatSet)
+	beatSet  bool
 	holder   string
 	fence    fenceFlags
 	tok      int64 // the fencing token, with --token
@@ -63,6 +65,8 @@ func parseRun(args []string, global connFlags, stdout, stderr io.Writer) (*runne
 	fs.DurationVar(&r.drainW, "drain-wait", time.Second,
 		"how long to wait for an earlier holder's sessions to end before terminating them")
 	fs.StringVar(&r.holder, "holder-name", "", "application_name other sessions see")
+	fs.DurationVar(&r.beat, "heartbeat", 0, "speak on the lock's connection at least this often, waiting too "+
+		"(for idle reapers in the path); 0: off")
 	r.fence.register(fs, true)
 	r.conn.register(fs, runConnectTimeout)
 	if err := parseFlags(fs, args, runHelp, stdout); err != nil {
@@ -84,7 +88,10 @@ func parseRun(args []string, global connFlags, stdout, stderr io.Writer) (*runne
 
 func (r *runner) check(fs *flag.FlagSet) error {
 	tableGiven := false
-	fs.Visit(func(f *flag.Flag) { tableGiven = tableGiven || f.Name == "fence-table" })
+	fs.Visit(func(f *flag.Flag) {
+		tableGiven = tableGiven || f.Name == "fence-table"
+		r.beatSet = r.beatSet || f.Name == "heartbeat"
+	})
 	var err error
 	if r.lock, _, err = r.flags.target(fs, true); err != nil {
 		return err
@@ -96,6 +103,8 @@ func (r *runner) check(fs *flag.FlagSet) error {
 		return usageError(fs.Name(), "--wait and --grace cannot be negative")
 	case r.drainW < 0 || r.drainW > maxDrainWait:
 		return usageError(fs.Name(), "--drain-wait %v: want 0 (terminate at once) to %v", r.drainW, maxDrainWait)
+	case r.beat != 0 && r.beat < 100*time.Millisecond:
+		return usageError(fs.Name(), "--heartbeat %v: want 0 (off) or at least 100ms", r.beat)
 	case !validConflictCode(r.conflict):
 		return usageError(fs.Name(), "--conflict-exit-code %d: want 1 to 125, except pgadvisory's own "+
 			"64, 69, 70, 76 and 77", r.conflict)
@@ -122,7 +131,11 @@ func (r *runner) check(fs *flag.FlagSet) error {
 func (r *runner) run() int {
 	ctx, in := watchInterrupts(r.sigs)
 	r.phase = "connecting"
-	m, err := r.conn.connect(ctx, "run", r.holder, append(r.fence.options(), advisory.WithDrainWait(r.drainW))...)
+	opts := append(r.fence.options(), advisory.WithDrainWait(r.drainW))
+	if r.beatSet { // else the library's default: off, or on behind a transaction pooler
+		opts = append(opts, advisory.WithHeartbeat(r.beat))
+	}
+	m, err := r.conn.connect(ctx, "run", r.holder, opts...)
 	if err != nil {
 		if sig := in.end(); sig != nil {
 			return r.interrupted(sig)

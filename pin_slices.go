@@ -1,0 +1,125 @@
+package advisory
+
+import (
+	"context"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgtype"
+)
+
+// Waits in slices. A connection waiting in pg_advisory_lock sends nothing and receives
+// nothing for as long as the wait lasts, which is all an idle reaper in the path (a proxy's
+// or a load balancer's idle timeout, HAProxy's "timeout client") needs to cut it. So
+// with WithHeartbeat(d) the rule is that every connection the Manager keeps open speaks at
+// least every d: a held one beats (pin_heartbeat.go), a waiting one waits in slices of d.
+// Each slice is the lock statement under lock_timeout = d, set for the slice's own
+// transaction only; a slice that ends without the grant (55P03) leaves nothing held and
+// the next begins at once. Between two slices the wait has left the server's queue: it
+// joins it again at its end (docs/locking.md says what that costs).
+
+// sliced reports the slice of the Manager's waits: its heartbeat, or 0 (one wait).
+func (p *pin) sliced() time.Duration { return p.m.set.heartbeat }
+
+// isSliceEnd reports the end of a slice without the grant: lock_timeout (55P03).
+func isSliceEnd(err error) bool { return sqlState(err) == "55P03" }
+
+// wait runs the pin's lock statement as a lock wait (see lease.take), in slices while the
+// Manager has a heartbeat, until the lock is granted, ctx ends, or a slice fails for
+// another reason. A transaction holding's slice that ended is rolled back first.
+func (p *pin) wait(ctx context.Context) (uint32, *bool, error) {
+	for {
+		pid, got, err := p.lease.take(p, ctx, false)
+		if p.sliced() == 0 || !isSliceEnd(err) || ctx.Err() != nil {
+			return pid, got, err
+		}
+		if p.pg.TxStatus() != 'I' {
+			if cerr := p.lease.clear(p, false); cerr != nil {
+				return pid, got, cerr
+			}
+		}
+	}
+}
+
+// sliceMillis is lock_timeout's value for a slice.
+func sliceMillis(d time.Duration) string { return strconv.FormatInt(d.Milliseconds(), 10) + "ms" }
+
+// sliceText turns sql, a session holding's lock statement ($1 the key, $2 the connection's
+// token where it is checked), into a simple-protocol Query that waits at most slice: a
+// set_config of lock_timeout first, local to the Query's own implicit transaction, and
+// the arguments written in (key, the key's literal: a bigint or a bigint[]). A name's
+// comment stays first (see Holders).
+func sliceText(sql, key, token string, slice time.Duration) string {
+	head := ""
+	if strings.HasPrefix(sql, commentPrefix) {
+		head = leadingComment(sql)
+		sql = sql[len(head):]
+	}
+	sql = strings.ReplaceAll(sql, "$2", "'"+token+"'") // hex: no quoting needed (see newToken)
+	sql = strings.ReplaceAll(sql, "$1", key)
+	return head + "SELECT pg_catalog.set_config('lock_timeout', '" + sliceMillis(slice) + "', true); " + sql
+}
+
+// sliceRow runs a sliceText Query and returns its lock statement's row as pin.row does:
+// (pid, result) where the statement is checked, (result) on a direct connection.
+func (p *pin) sliceRow(ctx context.Context, sql string) (uint32, *bool, error) {
+	p.rowPID, p.rowOK = p.pid, pgtype.Bool{}
+	err := lastRow(p.pg.Exec(ctx, sql), func(v [][]byte) error {
+		switch len(v) {
+		case 1:
+		case 2:
+			n, err := strconv.ParseUint(string(v[0]), 10, 32)
+			if err != nil {
+				return err
+			}
+			p.rowPID = uint32(n)
+		default:
+			return errNotOneRow
+		}
+		b := v[len(v)-1]
+		p.rowOK = pgtype.Bool{Bool: string(b) == "t", Valid: len(b) > 0}
+		return nil
+	})
+	if !p.rowOK.Valid {
+		return p.rowPID, nil, err
+	}
+	return p.rowPID, &p.rowOK.Bool, err
+}
+
+// txSliceText turns a transaction holding's lock statement (its last statement the lock)
+// into one that waits at most slice: lock_timeout set for the slice before it, and set
+// back to 0 after it, so that the holding's transaction keeps no timeout (BeginFunc's
+// statements run in it).
+func txSliceText(sql string, slice time.Duration) string {
+	i := strings.LastIndex(sql, "SELECT pg_catalog.pg_backend_pid(), ")
+	return sql[:i] + "SET LOCAL lock_timeout = '" + sliceMillis(slice) + "'; " + sql[i:] +
+		"; SET LOCAL lock_timeout = 0"
+}
+
+// takeSlice is a slice of a session holding's Session.Lock or LockAll of ts: one key by
+// its own statement, several in one, as takeKeys runs them, each under the slice's
+// lock_timeout. It returns (pid, whether it ran on the connection's own backend).
+func (p *pin) takeSlice(ctx context.Context, ts []target) (uint32, *bool, error) {
+	d := p.sliced()
+	if len(ts) == 1 {
+		st := p.m.texts.statements(p.m.activityName(ts[0].name), false, false, p.st.direct)
+		return p.sliceRow(ctx, sliceText(st.lock, keyLiteral(ts[0].key), p.token, d))
+	}
+	keys := make([]string, len(ts))
+	for i, t := range ts {
+		keys[i] = strconv.FormatInt(int64(t.key), 10)
+	}
+	sql := sliceText(lockAllSQL, "'{"+strings.Join(keys, ",")+"}'::bigint[]", p.token, d)
+	var pid uint32
+	var owned bool
+	err := lastRow(p.pg.Exec(ctx, sql), func(v [][]byte) error {
+		if len(v) != 3 {
+			return errNotOneRow
+		}
+		n, err := strconv.ParseUint(string(v[0]), 10, 32)
+		pid, owned = uint32(n), string(v[1]) == "t"
+		return err
+	})
+	return pid, &owned, err
+}
