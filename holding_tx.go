@@ -29,12 +29,9 @@ func (txLease) statements(m *Manager, t target, _ bool) statements {
 func (txLease) take(p *pin, ctx context.Context, try bool) (uint32, *bool, error) {
 	p.cancel.SetWaiting(true)
 	defer p.cancel.SetWaiting(false)
-	sql := p.st.lock
-	switch d := p.sliced(); {
-	case try:
+	sql := p.st.lock // with a heartbeat, a slice of the wait: its lock_timeout is txBeginSQL's
+	if try {
 		sql = p.st.tryLock
-	case d > 0: // a slice of the wait: see pin_slices.go
-		sql = txSliceText(sql, d)
 	}
 	return p.txRow(ctx, sql)
 }

@@ -27,7 +27,11 @@ func (txLease) beginFn(p *pin, ctx context.Context, opts pgx.TxOptions) (pgx.Tx,
 	// pgx's transaction object, begun with the savepoint instead of BEGIN: its statements
 	// and its nested savepoints (tx.Begin) are pgx's; only its end is ours (see
 	// savepointTx). Not under ctx, as begin's BEGIN (see pin.begin).
-	tx, err := p.pc.BeginTx(context.WithoutCancel(ctx), pgx.TxOptions{BeginQuery: "SAVEPOINT " + fnSavepoint})
+	begin := "SAVEPOINT " + fnSavepoint
+	if p.sliced() > 0 { // the holding's waits set lock_timeout to their slice: fn's has none
+		begin += "; SET LOCAL lock_timeout = 0"
+	}
+	tx, err := p.pc.BeginTx(context.WithoutCancel(ctx), pgx.TxOptions{BeginQuery: begin})
 	if err != nil {
 		return nil, err
 	}

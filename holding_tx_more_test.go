@@ -190,6 +190,11 @@ func TestTransactionHoldingHeartbeat(t *testing.T) {
 	}, "a beat ran")
 	requireHeldBy(t, l.Key(), l.PID())
 	require.Equal(t, "idle in transaction", backendState(t, l.PID()))
+	var timeout string
+	require.NoError(t, l.BeginFunc(ctx, func(tx pgx.Tx) error {
+		return tx.QueryRow(ctx, "SHOW lock_timeout").Scan(&timeout)
+	}))
+	assert.Equal(t, "0", timeout, "fn's statements have no lock_timeout (the wait's slices had one)")
 	require.NoError(t, l.Unlock(ctx))
 }
 

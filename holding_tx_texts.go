@@ -37,13 +37,18 @@ func txBeginSQL(set *settings, serverVersion int) string {
 
 // txSettings are the settings of a holding transaction (see txBeginSQL): a session
 // holding's (serverSettings) but idle_session_timeout, which never applies inside a
-// transaction, and from PostgreSQL 17 transaction_timeout.
+// transaction, and from PostgreSQL 17 transaction_timeout. With a heartbeat, lock_timeout
+// is the wait's slice (see pin_slices.go), which fn's savepoint clears (see beginFn).
 func txSettings(set *settings, serverVersion int) [][2]string {
 	var out [][2]string
 	for _, kv := range serverSettings(set, serverVersion) {
-		if kv[0] != "idle_session_timeout" {
-			out = append(out, kv)
+		switch {
+		case kv[0] == "idle_session_timeout":
+			continue
+		case kv[0] == "lock_timeout" && set.heartbeat > 0:
+			kv[1] = sliceMillis(set.heartbeat) // a wait in slices (pin_slices.go); BeginFunc clears it
 		}
+		out = append(out, kv)
 	}
 	if serverVersion >= 170000 {
 		out = append(out, [2]string{"transaction_timeout", "0"})

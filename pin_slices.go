@@ -87,14 +87,14 @@ func (p *pin) sliceRow(ctx context.Context, sql string) (uint32, *bool, error) {
 	return p.rowPID, &p.rowOK.Bool, err
 }
 
-// txSliceText turns a transaction holding's lock statement (its last statement the lock)
-// into one that waits at most slice: lock_timeout set for the slice before it, and set
-// back to 0 after it, so that the holding's transaction keeps no timeout (BeginFunc's
-// statements run in it).
+// txSliceText turns a transaction Session's take (its last statement the lock) into one
+// that waits at most slice: lock_timeout set for the slice before it. It stays set in the
+// Session's transaction after the take: only takes wait on locks there, each setting its
+// own, and fn's savepoint clears it (see beginFn). A plain transaction holding's lock
+// statement has the slice in its BEGIN's settings (see txSettings).
 func txSliceText(sql string, slice time.Duration) string {
 	i := strings.LastIndex(sql, "SELECT pg_catalog.pg_backend_pid(), ")
-	return sql[:i] + "SET LOCAL lock_timeout = '" + sliceMillis(slice) + "'; " + sql[i:] +
-		"; SET LOCAL lock_timeout = 0"
+	return sql[:i] + "SET LOCAL lock_timeout = '" + sliceMillis(slice) + "'; " + sql[i:]
 }
 
 // takeSlice is a slice of a session holding's Session.Lock or LockAll of ts: one key by
