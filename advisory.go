@@ -130,7 +130,7 @@ func NewWithConfig(ctx context.Context, cfg *pgxpool.Config, opts ...Option) (*M
 	if err := set.validate(); err != nil {
 		return nil, err
 	}
-	ps := &proxyState{logger: set.logger, holding: set.holding}
+	ps := &proxyState{logger: set.logger, holding: set.holding, blind: set.blindProbe}
 	pool, kind, version, err := openPool(ctx, cfg, &set, ps)
 	if err != nil {
 		return nil, err

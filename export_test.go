@@ -7,6 +7,13 @@ func WithCheckedStatementsForTest() Option {
 	return Option{apply: func(s *settings) error { s.checkedOnly = true; return nil }}
 }
 
+// WithBlindProbeForTest makes the proxy probe of the Manager's connections find nothing,
+// as busy clients of a transaction pooler could make it, so that tests can meet the
+// checks that follow it through a real pooler.
+func WithBlindProbeForTest() Option {
+	return Option{apply: func(s *settings) error { s.blindProbe = true; return nil }}
+}
+
 // QueuedForTest returns how many Lock calls of the Manager wait in its in-process queue
 // for key (the bigint form).
 func QueuedForTest(m *Manager, key Key) int {

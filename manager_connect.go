@@ -193,8 +193,19 @@ func openPool(ctx context.Context, cfg *pgxpool.Config, set *settings, ps *proxy
 		}
 		kind := chooseHolding(set.holding, ps)
 		version := serverVersion(conn.Conn().PgConn().ParameterStatus("server_version"))
-		err = checkEnforced(ctx, conn, &cfg.ConnConfig.Config, kind)
+		err = checkEnforced(ctx, conn, &cfg.ConnConfig.Config, kind, set.logger)
 		conn.Release()
+		if errors.Is(err, errSharedBackend) && ps.proxied.Load() && set.holding != HoldingSession {
+			// The probe missed a transaction pooler (busy clients can hide one) and the
+			// self-test met it: hold by transaction (checkEnforced took back what the
+			// connection had left on the server).
+			pool.Close()
+			ps.noteTxPooler()
+			continue
+		}
+		if errors.Is(err, errSharedBackend) && set.holding == HoldingSession {
+			err = fmt.Errorf("%w"+sessionHint, err)
+		}
 		if err == nil {
 			err = set.forHolding(kind, ps.proxied.Load())
 		}
@@ -202,6 +213,7 @@ func openPool(ctx context.Context, cfg *pgxpool.Config, set *settings, ps *proxy
 			pool.Close()
 			return nil, 0, 0, err
 		}
+		ps.chosen.Store(int32(kind))
 		ps.reportHolding(kind, set.heartbeat)
 		return pool, kind, version, nil
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"strconv"
 	"time"
@@ -33,29 +34,86 @@ import (
 // session ended meanwhile (an operator or a fault terminated it), nor does a second
 // session that could not connect or was ended: then the test is inconclusive and New
 // goes on. A stub engine answers every statement, so it is never inconclusive.
-func checkEnforced(ctx context.Context, conn *pgxpool.Conn, cc *pgconn.Config, kind Holding) error {
+func checkEnforced(ctx context.Context, conn *pgxpool.Conn, cc *pgconn.Config, kind Holding, logger *slog.Logger) error {
 	if kind == HoldingTransaction {
 		return checkEnforcedTx(ctx, conn, cc)
 	}
 	pg := conn.Conn().PgConn()
-	_, token := ownership(pg)
-	key := strconv.FormatInt(rand.Int64(), 10)
+	pid, token := ownership(pg)
+	key := rand.Int64()
 	owned := "CASE WHEN pg_catalog.current_setting('" + ownerSetting + "', true) OPERATOR(pg_catalog.=) '" + token + "' THEN "
-	got, err := oneBool(pg.Exec(ctx, "SELECT "+owned+"pg_catalog.pg_try_advisory_lock("+key+") END").ReadAll())
+	lit := strconv.FormatInt(key, 10)
+	got, err := oneBool(pg.Exec(ctx, "SELECT "+owned+"pg_catalog.pg_try_advisory_lock("+lit+") END").ReadAll())
 	switch {
 	case err != nil:
 		return fmt.Errorf("advisory: check that the server enforces advisory locks: %w", err)
 	case got == "":
-		return fmt.Errorf("%w: the self-test statement ran on another client's backend; it did nothing there", ErrPooler)
+		takeBack(ctx, conn, pid, token, key, logger)
+		return fmt.Errorf("%w: the self-test statement ran on another client's backend; it did nothing there", errSharedBackend)
 	case got == "f":
 		return nil // held elsewhere: refused, which is enforcement enough
 	}
-	both, berr := secondTry(ctx, cc, key)
-	released, uerr := oneBool(pg.Exec(ctx, "SELECT "+owned+"pg_catalog.pg_advisory_unlock("+key+") END").ReadAll())
-	if uerr != nil || released != "t" {
+	both, bpid, berr := secondTry(ctx, cc, lit)
+	released, uerr := oneBool(pg.Exec(ctx, "SELECT "+owned+"pg_catalog.pg_advisory_unlock("+lit+") END").ReadAll())
+	switch {
+	case berr == nil && bpid == pid:
+		takeBack(ctx, conn, pid, token, key, logger)
+		return fmt.Errorf("%w: the self-test's second connection was given the first's backend (pid %d)", errSharedBackend, pid)
+	case uerr == nil && released == "":
+		takeBack(ctx, conn, pid, token, key, logger)
+		return fmt.Errorf("%w: the self-test's release ran on another client's backend; it did nothing there", errSharedBackend)
+	case uerr != nil || released != "t":
 		conn.Conn().Close(ctx) // never back to the pool holding the key
 	}
 	return enforcedVerdict(both, berr, uerr != nil && !usable(pg, uerr))
+}
+
+// errSharedBackend is ErrPooler for a sign, found by New's self-test on a connection set
+// up for session holdings, that the proxy in the path shares backends between clients
+// after all (its probe can miss a busy transaction pooler): see openPool.
+var errSharedBackend = fmt.Errorf("%w", ErrPooler)
+
+// takeBackRounds bounds takeBack: each round is one statement, which a transaction
+// pooler runs on whichever backend it hands the connection.
+const takeBackRounds = 16
+
+// takeBack undoes, on a connection whose backend (pid) New's self-test found shared, what
+// the connection's set-up and self-test left there: the self-test's key if it still
+// holds it, and the ownership token. The statement does it only where the token is, so
+// it is sent until it lands there, at most takeBackRounds times; then the connection is
+// closed. What it could not take back is reported at Warn: a key no one else uses, and
+// a token that tells any later lock connection given that backend that it is shared.
+func takeBack(ctx context.Context, conn *pgxpool.Conn, pid uint32, token string, key int64, logger *slog.Logger) {
+	pg := conn.Conn().PgConn()
+	defer conn.Conn().Close(ctx)
+	sql := takeBackSQL(token, key)
+	for range takeBackRounds {
+		rows, err := pg.Exec(ctx, sql).ReadAll()
+		if err != nil {
+			break
+		}
+		if len(rows) == 1 && len(rows[0].Rows) == 1 {
+			return
+		}
+	}
+	if logger != nil {
+		logAttrs(logger, slog.LevelWarn, "advisory: New found that the proxy shares server sessions between "+
+			"clients after its connection's set-up had left an ownership token on one, and could not take it back: "+
+			"the token stays on that server session until the proxy closes it; later lock connections given it "+
+			"take it as a sign of sharing, as it is", slog.Uint64("pid", uint64(pid)))
+	}
+}
+
+// takeBackSQL is takeBack's statement: one row where the token is (it releases the key
+// if the backend holds it, and clears the token), none elsewhere.
+func takeBackSQL(token string, key int64) string {
+	classid, objid := strconv.FormatUint(uint64(key)>>32, 10), strconv.FormatUint(uint64(key)&0xffffffff, 10)
+	return "SELECT pg_catalog.set_config('" + ownerSetting + "', NULL, false), (SELECT pg_catalog.count(" +
+		"pg_catalog.pg_advisory_unlock(" + strconv.FormatInt(key, 10) + ")) FROM pg_catalog.pg_locks WHERE locktype " +
+		"OPERATOR(pg_catalog.=) 'advisory' AND pid OPERATOR(pg_catalog.=) pg_catalog.pg_backend_pid() AND granted " +
+		"AND classid OPERATOR(pg_catalog.=) " + classid + " AND objid OPERATOR(pg_catalog.=) " + objid +
+		" AND objsubid OPERATOR(pg_catalog.=) 1) WHERE pg_catalog.current_setting('" + ownerSetting +
+		"', true) OPERATOR(pg_catalog.=) '" + token + "'"
 }
 
 // checkEnforcedTx is checkEnforced for transaction holdings: the first session takes the
@@ -67,7 +125,8 @@ func checkEnforced(ctx context.Context, conn *pgxpool.Conn, cc *pgconn.Config, k
 func checkEnforcedTx(ctx context.Context, conn *pgxpool.Conn, cc *pgconn.Config) error {
 	pg := conn.Conn().PgConn()
 	key := strconv.FormatInt(rand.Int64(), 10)
-	got, err := oneBoolOfLast(pg.Exec(ctx, "BEGIN; SELECT pg_catalog.pg_try_advisory_xact_lock("+key+")"))
+	var first uint32
+	got, err := oneBoolOfLast(pg.Exec(ctx, "BEGIN; SELECT pg_catalog.pg_backend_pid(), pg_catalog.pg_try_advisory_xact_lock("+key+")"), &first)
 	if err != nil || got != "t" {
 		if _, rerr := pg.Exec(ctx, "ROLLBACK").ReadAll(); rerr != nil || pg.TxStatus() != 'I' {
 			conn.Conn().Close(ctx)
@@ -78,11 +137,15 @@ func checkEnforcedTx(ctx context.Context, conn *pgxpool.Conn, cc *pgconn.Config)
 		return nil // held elsewhere: refused, which is enforcement enough
 	}
 	sctx, cancel := context.WithTimeout(ctx, selfTestWait)
-	both, berr := secondTry(sctx, cc, key)
+	both, bpid, berr := secondTry(sctx, cc, key)
 	cancel()
 	_, uerr := pg.Exec(ctx, "ROLLBACK").ReadAll()
 	if uerr != nil || pg.TxStatus() != 'I' {
 		conn.Conn().Close(ctx) // never back to the pool in a transaction that holds the key
+	}
+	if berr == nil && bpid == first {
+		return fmt.Errorf("%w: the self-test's second connection was given the backend (pid %d) on which the "+
+			"first's transaction was open: the proxy does not keep a transaction on one server session", ErrPooler, bpid)
 	}
 	return enforcedVerdict(both, berr, uerr != nil && !usable(pg, uerr))
 }
@@ -107,26 +170,30 @@ func enforcedVerdict(both string, berr error, firstLost bool) error {
 }
 
 // secondTry tries the key on a new plain connection, and releases it at once if it got
-// it, in one statement: "t" if it got it.
-func secondTry(ctx context.Context, cc *pgconn.Config, key string) (string, error) {
+// it, in one statement: "t" if it got it, and the backend it ran on.
+func secondTry(ctx context.Context, cc *pgconn.Config, key string) (string, uint32, error) {
 	other, err := pgconn.ConnectConfig(ctx, cc.Copy())
 	if err != nil {
-		return "", fmt.Errorf("second connection: %w", err)
+		return "", 0, fmt.Errorf("second connection: %w", err)
 	}
 	defer other.Close(ctx)
-	return oneBool(other.Exec(ctx, "SELECT CASE WHEN pg_catalog.pg_try_advisory_lock("+key+") THEN pg_catalog.pg_advisory_unlock("+key+
-		") ELSE false END").ReadAll())
+	var pid uint32
+	got, err := oneBoolOfLast(other.Exec(ctx, "SELECT pg_catalog.pg_backend_pid(), CASE WHEN pg_catalog.pg_try_advisory_lock("+
+		key+") THEN pg_catalog.pg_advisory_unlock("+key+") ELSE false END"), &pid)
+	return got, pid, err
 }
 
-// oneBoolOfLast is oneBool for a Query of several statements: the last one's value.
-func oneBoolOfLast(mrr *pgconn.MultiResultReader) (string, error) {
+// oneBoolOfLast reads the last row of a Query of one or more statements: a backend pid
+// into pid and, as oneBool does, a boolean's text.
+func oneBoolOfLast(mrr *pgconn.MultiResultReader, pid *uint32) (string, error) {
 	var got string
 	err := lastRow(mrr, func(v [][]byte) error {
-		if len(v) != 1 {
+		if len(v) != 2 {
 			return errNotOneRow
 		}
-		got = string(v[0])
-		return nil
+		n, err := parseUint32(v[0], "pg_backend_pid()")
+		*pid, got = n, string(v[1])
+		return err
 	})
 	return got, err
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"net"
 	"net/netip"
@@ -31,11 +32,14 @@ const lookSQL = "SELECT pg_catalog.pg_backend_pid(), pg_catalog.pg_is_in_recover
 	"coalesce(pg_catalog.host(pg_catalog.inet_server_addr()), ''), coalesce(pg_catalog.inet_server_port(), 0), " +
 	"(SELECT oid FROM pg_catalog.pg_database WHERE datname OPERATOR(pg_catalog.=) pg_catalog.current_database())"
 
-// setUp prepares a new pool connection for locking. It refuses a standby and, before it
+// setUp prepares a new pool connection for locking. It refuses a standby. Before it
 // changes any setting on the server (which would leak to other clients of a shared
-// backend), a backend that another client has used; behind a proxy it also checks that
-// the proxy gives each client connection a backend of its own. Then it stores a fresh
-// ownership token and, on a direct connection, the session settings.
+// backend), it looks for signs that the backend is shared: another lock connection's
+// token on it, or, behind a proxy, the probe's (see probe). Behind a transaction pooler
+// (a sign found now or by an earlier connection) it changes nothing on the server (see
+// txPooledConn), or fails if the Manager holds session-level locks (see
+// proxyState.sharing). Otherwise it stores a fresh ownership token and, on a direct
+// connection, the session settings.
 func setUp(ctx context.Context, conn *pgx.Conn, set *settings, ps *proxyState) error {
 	pg := conn.PgConn()
 	reported := pg.ParameterStatus("server_version")
@@ -50,35 +54,42 @@ func setUp(ctx context.Context, conn *pgx.Conn, set *settings, ps *proxyState) e
 	var settings [][2]string
 	switch {
 	case seen.pid == pg.PID():
+		if seen.prev != "" {
+			return fmt.Errorf("%w: the new connection's backend (pid %d) already carries another lock "+
+				"connection's ownership token: a proxy hands one server connection to several clients", ErrPooler, seen.pid)
+		}
 		settings = serverSettings(set, version)
 	case ps.txPooled.Load():
 		txPooledConn(pg, seen) // known from the Manager's first connection: nothing to probe
 		return nil
+	case seen.prev != "":
+		// Another lock connection's token on the backend this client was just given: the
+		// proxy shares backends between clients.
+		return ps.sharing(pg, seen, fmt.Sprintf("the new connection's backend (pid %d) already carries "+
+			"another lock connection's ownership token", seen.pid))
 	default:
 		// A proxy is in the path. A probe can show that a transaction pooler shares
-		// backends, never prove that one does not (busy clients can fool it), so nothing
-		// that other clients of a shared backend would inherit is changed: keepalive and
+		// backends, never prove that one does not, so nothing that other clients of a
+		// shared backend would inherit is changed: keepalive and
 		// client_connection_check_interval would only configure the proxy's server
-		// connection anyway. Only the token is set, which harms no one and makes any
-		// sharing with another of our connections visible.
-		shared, err := probe(ctx, conn, seen.pid)
+		// connection anyway. Only the token is set, which makes any sharing with another
+		// of our connections visible (see lookAt), and which New takes back if its
+		// self-test finds sharing after all (see openPool).
+		shared, err := probe(ctx, conn, seen.pid, ps.blind)
 		switch {
 		case err != nil:
 			return err
-		case shared && ps.holding == HoldingSession:
-			return fmt.Errorf("%w: two client connections reached the same backend (pid %d): a transaction pooler, "+
-				"through which no session-level lock can be held, and the Manager was asked for session holdings "+
-				"(WithHolding(HoldingSession)): let it hold by transaction (the default), or connect directly or "+
-				"through session pooling", ErrPooler, seen.pid)
 		case shared:
-			ps.noteTxPooler()
-			txPooledConn(pg, seen)
-			return nil
+			return ps.sharing(pg, seen, fmt.Sprintf("two client connections reached the same backend (pid %d)", seen.pid))
 		}
 		ps.noteProxy()
 	}
 	token := newToken()
 	if err := apply(ctx, pg, append(settings, [2]string{ownerSetting, token}), seen.pid, reported); err != nil {
+		if errors.Is(err, errNotApplied) && seen.pid != pg.PID() {
+			return ps.sharing(pg, seen, fmt.Sprintf("the connection's setup statement did not run on its "+
+				"backend (pid %d), or found another client's token there; it changed nothing", seen.pid))
+		}
 		return err
 	}
 	pg.CustomData()[backendPIDKey] = seen.pid
@@ -102,7 +113,7 @@ func txPooledConn(pg *pgconn.PgConn, seen look) {
 }
 
 // lookAt runs lookSQL on a new connection, before anything is changed on the server, and
-// refuses a standby and a backend that already carries another lock connection's token.
+// refuses a standby.
 func lookAt(ctx context.Context, pg *pgconn.PgConn, reported string) (look, error) {
 	rows, err := pg.Exec(ctx, lookSQL).ReadAll()
 	if err != nil {
@@ -116,23 +127,24 @@ func lookAt(ctx context.Context, pg *pgconn.PgConn, reported string) (look, erro
 		return look{}, fmt.Errorf("%w: the server is in recovery (pg_is_in_recovery()): a lock taken there would be "+
 			"local to it, not shared with the primary's sessions; connect to the primary (target_session_attrs=read-write)",
 			ErrStandby)
-	case seen.prev != "":
-		return look{}, fmt.Errorf("%w: the new connection's backend (pid %d) already carries another lock "+
-			"connection's ownership token: a proxy hands one server connection to several clients", ErrPooler, seen.pid)
 	}
 	return seen, nil
 }
 
+// errNotApplied: the settings statement ran on another backend than the connection's, or
+// found another client's token there (see applySQL).
+var errNotApplied = fmt.Errorf("%w: the connection's setup statement did not run on its backend, "+
+	"or found another client's token there; it changed nothing", ErrPooler)
+
 // apply stores settings on the backend pid in one statement (see applySQL), or fails
-// with ErrPooler if the statement ran on another backend or found a token there.
+// with errNotApplied if the statement ran on another backend or found a token there.
 func apply(ctx context.Context, pg *pgconn.PgConn, settings [][2]string, pid uint32, reported string) error {
 	rows, err := pg.Exec(ctx, applySQL(settings, pid)).ReadAll()
 	if err != nil {
 		return setupError(err, reported)
 	}
 	if got, err := oneNumber(rows, "the settings statement"); err != nil || got != uint32(len(settings)) {
-		return fmt.Errorf("%w: the connection's setup statement did not run on its backend (pid %d), "+
-			"or found another client's token there; it changed nothing", ErrPooler, pid)
+		return fmt.Errorf("%w (pid %d)", errNotApplied, pid)
 	}
 	return nil
 }

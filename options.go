@@ -21,6 +21,7 @@ func option(f func(*settings) error) Option { return Option{apply: f} }
 
 type settings struct {
 	checkedOnly        bool // tests only: no connection is taken as direct (see export_test.go)
+	blindProbe         bool // tests only: the proxy probe finds nothing (see export_test.go)
 	prepareNamedAt     int  // tests only when not 0: the use at which a named statement is prepared (see unprepared)
 	clientKeepalive    TCPKeepalive
 	clientKeepaliveSet bool // by WithClientKeepalive

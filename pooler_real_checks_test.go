@@ -98,7 +98,7 @@ func settingsToCheck(t testing.TB) []string {
 }
 
 // requireNoSettingLeaked: after the library's clients ran, plain clients through PgBouncer
-// see the server's defaults (but for those overridden, which PgBouncer's connect_query
+// see the server's defaults, and no lock connection's ownership token, (but for those overridden, which PgBouncer's connect_query
 // sets) on every server connection PgBouncer could hand to a new client (all of them in transaction and statement mode; in session mode those not
 // linked to a client). Settings are per backend and cannot be read from another session,
 // so plain clients sample the server connections, one client per connection to check,
@@ -106,7 +106,11 @@ func settingsToCheck(t testing.TB) []string {
 func requireNoSettingLeaked(t *testing.T, b *pgtest.PgBouncer, overridden map[string]string) {
 	ctx := ctxT(t)
 	names := settingsToCheck(t)
-	settings := "ARRAY[current_setting('" + strings.Join(names, "'), current_setting('") + "')]"
+	// And the ownership token a lock connection's set-up stores (see manager_setup.go), which a
+	// server connection shared by clients must not keep (no default: "" when unset).
+	settings := "ARRAY[current_setting('" + strings.Join(names, "'), current_setting('") + "'), " +
+		"coalesce(current_setting('advisory.owner', true), '')]"
+	names = append(names[:len(names):len(names)], "advisory.owner")
 	var want []string // the defaults, on a direct connection
 	require.NoError(t, admin.QueryRow(ctx, "SELECT "+settings).Scan(&want))
 	for i, name := range names {

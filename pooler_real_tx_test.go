@@ -34,6 +34,12 @@ func TestPgBouncerTransactionHoldings(t *testing.T) {
 			b := pgtest.PgBouncerForTest(t, srv, pgtest.PoolTransaction, pgtest.WithConnectQuery(connectQuery(serverConnDefaults)))
 			busyClients(t, b.DSN(), load.busy)
 			t.Run("detected and reported", func(t *testing.T) { txPoolerDetected(t, b) })
+			t.Run("detected every time", func(t *testing.T) { txPoolerDetectedEveryTime(t, b, 40) })
+			if load.busy == 0 {
+				// Quiet, PgBouncer hands a new client the server connection last used: the
+				// self-test's second connection meets the first's backend every time.
+				t.Run("a probe that saw nothing", func(t *testing.T) { txPoolerProbeMissed(t, b) })
+			}
 			t.Run("locks work", func(t *testing.T) { txPoolerLocksWork(t, b) })
 			for _, c := range clientModes(b) {
 				t.Run("never two holders/"+c.name, func(t *testing.T) { poolerNeverTwoHolders(t, c.dsn) })
@@ -93,6 +99,48 @@ func txPoolerDetected(t *testing.T, b *pgtest.PgBouncer) {
 		}
 		return true
 	})
+}
+
+// txPoolerDetectedEveryTime: n Managers in a row find the pooler and hold by transaction;
+// none fails. Busy clients once hid the pooler from New's probe about one time in 300,
+// and the token its set-up then left on a shared server connection made the next New
+// through it fail too.
+func txPoolerDetectedEveryTime(t *testing.T, b *pgtest.PgBouncer, n int) {
+	for i := range n {
+		m, err := advisory.New(ctxT(t), b.DSN())
+		require.NoError(t, err, "New %d", i)
+		kind := m.Holding()
+		m.Close()
+		require.Equal(t, advisory.HoldingTransaction, kind, "New %d", i)
+	}
+}
+
+// txPoolerProbeMissed: a probe that found nothing (as busy clients could make it) leaves
+// New's self-test to meet the pooler. A Manager that may hold by transaction does, and
+// one asked for session holdings fails with ErrPooler saying what to do; either way the
+// set-up's token and the self-test's key are taken back from the server connection.
+func txPoolerProbeMissed(t *testing.T, b *pgtest.PgBouncer) {
+	ctx := ctxT(t)
+	m, err := advisory.New(ctx, b.DSN(), advisory.WithBlindProbeForTest())
+	require.NoError(t, err)
+	defer m.Close()
+	require.Equal(t, advisory.HoldingTransaction, m.Holding())
+	require.True(t, m.Bounds().TransactionPooler)
+	l, err := m.Lock(ctx, t.Name())
+	require.NoError(t, err)
+	requireHeldBy(t, advisory.KeyOf(t.Name()), l.PID())
+	require.NoError(t, l.Unlock(ctx))
+
+	s, err := advisory.New(ctx, b.DSN(), advisory.WithBlindProbeForTest(), advisory.WithHolding(advisory.HoldingSession))
+	if s != nil {
+		s.Close()
+	}
+	require.ErrorIs(t, err, advisory.ErrPooler)
+	assert.Contains(t, err.Error(), "second connection was given the first's backend")
+	assert.Contains(t, err.Error(), "WithHolding(HoldingTransaction)")
+	m.Close()
+	requireNoLockLeft(t, b)
+	requireNoSettingLeaked(t, b, serverConnDefaults)
 }
 
 // txPoolerLocksWork: holders and waiters as on a direct connection, through the pooler's
