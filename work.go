@@ -207,16 +207,19 @@ func (l *Lock) WorkConfig(cfg *pgconn.Config) {
 
 // Drain makes sure that no server session that worked for an earlier holder of the lock is
 // still running: it finds the sessions tagged for another holding (see
-// [Lock.WorkAppName]; shared co-holders that hold the lock now are spared), waits up to
-// [WithDrainWait] for them to end, terminates the rest and waits until they are gone.
+// [Lock.WorkAppName]; shared co-holders that hold the lock now are spared) whose role is
+// one it covers (its own, one whose privileges it has, one named by [WithWorkRoles]),
+// waits up to [WithDrainWait] for them to end, terminates the rest and waits until they
+// are gone. Tagged sessions of other roles are reported as Ignored, never waited for.
 // [Manager.Do], DoTx, TryDo and Lead call it before fn; after [Manager.Lock], call it
 // before starting the work.
 //
 // It blocks for one statement when nothing is found, else for the wait and up to 10 s
 // more. ctx is checked between statements and while waiting, never interrupting one. The
 // lock is kept whatever happens; the report lists what was found, also on error. An error
-// wraps [ErrWorkNotDrained] (no privilege to terminate: the text names the grant; or a
-// session did not go in time), ctx's error, or the lock's end: then do not start the work.
+// wraps [ErrWorkNotDrained] (no privilege to terminate a WithWorkRoles role's session: the
+// text names the grant; or a session did not go in time), ctx's error, or the lock's end:
+// then do not start the work.
 func (l *Lock) Drain(ctx context.Context) (DrainReport, error) {
 	d := &drainer{s: l.s, prefix: l.s.workPrefix(), start: time.Now(), index: map[uint32]int{}}
 	err := d.run(ctx)
@@ -228,6 +231,13 @@ type DrainReport struct {
 	// Sessions are the earlier holders' sessions the drain waited for, in the order it
 	// first saw them.
 	Sessions []DrainedSession
+	// Ignored are the sessions that carry the lock's tag but whose role the drain does
+	// not cover (see [WithWorkRoles]): not waited for, not terminated, in the order first
+	// seen. Anyone who can log in can set an application_name.
+	Ignored []IgnoredSession
+	// Role is the role the drain ran as (current_user on the lock's connection); "" if it
+	// ran no statement.
+	Role string
 	// Took is how long the drain took, from its start to its last statement.
 	Took time.Duration
 }
@@ -247,4 +257,15 @@ type DrainedSession struct {
 	Terminated bool
 	// After is how long after the drain began the session was seen gone.
 	After time.Duration
+}
+
+// An IgnoredSession is a session that carries the lock's work tag and that [Lock.Drain]
+// did not wait for, because of its role.
+type IgnoredSession struct {
+	PID uint32
+	// ApplicationName and User (the session's role) are as pg_stat_activity showed them:
+	// text chosen by whoever connected, to escape before printing to a terminal.
+	ApplicationName, User string
+	// Reason says why the drain did not cover the session's role, in words.
+	Reason string
 }

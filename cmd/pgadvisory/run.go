@@ -28,6 +28,7 @@ type runner struct {
 	quiet    bool
 	grace    time.Duration
 	drainW   time.Duration // --drain-wait
+	roles    roleList      // --work-role
 	holder   string
 	fence    fenceFlags
 	tok      int64 // the fencing token, with --token
@@ -62,6 +63,7 @@ func parseRun(args []string, global connFlags, stdout, stderr io.Writer) (*runne
 	fs.DurationVar(&r.grace, "grace", 10*time.Second, "time between SIGTERM and SIGKILL if the lock is lost")
 	fs.DurationVar(&r.drainW, "drain-wait", time.Second,
 		"how long to wait for an earlier holder's sessions to end before terminating them")
+	fs.Var(&r.roles, "work-role", "also drain earlier holders' sessions of this role (repeatable)")
 	fs.StringVar(&r.holder, "holder-name", "", "application_name other sessions see")
 	r.fence.register(fs, true)
 	r.conn.register(fs, runConnectTimeout)
@@ -122,7 +124,8 @@ func (r *runner) check(fs *flag.FlagSet) error {
 func (r *runner) run() int {
 	ctx, in := watchInterrupts(r.sigs)
 	r.phase = "connecting"
-	m, err := r.conn.connect(ctx, "run", r.holder, append(r.fence.options(), advisory.WithDrainWait(r.drainW))...)
+	m, err := r.conn.connect(ctx, "run", r.holder, append(r.fence.options(), advisory.WithDrainWait(r.drainW),
+		advisory.WithWorkRoles(r.roles...))...)
 	if err != nil {
 		if sig := in.end(); sig != nil {
 			return r.interrupted(sig)
