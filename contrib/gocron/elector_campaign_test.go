@@ -71,3 +71,37 @@ func TestElectorIgnoresAForgedTag(t *testing.T) {
 	eventually(t, 10*time.Second, func() bool { return e.IsLeader(context.Background()) == nil }, "the elector leads")
 	require.NoError(t, c.Ping(context.Background()), "the forger's session was left alone")
 }
+
+// TestElectorCampaignsThroughAFailedDrain (issue 37, item 5): the replicas lock as one
+// role and work as another (WithWorkRoles), without the privilege to terminate its
+// sessions; an earlier leader's work session runs on, so every drain fails. The Elector
+// keeps campaigning (IsLeader says ErrNotLeader, never "stopped") and leads once the
+// session has ended. Lead used to return at the first failed drain, and the Elector
+// stopped for good.
+func TestElectorCampaignsThroughAFailedDrain(t *testing.T) {
+	t.Parallel()
+	name := t.Name()
+	_, holderDSN := loginRole(t, "replica")
+	worker, workerDSN := loginRole(t, "worker")
+	first := managerAs(t, holderDSN)
+	l, err := first.Lock(context.Background(), name)
+	require.NoError(t, err)
+	work, err := l.WorkConnString(workerDSN)
+	require.NoError(t, err)
+	c, err := pgx.Connect(context.Background(), work)
+	require.NoError(t, err)
+	t.Cleanup(func() { c.Close(context.Background()) })
+	var workPID uint32
+	require.NoError(t, c.QueryRow(context.Background(), "SELECT pg_backend_pid()").Scan(&workPID))
+	terminate(t, l.PID())
+	<-l.Done()
+
+	e, err := advgocron.NewElector(managerAs(t, holderDSN, advisory.WithDrainWait(0), advisory.WithWorkRoles(worker)), name)
+	require.NoError(t, err)
+	t.Cleanup(e.Close)
+	for deadline := time.Now().Add(time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		require.ErrorIs(t, e.IsLeader(context.Background()), advgocron.ErrNotLeader, "still campaigning")
+	}
+	terminate(t, workPID)
+	eventually(t, 10*time.Second, func() bool { return e.IsLeader(context.Background()) == nil }, "the elector leads")
+}
