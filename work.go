@@ -62,7 +62,10 @@ const maxAppName = 63
 // keepalive, so that the backend of a holder that died or was cut off stops within the
 // bounds of docs/keepalive.md even in the middle of a statement. It returns "" when the
 // lock's connection goes through a proxy, which (as PgBouncer does) may refuse the
-// parameter. It does not block.
+// parameter. These are the values for the lock's own server: [Lock.WorkConnString] and
+// [Lock.WorkEnv] pass them on only to connections aimed at the lock's own address, and
+// [Lock.WorkConfig] sets them after connecting where the work connection reaches its
+// server directly (see docs/work.md). It does not block.
 func (l *Lock) WorkOptions() string {
 	s := l.s
 	if s.pid != s.pg.PID() {
@@ -93,9 +96,10 @@ func withOptions(ours, theirs string) string {
 // WorkEnv returns a copy of environ (as os.Environ returns it) for a command that does
 // this holding's work through libpq or pgx, which read PGAPPNAME and PGOPTIONS: PGAPPNAME
 // becomes [Lock.WorkAppName] of the PGAPPNAME in environ, and PGOPTIONS starts with
-// [Lock.WorkOptions], followed by the PGOPTIONS in environ. A connection string that sets
-// application_name itself overrides PGAPPNAME: give such a tool [Lock.WorkConnString].
-// It does not block.
+// [Lock.WorkOptions] (only if the server environ names, DATABASE_URL's if it is set, else
+// the PG* variables', is at the lock's own address: elsewhere a pooler may refuse them),
+// followed by the PGOPTIONS in environ. A connection string that sets application_name
+// itself overrides PGAPPNAME: give such a tool [Lock.WorkConnString]. It does not block.
 func (l *Lock) WorkEnv(environ []string) []string {
 	var app, opts string
 	out := make([]string, 0, len(environ)+2)
@@ -110,25 +114,26 @@ func (l *Lock) WorkEnv(environ []string) []string {
 		}
 	}
 	out = append(out, "PGAPPNAME="+l.WorkAppName(app))
-	if o := withOptions(l.WorkOptions(), opts); o != "" {
+	if o := withOptions(l.optionsFor(envTarget(environ)), opts); o != "" {
 		out = append(out, "PGOPTIONS="+o)
 	}
 	return out
 }
 
 // WorkConnString returns connString (a URL or keyword/value connection string) with
-// application_name set to [Lock.WorkAppName] of its own (or PGAPPNAME's) and options
-// starting with [Lock.WorkOptions], for a tool that takes a connection string (database/sql
-// drivers, migration tools). Everything else in it is kept. It does not block. A string
-// that cannot be parsed returns an error wrapping [ErrInvalidOption] that never contains
-// its password.
+// application_name set to [Lock.WorkAppName] of its own (or PGAPPNAME's) and, if it aims
+// at the lock's own address (the Manager's hosts and ports), options starting with
+// [Lock.WorkOptions], for a tool that takes a connection string (database/sql drivers,
+// migration tools). Aimed elsewhere (a pooler, say, which may refuse options) it gets no
+// options of ours. Everything else in it is kept. It does not block. A string that cannot
+// be parsed returns an error wrapping [ErrInvalidOption] that never contains its password.
 func (l *Lock) WorkConnString(connString string) (string, error) {
 	cfg, err := pgconn.ParseConfig(connString)
 	if err != nil {
 		return "", parseError(connString, err)
 	}
 	app := l.WorkAppName(cfg.RuntimeParams["application_name"])
-	opts := withOptions(l.WorkOptions(), cfg.RuntimeParams["options"])
+	opts := withOptions(l.optionsFor(cfg), cfg.RuntimeParams["options"])
 	if strings.HasPrefix(connString, "postgres://") || strings.HasPrefix(connString, "postgresql://") {
 		return urlWith(connString, app, opts), nil
 	}
@@ -168,12 +173,15 @@ func quoteValue(v string) string {
 }
 
 // WorkConfig sets cfg up for connections that do this holding's work: its
-// application_name becomes [Lock.WorkAppName] of its own, its options start with
-// [Lock.WorkOptions], and a connection opened after the lock has ended fails (with an
-// error wrapping the lock's end, [ErrLockLost] or [ErrNotHeld]), so that no new work
-// starts for a holding that is over. Each new connection asks the server, on its own
-// session, whether the lock's session still holds the lock (one round trip): a loss this
-// process has not heard of yet refuses it too, as does a server other than the lock's.
+// application_name becomes [Lock.WorkAppName] of its own, and a connection opened after
+// the lock has ended fails (with an error wrapping the lock's end, [ErrLockLost] or
+// [ErrNotHeld]), so that no new work starts for a holding that is over. Each new
+// connection asks the server, on its own session, whether the lock's session still holds
+// the lock (one round trip): a loss this process has not heard of yet refuses it too, as
+// does a server other than the lock's. The same round trip gives the session the
+// settings of [Lock.WorkOptions] (for its own server's version), those cfg's own options
+// did not set, if the connection reaches its backend directly; through a pooler it gets
+// none (a session setting would reach other clients). cfg's options are left as they are.
 // For a pgxpool, pass &poolConfig.ConnConfig.Config before creating the pool. It panics
 // if cfg is nil; it does not block.
 func (l *Lock) WorkConfig(cfg *pgconn.Config) {
@@ -184,9 +192,6 @@ func (l *Lock) WorkConfig(cfg *pgconn.Config) {
 		cfg.RuntimeParams = map[string]string{}
 	}
 	cfg.RuntimeParams["application_name"] = l.WorkAppName(cfg.RuntimeParams["application_name"])
-	if o := withOptions(l.WorkOptions(), cfg.RuntimeParams["options"]); o != "" {
-		cfg.RuntimeParams["options"] = o
-	}
 	next := cfg.AfterConnect
 	cfg.AfterConnect = func(ctx context.Context, pg *pgconn.PgConn) error {
 		// The server first, then this process (see heldOnServer); the Lock's own end, if
