@@ -30,8 +30,7 @@ const drainListSQL = `SELECT a.pid, a.application_name, coalesce(a.usename::pg_c
      AND l.classid OPERATOR(pg_catalog.=) $2 AND l.objid OPERATOR(pg_catalog.=) $3
      AND l.objsubid OPERATOR(pg_catalog.=) $4)
 FROM pg_catalog.pg_stat_activity a
-  LEFT JOIN pg_catalog.pg_roles r ON r.oid OPERATOR(pg_catalog.=) a.usesysid,
-  (SELECT rolsuper FROM pg_catalog.pg_roles WHERE rolname OPERATOR(pg_catalog.=) current_user) me
+  LEFT JOIN pg_catalog.pg_roles r ON r.oid OPERATOR(pg_catalog.=) a.usesysid
 WHERE pg_catalog.strpos(a.application_name, $1) OPERATOR(pg_catalog.>) 0
   AND a.pid OPERATOR(pg_catalog.<>) pg_catalog.pg_backend_pid()`
 

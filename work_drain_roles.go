@@ -24,11 +24,14 @@ import (
 // every role, so it waits for every tagged session and terminates a forger's at the end
 // of the drain wait.
 
-// drainWhoseSQL classifies a listed session (a, its role r; me, the drain's role's
-// rolsuper; $5 the WithWorkRoles names): 'own', 'named', 'superuser' (another role that
-// is a superuser, out of reach) or 'other'.
+// drainWhoseSQL classifies a listed session (a, its role r; $5 the WithWorkRoles names):
+// 'own', 'named', 'superuser' (another role that is a superuser, out of reach) or
+// 'other'. Whether the drain's role is a superuser is a scalar subquery, so that a role
+// missing from pg_roles makes no row vanish.
 const drainWhoseSQL = `CASE
-    WHEN coalesce(pg_catalog.pg_has_role(r.oid, 'USAGE') AND (NOT r.rolsuper OR me.rolsuper), false) THEN 'own'
+    WHEN coalesce(pg_catalog.pg_has_role(r.oid, 'USAGE') AND (NOT r.rolsuper
+      OR (SELECT m.rolsuper FROM pg_catalog.pg_roles m WHERE m.rolname OPERATOR(pg_catalog.=) current_user)), false)
+      THEN 'own'
     WHEN a.usename::pg_catalog.text OPERATOR(pg_catalog.=) ANY ($5::pg_catalog.text[]) THEN 'named'
     WHEN coalesce(r.rolsuper, false) THEN 'superuser'
     ELSE 'other' END`
