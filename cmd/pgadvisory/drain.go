@@ -97,7 +97,7 @@ func (l *roleList) String() string { return strings.Join(*l, ",") }
 
 func (l *roleList) Set(s string) error {
 	if s == "" || len(s) > 63 || strings.ContainsRune(s, 0) {
-		return errors.New("not a role name: want 1 to 63 bytes")
+		return errors.New("not a role name: want 1 to 63 bytes without NUL")
 	}
 	*l = append(*l, s)
 	return nil
