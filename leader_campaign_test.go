@@ -16,32 +16,20 @@ import (
 // TestLeadCampaignsAgainAfterATransientError (issue 37, item 5): a Publish of LeadAs
 // waits on the leader table's row, which another transaction has locked, and is
 // cancelled (pg_cancel_backend: 57014). The lock was never lost; LeadAs must not end for
-// good: it releases the lock, backs off and campaigns again, and leads once the row is
-// free. For both kinds of holding (a transaction holding publishes beside the holding,
-// on another connection: that one is cancelled).
+// good: it releases the lock, backs off and campaigns again, reported at Warn and to the
+// LeadRetry hook, and leads once the row is free. For both kinds of holding (a
+// transaction holding publishes beside the holding, on another connection: that one is
+// cancelled).
 func TestLeadCampaignsAgainAfterATransientError(t *testing.T) {
 	t.Parallel()
 	for _, kind := range []advisory.Holding{advisory.HoldingSession, advisory.HoldingTransaction} {
 		t.Run(kind.String(), func(t *testing.T) {
 			t.Parallel()
-			retries := make(chan advisory.LockEvent, 16)
-			rec := &recorder{}
+			retries, rec := make(chan advisory.LockEvent, 16), &recorder{}
 			m := newManager(t, nil, advisory.WithLeaderTable(), advisory.WithHolding(kind), advisory.WithLogger(slog.New(rec)),
-				advisory.WithHooks(advisory.Hooks{LeadRetry: func(ev advisory.LockEvent) { retries <- ev }}))
-			require.NoError(t, m.CreateLeaderTable(ctxT(t)))
+				advisory.WithHooks(advisory.Hooks{LeadRetry: func(ev advisory.LockEvent) { offer(retries, ev) }}))
 			name := t.Name()
-			l, err := m.Lock(ctxT(t), name)
-			require.NoError(t, err)
-			require.NoError(t, l.Publish(ctxT(t), "before")) // the row the next Publish waits on
-			require.NoError(t, l.Unlock(ctxT(t)))
-
-			tx, err := admin.Begin(ctxT(t))
-			require.NoError(t, err)
-			defer tx.Rollback(context.Background())
-			var rowLocker uint32
-			require.NoError(t, tx.QueryRow(ctxT(t), "SELECT pg_backend_pid() FROM "+advisory.DefaultLeaderTable+
-				" WHERE key = $1 AND NOT pair FOR UPDATE", int64(advisory.KeyOf(name))).Scan(&rowLocker))
-
+			rowLocker, free := lockLeaderRow(t, m, name)
 			ctx, cancel := context.WithCancel(ctxT(t))
 			defer cancel()
 			started, done := make(chan struct{}, 8), make(chan error, 1)
@@ -52,14 +40,7 @@ func TestLeadCampaignsAgainAfterATransientError(t *testing.T) {
 					return ctx.Err()
 				})
 			}()
-			var pid uint32
-			eventually(t, 10*time.Second, func() bool {
-				return admin.QueryRow(ctxT(t), `SELECT pid FROM pg_stat_activity
-					WHERE $1 = ANY(pg_blocking_pids(pid))`, int32(rowLocker)).Scan(&pid) == nil
-			}, "a Publish waiting on the leader table's row")
-			_, err = admin.Exec(ctxT(t), "SELECT pg_cancel_backend($1)", int32(pid))
-			require.NoError(t, err)
-
+			cancelBlockedBy(t, rowLocker)
 			select {
 			case err := <-done:
 				t.Fatalf("LeadAs ended after a cancelled Publish: %v", err)
@@ -67,19 +48,8 @@ func TestLeadCampaignsAgainAfterATransientError(t *testing.T) {
 				t.Fatal("fn ran although nothing was published")
 			case <-time.After(time.Second):
 			}
-			ev := <-retries
-			assert.Equal(t, "publish", ev.Reason)
-			assert.Equal(t, name, ev.Name)
-			assert.Equal(t, advisory.KeyOf(name), ev.Key)
-			var pgErr *pgconn.PgError
-			require.ErrorAs(t, ev.Err, &pgErr)
-			assert.Equal(t, "57014", pgErr.Code)
-			assert.Positive(t, ev.Wait, "the back-off")
-			logged := rec.find("advisory: lead: campaign failed, campaigning again")
-			require.NotNil(t, logged)
-			assert.Equal(t, slog.LevelWarn, logged["level"])
-			assert.Equal(t, "publish", logged["step"])
-			require.NoError(t, tx.Rollback(ctxT(t)))
+			requireRetried(t, <-retries, rec, name, "publish", "57014")
+			free()
 			select {
 			case <-started:
 			case err := <-done:
@@ -97,6 +67,63 @@ func TestLeadCampaignsAgainAfterATransientError(t *testing.T) {
 	}
 }
 
+// offer sends ev on ch unless ch is full: a hook must not block.
+func offer(ch chan<- advisory.LockEvent, ev advisory.LockEvent) {
+	select {
+	case ch <- ev:
+	default:
+	}
+}
+
+// lockLeaderRow publishes a value for name with m (so that its leader table has the
+// key's row) and locks that row in a transaction of the admin pool; it returns that
+// transaction's backend pid and a function that ends it.
+func lockLeaderRow(t *testing.T, m *advisory.Manager, name string) (uint32, func()) {
+	t.Helper()
+	require.NoError(t, m.CreateLeaderTable(ctxT(t)))
+	l, err := m.Lock(ctxT(t), name)
+	require.NoError(t, err)
+	require.NoError(t, l.Publish(ctxT(t), "before"))
+	require.NoError(t, l.Unlock(ctxT(t)))
+	tx, err := admin.Begin(ctxT(t))
+	require.NoError(t, err)
+	t.Cleanup(func() { tx.Rollback(context.Background()) })
+	var pid uint32
+	require.NoError(t, tx.QueryRow(ctxT(t), "SELECT pg_backend_pid() FROM "+advisory.DefaultLeaderTable+
+		" WHERE key = $1 AND NOT pair FOR UPDATE", int64(advisory.KeyOf(name))).Scan(&pid))
+	return pid, func() { require.NoError(t, tx.Rollback(ctxT(t))) }
+}
+
+// cancelBlockedBy waits for a statement that waits on a lock of backend blocker (a
+// Publish, here) and cancels it (pg_cancel_backend).
+func cancelBlockedBy(t *testing.T, blocker uint32) {
+	t.Helper()
+	var pid uint32
+	eventually(t, 10*time.Second, func() bool {
+		return admin.QueryRow(ctxT(t), "SELECT pid FROM pg_stat_activity WHERE $1 = ANY(pg_blocking_pids(pid))",
+			int32(blocker)).Scan(&pid) == nil
+	}, "a statement waiting on backend %d", blocker)
+	_, err := admin.Exec(ctxT(t), "SELECT pg_cancel_backend($1)", int32(pid))
+	require.NoError(t, err)
+}
+
+// requireRetried asserts a LeadRetry event and its Warn record: the step that failed,
+// with the SQLSTATE code, and a back-off.
+func requireRetried(t *testing.T, ev advisory.LockEvent, rec *recorder, name, step, code string) {
+	t.Helper()
+	assert.Equal(t, step, ev.Reason)
+	assert.Equal(t, name, ev.Name)
+	assert.Equal(t, advisory.KeyOf(name), ev.Key)
+	var pgErr *pgconn.PgError
+	require.ErrorAs(t, ev.Err, &pgErr)
+	assert.Equal(t, code, pgErr.Code)
+	assert.Positive(t, ev.Wait, "the back-off")
+	logged := rec.find("advisory: lead: campaign failed, campaigning again")
+	require.NotNil(t, logged)
+	assert.Equal(t, slog.LevelWarn, logged["level"])
+	assert.Equal(t, step, logged["step"])
+}
+
 // TestLeadCampaignsAgainAfterAFailedDrain: a drain that fails (a session of a
 // WithWorkRoles role the candidate may not terminate) does not end Lead: it campaigns
 // again, reporting each failure, and leads once the session has ended.
@@ -112,12 +139,7 @@ func TestLeadCampaignsAgainAfterAFailedDrain(t *testing.T) {
 
 	retries := make(chan advisory.LockEvent, 64)
 	m := newManager(t, []string{"user=" + holder, "password=pw"}, advisory.WithDrainWait(0), advisory.WithWorkRoles(worker),
-		advisory.WithHooks(advisory.Hooks{LeadRetry: func(ev advisory.LockEvent) {
-			select {
-			case retries <- ev:
-			default:
-			}
-		}}))
+		advisory.WithHooks(advisory.Hooks{LeadRetry: func(ev advisory.LockEvent) { offer(retries, ev) }}))
 	led, done := make(chan struct{}), make(chan error, 1)
 	go func() {
 		done <- m.Lead(ctxT(t), name, func(context.Context) error { close(led); return nil })

@@ -119,16 +119,23 @@ func TestDrainIgnoresAForgedTag(t *testing.T) {
 	require.True(t, led, "Lead led")
 	require.False(t, backendGone(t, forgedPID))
 	requireFree(t, advisory.KeyOf(name))
+}
 
-	// A superuser has the privileges of every role: its drain covers the forger's session
-	// too, and terminates it rather than wait for it.
-	l, err = newManager(t, nil, advisory.WithDrainWait(0)).Lock(ctxT(t), name)
+// TestSuperusersDrainTerminatesAForgedTag: a superuser has the privileges of every role:
+// its drain covers a forger's session too, and terminates it rather than wait for it.
+func TestSuperusersDrainTerminatesAForgedTag(t *testing.T) {
+	t.Parallel()
+	name := t.Name()
+	forgedPID := forger(t, forgedTag(t, name))
+	l, err := newManager(t, nil, advisory.WithDrainWait(0)).Lock(ctxT(t), name)
 	require.NoError(t, err)
-	report, err = l.Drain(ctxT(t))
+	report, err := l.Drain(ctxT(t))
 	require.NoError(t, err)
+	assert.Empty(t, report.Ignored)
 	require.Len(t, report.Sessions, 1)
 	assert.Equal(t, forgedPID, report.Sessions[0].PID)
 	assert.True(t, report.Sessions[0].Terminated)
+	require.True(t, backendGone(t, forgedPID))
 	require.NoError(t, l.Unlock(ctxT(t)))
 }
 
