@@ -115,10 +115,11 @@ var (
 		"shared holders hold at once, so no token can say which is newest; take the lock exclusively for fenced writes")
 
 	// ErrWorkNotDrained is returned by [Lock.Drain] (and by Do, DoTx, TryDo and Lead,
-	// which then do not call fn) when a server session of an earlier holder's work is
-	// still running and cannot be ended: the role may not terminate it (the error names the
-	// privilege to grant), or it did not go within 10 s of its termination. Starting the
-	// work then could overlap the earlier holder's.
+	// which then do not call fn; Lead campaigns again) when a server session of an
+	// earlier holder's work is still running and cannot be ended: the role may not
+	// terminate it (a session of a [WithWorkRoles] role; the error names the privilege to
+	// grant), or it did not go within 10 s of its termination. Starting the work then
+	// could overlap the earlier holder's.
 	ErrWorkNotDrained = errors.New("advisory: an earlier holder's work is still running")
 
 	// ErrCommitUnconfirmed means a commit the library made for the caller ([Lock.Token],

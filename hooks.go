@@ -30,6 +30,12 @@ type Hooks struct {
 	NotAcquired func(LockEvent)
 	// Ended is called when a held lock ends: released (Unlock, Close of a Do) or lost.
 	Ended func(LockEvent)
+	// LeadRetry is called when a campaign of [Manager.Lead] or LeadAs fails with an error
+	// it does not return for, before it backs off and campaigns again: Reason is the step
+	// that failed ("lock", "drain" or "publish"), Err its error, Wait the back-off. (The
+	// lock, if it was taken, was released first: Ended reported that. A lost lock, after
+	// which Lead campaigns again at once, is reported by Ended alone.)
+	LeadRetry func(LockEvent)
 }
 
 // A LockEvent describes one lock event for [Hooks].

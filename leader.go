@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"time"
 )
 
@@ -120,17 +119,19 @@ func (l *Lock) Publish(ctx context.Context, value string) error {
 
 // Lead makes this process a leader candidate for the given name. It blocks in
 // [Manager.Lock] until it holds the lock (it is leader), drains earlier holders' work as
-// [Manager.Do] does, announces itself to observers ([Lock.Publish]), then runs fn with a context that is cancelled if the lock is lost
-// (context.Cause then wraps [ErrLockLost]). When leadership is lost, Lead waits for fn to
-// return and campaigns again. While it cannot reach the server it retries with a capped,
-// jittered back-off (100 ms to 5 s).
+// [Manager.Do] does, announces itself to observers ([Lock.Publish]), then runs fn with a
+// context that is cancelled if the lock is lost (context.Cause then wraps [ErrLockLost]).
+// When leadership is lost, Lead waits for fn to return and campaigns again at once.
 //
-// Lead returns when ctx ends (an error wrapping ctx.Err(); fn's context is cancelled and
-// fn has returned), when fn returns while still leader (fn's error, nil included; the
+// Lead returns only when ctx ends (an error wrapping ctx.Err(); fn's context is cancelled
+// and fn has returned), when fn returns while still leader (fn's error, nil included; the
 // lock is released first), or on an error retrying cannot mend: an invalid name
-// ([ErrInvalidKey]), a closed Manager ([ErrClosed]), a transaction-pooling proxy
-// ([ErrPooler]), a drain that failed ([ErrWorkNotDrained]), a value it cannot publish
-// ([ErrNoLeaderTable]). fn must return once its
+// ([ErrInvalidKey]), a closed Manager ([ErrClosed]), session holdings asked for behind a
+// transaction pooler ([ErrPooler]), a missing leader table ([ErrNoLeaderTable]). Any
+// other error of a campaign (a Lock that failed, a drain, a Publish: a cancelled
+// statement, a connection error, a server restart, [ErrWorkNotDrained]) releases the
+// lock, backs off (capped and jittered, 100 ms to 5 s) and campaigns again; each is
+// reported on the logger at Warn and to [Hooks].LeadRetry. fn must return once its
 // context is cancelled. Whenever Lead returns, or fn panics (the lock is released before
 // the panic goes on up the stack), the lock is not held.
 func (m *Manager) Lead(ctx context.Context, name string, fn func(ctx context.Context) error) error {
@@ -148,40 +149,19 @@ func (m *Manager) LeadAs(ctx context.Context, name, value string, fn func(ctx co
 	if value != "" && m.set.leaderTable == "" {
 		return fmt.Errorf("%w: lead %s with a value to publish", ErrNoLeaderTable, quote(name))
 	}
-	backoff := 100 * time.Millisecond
+	c := &campaign{m: m, name: name, value: value, backoff: minBackoff}
 	for {
-		l, err := m.Lock(ctx, name)
-		cerr := ctx.Err() // read once: ctx may end between two reads
-		if err == nil && cerr != nil {
-			// Granted just as ctx ended: release, do not start fn.
-			unlockDetached(ctx, l)
-		}
-		switch {
-		case cerr != nil:
-			return fmt.Errorf("advisory: lead %s: %w", quote(name), cerr)
-		case errors.Is(err, ErrInvalidKey), errors.Is(err, ErrClosed), errors.Is(err, ErrPooler):
-			return err
-		case err != nil:
-			if !sleepCtx(ctx, jitter(backoff)) {
-				return fmt.Errorf("advisory: lead %s: %w (last error: %v)", quote(name), ctx.Err(), err)
+		l, step, err := c.elect(ctx)
+		if err != nil {
+			if ferr := c.final(ctx, err); ferr != nil {
+				return ferr
 			}
-			backoff = min(2*backoff, 5*time.Second)
+			if rerr := c.retry(ctx, step, err); rerr != nil {
+				return rerr
+			}
 			continue
 		}
-		backoff = 100 * time.Millisecond
-		if err := drainOrUnlock(ctx, l); err != nil {
-			if errors.Is(err, ErrLockLost) && ctx.Err() == nil {
-				continue
-			}
-			return err
-		}
-		if err := l.Publish(ctx, value); err != nil {
-			uerr := unlockDetached(ctx, l)
-			if (errors.Is(err, ErrLockLost) || errors.Is(uerr, ErrLockLost)) && ctx.Err() == nil {
-				continue
-			}
-			return err
-		}
+		c.backoff = minBackoff
 		if lost, err := leadOnce(ctx, l, fn); !lost {
 			return err
 		}
@@ -200,10 +180,6 @@ func leadOnce(ctx context.Context, l *Lock, fn func(ctx context.Context) error) 
 		return true, nil
 	}
 	return false, fnErr
-}
-
-func jitter(d time.Duration) time.Duration {
-	return d/2 + rand.N(d/2+1)
 }
 
 // sleepCtx sleeps d, or less if ctx ends first; it reports whether it slept the whole d.

@@ -3,6 +3,7 @@ package advisory
 import (
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -38,6 +39,7 @@ type settings struct {
 	leaderRecheck      time.Duration
 	drainWait          time.Duration
 	noDrain            bool          // WithoutDrain: Do, DoTx, TryDo and Lead do not drain
+	workRoles          []string      // WithWorkRoles: more roles whose tagged sessions a drain waits for
 	noNames            bool          // WithoutNamesInActivity: named locks' statements carry no name
 	heartbeat          time.Duration // WithHeartbeat; 0: off
 	heartbeatSet       bool          // by WithHeartbeat (else a transaction holding behind a proxy beats by default)
@@ -195,6 +197,34 @@ func WithDrainWait(d time.Duration) Option {
 		return nil
 	})
 }
+
+// WithWorkRoles names roles whose sessions [Lock.Drain] waits for and terminates when
+// they carry the tag of an earlier holding of the lock, besides the roles it covers
+// anyway: its own and those whose privileges it has (the sessions it may terminate
+// without pg_signal_backend, where a holder's own work runs). Name the roles that
+// holders' work runs as when it is not the lock's role. A session of any other role that
+// carries the tag is ignored, reported in [DrainReport.Ignored] and logged at Warn: a
+// holder cannot have started it, and anyone who can log in can set an
+// application_name. Terminating a named role's session takes pg_signal_backend (or its
+// privileges); without it the drain fails with [ErrWorkNotDrained]. Names are compared
+// with pg_stat_activity.usename exactly, as PostgreSQL spells them (case included). The
+// default is none; a later WithWorkRoles replaces an earlier one; an empty name, one
+// with NUL or longer than 63 bytes returns an error wrapping [ErrInvalidOption]. See
+// docs/work.md, "Whose sessions the drain waits for".
+func WithWorkRoles(roles ...string) Option {
+	return option(func(s *settings) error {
+		for _, r := range roles {
+			if r == "" || len(r) > maxRoleName || strings.ContainsRune(r, 0) {
+				return fmt.Errorf("%w: work role %q; want 1 to 63 bytes without NUL", ErrInvalidOption, r)
+			}
+		}
+		s.workRoles = slices.Clone(roles)
+		return nil
+	})
+}
+
+// maxRoleName is PostgreSQL's limit on a role's name (NAMEDATALEN - 1).
+const maxRoleName = 63
 
 // WithoutDrain makes Do, DoTx, TryDo and Lead call fn without draining earlier holders'
 // work first (see [Lock.Drain]), for programs whose functions never tag connections of

@@ -62,7 +62,10 @@ const maxAppName = 63
 // keepalive, so that the backend of a holder that died or was cut off stops within the
 // bounds of docs/keepalive.md even in the middle of a statement. It returns "" when the
 // lock's connection goes through a proxy, which (as PgBouncer does) may refuse the
-// parameter. It does not block.
+// parameter. These are the values for the lock's own server: [Lock.WorkConnString] and
+// [Lock.WorkEnv] pass them on only to connections aimed at the lock's own address, and
+// [Lock.WorkConfig] sets them after connecting where the work connection reaches its
+// server directly (see docs/work.md). It does not block.
 func (l *Lock) WorkOptions() string {
 	s := l.s
 	if s.pid != s.pg.PID() {
@@ -93,9 +96,10 @@ func withOptions(ours, theirs string) string {
 // WorkEnv returns a copy of environ (as os.Environ returns it) for a command that does
 // this holding's work through libpq or pgx, which read PGAPPNAME and PGOPTIONS: PGAPPNAME
 // becomes [Lock.WorkAppName] of the PGAPPNAME in environ, and PGOPTIONS starts with
-// [Lock.WorkOptions], followed by the PGOPTIONS in environ. A connection string that sets
-// application_name itself overrides PGAPPNAME: give such a tool [Lock.WorkConnString].
-// It does not block.
+// [Lock.WorkOptions] (only if the server environ names, DATABASE_URL's if it is set, else
+// the PG* variables', is at the lock's own address: elsewhere a pooler may refuse them),
+// followed by the PGOPTIONS in environ. A connection string that sets application_name
+// itself overrides PGAPPNAME: give such a tool [Lock.WorkConnString]. It does not block.
 func (l *Lock) WorkEnv(environ []string) []string {
 	var app, opts string
 	out := make([]string, 0, len(environ)+2)
@@ -110,25 +114,26 @@ func (l *Lock) WorkEnv(environ []string) []string {
 		}
 	}
 	out = append(out, "PGAPPNAME="+l.WorkAppName(app))
-	if o := withOptions(l.WorkOptions(), opts); o != "" {
+	if o := withOptions(l.optionsFor(envTarget(environ)), opts); o != "" {
 		out = append(out, "PGOPTIONS="+o)
 	}
 	return out
 }
 
 // WorkConnString returns connString (a URL or keyword/value connection string) with
-// application_name set to [Lock.WorkAppName] of its own (or PGAPPNAME's) and options
-// starting with [Lock.WorkOptions], for a tool that takes a connection string (database/sql
-// drivers, migration tools). Everything else in it is kept. It does not block. A string
-// that cannot be parsed returns an error wrapping [ErrInvalidOption] that never contains
-// its password.
+// application_name set to [Lock.WorkAppName] of its own (or PGAPPNAME's) and, if it aims
+// at the lock's own address (the Manager's hosts and ports), options starting with
+// [Lock.WorkOptions], for a tool that takes a connection string (database/sql drivers,
+// migration tools). Aimed elsewhere (a pooler, say, which may refuse options) it gets no
+// options of ours. Everything else in it is kept. It does not block. A string that cannot
+// be parsed returns an error wrapping [ErrInvalidOption] that never contains its password.
 func (l *Lock) WorkConnString(connString string) (string, error) {
 	cfg, err := pgconn.ParseConfig(connString)
 	if err != nil {
 		return "", parseError(connString, err)
 	}
 	app := l.WorkAppName(cfg.RuntimeParams["application_name"])
-	opts := withOptions(l.WorkOptions(), cfg.RuntimeParams["options"])
+	opts := withOptions(l.optionsFor(cfg), cfg.RuntimeParams["options"])
 	if strings.HasPrefix(connString, "postgres://") || strings.HasPrefix(connString, "postgresql://") {
 		return urlWith(connString, app, opts), nil
 	}
@@ -168,12 +173,15 @@ func quoteValue(v string) string {
 }
 
 // WorkConfig sets cfg up for connections that do this holding's work: its
-// application_name becomes [Lock.WorkAppName] of its own, its options start with
-// [Lock.WorkOptions], and a connection opened after the lock has ended fails (with an
-// error wrapping the lock's end, [ErrLockLost] or [ErrNotHeld]), so that no new work
-// starts for a holding that is over. Each new connection asks the server, on its own
-// session, whether the lock's session still holds the lock (one round trip): a loss this
-// process has not heard of yet refuses it too, as does a server other than the lock's.
+// application_name becomes [Lock.WorkAppName] of its own, and a connection opened after
+// the lock has ended fails (with an error wrapping the lock's end, [ErrLockLost] or
+// [ErrNotHeld]), so that no new work starts for a holding that is over. Each new
+// connection asks the server, on its own session, whether the lock's session still holds
+// the lock (one round trip): a loss this process has not heard of yet refuses it too, as
+// does a server other than the lock's. The same round trip gives the session the
+// settings of [Lock.WorkOptions] (for its own server's version), those cfg's own options
+// did not set, if the connection reaches its backend directly; through a pooler it gets
+// none (a session setting would reach other clients). cfg's options are left as they are.
 // For a pgxpool, pass &poolConfig.ConnConfig.Config before creating the pool. It panics
 // if cfg is nil; it does not block.
 func (l *Lock) WorkConfig(cfg *pgconn.Config) {
@@ -184,9 +192,6 @@ func (l *Lock) WorkConfig(cfg *pgconn.Config) {
 		cfg.RuntimeParams = map[string]string{}
 	}
 	cfg.RuntimeParams["application_name"] = l.WorkAppName(cfg.RuntimeParams["application_name"])
-	if o := withOptions(l.WorkOptions(), cfg.RuntimeParams["options"]); o != "" {
-		cfg.RuntimeParams["options"] = o
-	}
 	next := cfg.AfterConnect
 	cfg.AfterConnect = func(ctx context.Context, pg *pgconn.PgConn) error {
 		// The server first, then this process (see heldOnServer); the Lock's own end, if
@@ -207,16 +212,19 @@ func (l *Lock) WorkConfig(cfg *pgconn.Config) {
 
 // Drain makes sure that no server session that worked for an earlier holder of the lock is
 // still running: it finds the sessions tagged for another holding (see
-// [Lock.WorkAppName]; shared co-holders that hold the lock now are spared), waits up to
-// [WithDrainWait] for them to end, terminates the rest and waits until they are gone.
+// [Lock.WorkAppName]; shared co-holders that hold the lock now are spared) whose role is
+// one it covers (its own, one whose privileges it has, one named by [WithWorkRoles]),
+// waits up to [WithDrainWait] for them to end, terminates the rest and waits until they
+// are gone. Tagged sessions of other roles are reported as Ignored, never waited for.
 // [Manager.Do], DoTx, TryDo and Lead call it before fn; after [Manager.Lock], call it
 // before starting the work.
 //
 // It blocks for one statement when nothing is found, else for the wait and up to 10 s
 // more. ctx is checked between statements and while waiting, never interrupting one. The
 // lock is kept whatever happens; the report lists what was found, also on error. An error
-// wraps [ErrWorkNotDrained] (no privilege to terminate: the text names the grant; or a
-// session did not go in time), ctx's error, or the lock's end: then do not start the work.
+// wraps [ErrWorkNotDrained] (no privilege to terminate a WithWorkRoles role's session: the
+// text names the grant; or a session did not go in time), ctx's error, or the lock's end:
+// then do not start the work.
 func (l *Lock) Drain(ctx context.Context) (DrainReport, error) {
 	d := &drainer{s: l.s, prefix: l.s.workPrefix(), start: time.Now(), index: map[uint32]int{}}
 	err := d.run(ctx)
@@ -228,6 +236,13 @@ type DrainReport struct {
 	// Sessions are the earlier holders' sessions the drain waited for, in the order it
 	// first saw them.
 	Sessions []DrainedSession
+	// Ignored are the sessions that carry the lock's tag but whose role the drain does
+	// not cover (see [WithWorkRoles]): not waited for, not terminated, in the order first
+	// seen. Anyone who can log in can set an application_name.
+	Ignored []IgnoredSession
+	// Role is the role the drain ran as (current_user on the lock's connection); "" if it
+	// ran no statement.
+	Role string
 	// Took is how long the drain took, from its start to its last statement.
 	Took time.Duration
 }
@@ -247,4 +262,15 @@ type DrainedSession struct {
 	Terminated bool
 	// After is how long after the drain began the session was seen gone.
 	After time.Duration
+}
+
+// An IgnoredSession is a session that carries the lock's work tag and that [Lock.Drain]
+// did not wait for, because of its role.
+type IgnoredSession struct {
+	PID uint32
+	// ApplicationName and User (the session's role) are as pg_stat_activity showed them:
+	// text chosen by whoever connected, to escape before printing to a terminal.
+	ApplicationName, User string
+	// Reason says why the drain did not cover the session's role, in words.
+	Reason string
 }

@@ -3,9 +3,7 @@ package advisory
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -19,10 +17,12 @@ import (
 // one backend (the nonce).
 
 // drainListSQL lists the sessions whose application_name carries the lock's tag prefix
-// ($1), other than the lock's own, with the backends that hold the lock now: $2, $3, $4
-// are pg_locks' classid, objid and objsubid of the key.
+// ($1), other than the lock's own, with whose they are (see drainWhoseSQL; $5 the
+// WithWorkRoles names) and the backends that hold the lock now: $2, $3, $4 are
+// pg_locks' classid, objid and objsubid of the key. A session's usename is visible to
+// every role, whatever it may see of the session's state.
 const drainListSQL = `SELECT a.pid, a.application_name, coalesce(a.usename::pg_catalog.text, ''),
-  coalesce(a.state, ''), current_user::pg_catalog.text,
+  coalesce(a.state, ''), current_user::pg_catalog.text, ` + drainWhoseSQL + `,
   (SELECT coalesce(pg_catalog.array_agg(l.pid), '{}') FROM pg_catalog.pg_locks l
    WHERE l.locktype OPERATOR(pg_catalog.=) 'advisory' AND l.granted
      AND l.database OPERATOR(pg_catalog.=) (SELECT oid FROM pg_catalog.pg_database
@@ -30,6 +30,7 @@ const drainListSQL = `SELECT a.pid, a.application_name, coalesce(a.usename::pg_c
      AND l.classid OPERATOR(pg_catalog.=) $2 AND l.objid OPERATOR(pg_catalog.=) $3
      AND l.objsubid OPERATOR(pg_catalog.=) $4)
 FROM pg_catalog.pg_stat_activity a
+  LEFT JOIN pg_catalog.pg_roles r ON r.oid OPERATOR(pg_catalog.=) a.usesysid
 WHERE pg_catalog.strpos(a.application_name, $1) OPERATOR(pg_catalog.>) 0
   AND a.pid OPERATOR(pg_catalog.<>) pg_catalog.pg_backend_pid()`
 
@@ -52,6 +53,7 @@ type workSession struct {
 	app   string
 	user  string
 	state string
+	whose string // see drainWhoseSQL
 }
 
 // drainer is one Drain in progress.
@@ -59,9 +61,9 @@ type drainer struct {
 	s      *pin
 	prefix string // the lock's tag prefix (see workPrefix)
 	start  time.Time
-	me     string // the role the drain runs as
 	report DrainReport
-	index  map[uint32]int // pid -> index in report.Sessions
+	index  map[uint32]int      // pid -> index in report.Sessions
+	passed map[uint32]struct{} // pids of the sessions ignored (see drainer.covers)
 }
 
 // run lists the earlier holders' sessions until none is left: it waits up to the drain
@@ -131,16 +133,16 @@ func (d *drainer) list(ctx context.Context) ([]workSession, error) {
 		err := s.freshStats(sctx)
 		var rows pgx.Rows
 		if err == nil {
-			rows, err = s.pc.Query(sctx, s.named(drainListSQL), d.prefix, classid, objid, subid)
+			rows, err = s.pc.Query(sctx, s.named(drainListSQL), d.prefix, classid, objid, subid, s.m.set.workRoles)
 		}
 		if err == nil {
 			var holders []int32
 			var w workSession
 			for rows.Next() {
-				if err = rows.Scan(&w.pid, &w.app, &w.user, &w.state, &d.me, &holders); err != nil {
+				if err = rows.Scan(&w.pid, &w.app, &w.user, &w.state, &d.report.Role, &w.whose, &holders); err != nil {
 					break
 				}
-				if d.earlier(w, holders) {
+				if d.earlier(w, holders) && d.covers(w) {
 					out = append(out, w)
 				}
 			}
@@ -253,31 +255,4 @@ func (d *drainer) terminate(ctx context.Context, live []workSession) error {
 		ds.Terminated = true
 	}
 	return nil
-}
-
-// terminateError explains a failed termination; for a missing privilege it says how to
-// grant it.
-func (d *drainer) terminateError(ctx context.Context, live []workSession, err error) error {
-	if sqlState(err) == "42501" {
-		var who []string
-		for _, w := range live {
-			who = append(who, fmt.Sprintf("pid %d (role %q)", w.pid, w.user))
-		}
-		return fmt.Errorf("%w: %s: role %q may not terminate %s: GRANT pg_signal_backend TO %q "+
-			"(only a superuser may terminate a superuser's sessions), or run the work as the holder's role: %w",
-			ErrWorkNotDrained, d.s.describe(), d.me, strings.Join(who, ", "), d.me, err)
-	}
-	return fmt.Errorf("advisory: drain %s: terminate earlier holders' sessions: %w", d.s.describe(), withCtxErr(ctx, err))
-}
-
-// logDrained reports a drained session at Warn: an earlier holder's work was still
-// running when this holding began.
-func (p *pin) logDrained(ds DrainedSession) {
-	if p.m.set.logger == nil {
-		return
-	}
-	logAttrs(p.m.set.logger, slog.LevelWarn, "advisory: drained an earlier holder's session",
-		slog.String("lock", p.describe()), slog.Uint64("pid", uint64(ds.PID)),
-		slog.String("application_name", ds.ApplicationName), slog.Bool("terminated", ds.Terminated),
-		slog.Duration("after", ds.After))
 }

@@ -38,14 +38,15 @@ func TestDrainKeepsTheLockNameVisible(t *testing.T) {
 }
 
 // TestDrainDoesNotReportARefusedTerminationAsDone: when the role may not terminate an
-// earlier holder's session, the report returned with the error says it is still
-// running, not terminated.
+// earlier holder's session (of a role WithWorkRoles names), the report returned with the
+// error says it is still running, not terminated.
 func TestDrainDoesNotReportARefusedTerminationAsDone(t *testing.T) {
 	t.Parallel()
 	name := t.Name()
 	workPID, _ := lostWithWork(t, newManager(t, nil), name)
 	role := tempRole(t)
-	second := newManager(t, []string{"user=" + role, "password=pw"}, advisory.WithDrainWait(0))
+	second := newManager(t, []string{"user=" + role, "password=pw"}, advisory.WithDrainWait(0),
+		advisory.WithWorkRoles(superuser(t)))
 	l, err := second.Lock(ctxT(t), name)
 	require.NoError(t, err)
 	report, err := l.Drain(ctxT(t))
@@ -154,15 +155,16 @@ func TestDrainIsScopedToTheLock(t *testing.T) {
 }
 
 // TestDrainWithoutPrivilegeStartsNothing: a role that may not terminate the earlier
-// holder's session (a superuser's) gets ErrWorkNotDrained naming the privilege; Do does
-// not call fn and leaves the lock free.
+// holder's session (a superuser's, whose role WithWorkRoles names) gets ErrWorkNotDrained
+// naming the privilege; Do does not call fn and leaves the lock free.
 func TestDrainWithoutPrivilegeStartsNothing(t *testing.T) {
 	t.Parallel()
 	name := t.Name()
 	first := newManager(t, nil)
 	workPID, _ := lostWithWork(t, first, name)
 	role := tempRole(t)
-	second := newManager(t, []string{"user=" + role, "password=pw"}, advisory.WithDrainWait(0))
+	second := newManager(t, []string{"user=" + role, "password=pw"}, advisory.WithDrainWait(0),
+		advisory.WithWorkRoles(superuser(t)))
 	err := second.Do(ctxT(t), name, func(ctx context.Context) error {
 		t.Error("fn ran while an earlier holder's work still runs")
 		return nil

@@ -59,18 +59,25 @@ func holderOf(app, prefix string) (holder string, pid uint32, ok bool) {
 // session, the server's answer closes that gap: if the lock was still held when the
 // connection asked, the connection was already visible to every later drain. (A lock
 // this process released is caught by the Lock's own state, read after this answer:
-// Unlock ends the Lock before its connection can hold the key for anyone else.)
+// Unlock ends the Lock before its connection can hold the key for anyone else.) The same
+// statement gives the session the work settings where it reaches its backend directly
+// (see workSetSQL).
 func (p *pin) heldOnServer(ctx context.Context, pg *pgconn.PgConn) error {
 	classid, objid, subid := pgLocksKey(p.key, p.pair)
 	q := func(n uint64) string { return " OPERATOR(pg_catalog.=) '" + strconv.FormatUint(n, 10) + "'" }
-	held, err := oneBool(pg.Exec(ctx, "SELECT EXISTS (SELECT FROM pg_catalog.pg_locks "+
+	set := workSettings(&p.m.set, serverVersion(pg.ParameterStatus("server_version")))
+	rows, err := pg.Exec(ctx, "SELECT EXISTS (SELECT FROM pg_catalog.pg_locks "+
 		"WHERE locktype OPERATOR(pg_catalog.=) 'advisory' AND granted AND pid"+q(uint64(p.pid))+
 		" AND database"+q(uint64(p.dbOID))+" AND classid"+q(uint64(classid))+" AND objid"+q(uint64(objid))+
-		" AND objsubid"+q(uint64(subid))+")").ReadAll())
+		" AND objsubid"+q(uint64(subid))+"), "+workSetSQL(set, pg.PID())).ReadAll()
+	var row [][]byte
+	if err == nil {
+		row, err = onlyRow(rows, 2, "the work connection's check")
+	}
 	switch {
 	case err != nil:
 		return fmt.Errorf("ask the server whether the lock is held: %w", err)
-	case held != "t":
+	case string(row[0]) != "t":
 		return fmt.Errorf("%w: the server this connection reached shows the lock's session (backend pid %d) "+
 			"not holding it (lost, or another server: work tags work only on the lock's server)", ErrLockLost, p.pid)
 	}

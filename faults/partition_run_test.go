@@ -69,8 +69,10 @@ func startPartitionedRun(t *testing.T, cli, script, name string) partitionedHold
 	t.Helper()
 	dsn := fmt.Sprintf("host=%s port=%d user=postgres dbname=postgres sslmode=disable %s",
 		netLab.serverIP, srv.Port(), runClientKeepalive)
-	env := []string{"PGHOST=" + netLab.serverIP, "PGPORT=" + strconv.Itoa(srv.Port()), "PGUSER=postgres",
-		"PGDATABASE=postgres", "PGSSLMODE=disable"}
+	// psql's server as its environment names it is run's own (DATABASE_URL, which would
+	// name it first, emptied): run gives it PGOPTIONS (see advisory's Lock.WorkEnv).
+	env := []string{"DATABASE_URL=", "PGHOST=" + netLab.serverIP, "PGPORT=" + strconv.Itoa(srv.Port()),
+		"PGUSER=postgres", "PGDATABASE=postgres", "PGSSLMODE=disable"}
 	h := startMerged(t, env, "ip", "netns", "exec", netLab.ns, cli, "run", "--name", name, "--dsn", dsn, "--",
 		"psql", "-X", "-q", "-f", script)
 	f := strings.Fields(h.expect(t, "LOCKED", 30*time.Second).text)

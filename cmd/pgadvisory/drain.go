@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
@@ -45,9 +46,16 @@ func permissionDenied(err error) bool {
 }
 
 // reportDrain says, one line per session, which sessions of earlier holders the drain
-// found and how each ended. A session that was terminated is always reported (run acted
-// on someone else's work); one that ended on its own is not with --quiet.
+// found and how each ended, and which sessions that carry the lock's tag it ignored. A
+// session that was terminated is always reported (run acted on someone else's work), and
+// so is one ignored (someone set the tag who cannot have worked for a holder, or the
+// work's role wants a --work-role); one that ended on its own is not with --quiet.
 func (r *runner) reportDrain(rep advisory.DrainReport) {
+	for _, s := range rep.Ignored {
+		r.say(`%s: ignored a session that carries the lock's work tag: backend pid %d ("%s", role "%s"): `+
+			`its role is not one run drains (run's own role "%s", one whose privileges it has, or a --work-role), `+
+			"so it was neither waited for nor terminated", r.lock.label(), s.PID, s.ApplicationName, s.User, rep.Role)
+	}
 	for _, s := range rep.Sessions {
 		if r.quiet && !s.Terminated && s.After > 0 {
 			continue
@@ -79,4 +87,18 @@ func drainOutcome(s advisory.DrainedSession) string {
 		return fmt.Sprintf("terminated, gone %v after the drain began", after)
 	}
 	return fmt.Sprintf("ended on its own %v after the drain began", after)
+}
+
+// roleList is --work-role: the roles, besides run's own, whose tagged sessions the drain
+// covers (advisory.WithWorkRoles).
+type roleList []string
+
+func (l *roleList) String() string { return strings.Join(*l, ",") }
+
+func (l *roleList) Set(s string) error {
+	if s == "" || len(s) > 63 || strings.ContainsRune(s, 0) {
+		return errors.New("not a role name: want 1 to 63 bytes without NUL")
+	}
+	*l = append(*l, s)
+	return nil
 }

@@ -3,6 +3,7 @@ package main_test
 import (
 	"fmt"
 	"math/rand/v2"
+	"os"
 	"strings"
 	"syscall"
 	"testing"
@@ -137,18 +138,30 @@ func backendAlive(t *testing.T, pid uint32) bool {
 }
 
 // TestRunRefusesToStartWhenItMayNotDrain: an earlier holder (a superuser) left a session
-// of its work running; a run as a role that may not terminate it exits 77 with the
-// remedy, without starting its command, and releases the lock. A superuser's run then
-// terminates the session (--drain-wait 0) and starts, and says so even with --quiet.
+// of its work running. A run as a LOGIN-only role does not cover the superuser's sessions:
+// it says it ignored it and starts. Told with --work-role that the work runs as that
+// role, it exits 77 with the remedy, without starting its command, and releases the lock.
+// A superuser's run then terminates the session (--drain-wait 0) and starts, and says so
+// even with --quiet.
 func TestRunRefusesToStartWhenItMayNotDrain(t *testing.T) {
 	t.Parallel()
 	needPsql(t)
 	_, roleDSN := tempRole(t, "drainer")
 	pid := leaveWorkBehind(t, t.Name(), dsn(t))
+	var super string
+	require.NoError(t, adminQuery(t, "SELECT current_user").Scan(&super))
 
 	started := t.TempDir() + "/started"
 	r := wait(t, startEnv(t, []string{"DATABASE_URL=" + roleDSN}, "run", "--drain-wait", "200ms",
 		"--name", t.Name(), "--", "touch", started))
+	assert.Equal(t, 0, r.code, r.stderr)
+	assert.FileExists(t, started)
+	assert.Contains(t, r.stderr, fmt.Sprintf(`ignored a session that carries the lock's work tag: backend pid %d (`, pid))
+	assert.True(t, backendAlive(t, pid), "nothing was terminated")
+	require.NoError(t, os.Remove(started))
+
+	r = wait(t, startEnv(t, []string{"DATABASE_URL=" + roleDSN}, "run", "--drain-wait", "200ms",
+		"--work-role", super, "--name", t.Name(), "--", "touch", started))
 	assert.Equal(t, 77, r.code, r.stderr)
 	assert.NoFileExists(t, started, "the command never started")
 	assert.Contains(t, r.stderr, fmt.Sprintf("backend pid %d (", pid))

@@ -30,6 +30,7 @@ type runner struct {
 	drainW   time.Duration // --drain-wait
 	beat     time.Duration // --heartbeat, if given (beatSet)
 	beatSet  bool
+	roles    roleList // --work-role
 	holder   string
 	fence    fenceFlags
 	tok      int64 // the fencing token, with --token
@@ -64,6 +65,7 @@ func parseRun(args []string, global connFlags, stdout, stderr io.Writer) (*runne
 	fs.DurationVar(&r.grace, "grace", 10*time.Second, "time between SIGTERM and SIGKILL if the lock is lost")
 	fs.DurationVar(&r.drainW, "drain-wait", time.Second,
 		"how long to wait for an earlier holder's sessions to end before terminating them")
+	fs.Var(&r.roles, "work-role", "also drain earlier holders' sessions of this role (repeatable)")
 	fs.StringVar(&r.holder, "holder-name", "", "application_name other sessions see")
 	fs.DurationVar(&r.beat, "heartbeat", 0, "speak on the lock's connection at least this often, waiting too "+
 		"(for idle reapers in the path); 0: off")
@@ -131,7 +133,7 @@ func (r *runner) check(fs *flag.FlagSet) error {
 func (r *runner) run() int {
 	ctx, in := watchInterrupts(r.sigs)
 	r.phase = "connecting"
-	opts := append(r.fence.options(), advisory.WithDrainWait(r.drainW))
+	opts := append(r.fence.options(), advisory.WithDrainWait(r.drainW), advisory.WithWorkRoles(r.roles...))
 	if r.beatSet { // else the library's default: off, or on behind a transaction pooler
 		opts = append(opts, advisory.WithHeartbeat(r.beat))
 	}

@@ -34,6 +34,7 @@ CMD's exit code. Flags (exactly one of --name and --key):
   --fence-table TABLE    the fencing table of --token (default advisory_fence)
   --drain-wait DURATION  let an earlier holder's sessions end before terminating them
                          (default 1s)
+  --work-role ROLE       also drain sessions of ROLE, which the work runs as (repeatable)
   --grace DURATION       if the lock is lost: SIGTERM, SIGKILL after this (default 10s)
   --holder-name NAME     application_name others see (default "pgadvisory HOST/PID")
   --heartbeat DURATION   speak on the lock's connection this often, waiting too, for

@@ -261,6 +261,9 @@ func (v *recordingValue) IsBoolFlag() bool { return isBoolFlag(&flag.Flag{Value:
 
 // valueProblem says what is wrong with s as a value of v.
 func valueProblem(v flag.Value, s string) error {
+	if _, ok := v.(*roleList); ok {
+		return v.Set(s)
+	}
 	g, ok := v.(flag.Getter)
 	if !ok {
 		return errors.New("invalid value")

@@ -84,7 +84,7 @@ func TestRunHelpFitsAScreen(t *testing.T) {
 	long, err := os.ReadFile("../../docs/run.md")
 	require.NoError(t, err)
 	for _, f := range []string{"--name", "--key", "--namespace", "--wait", "--no-wait", "--conflict-exit-code", "--shared",
-		"--slots", "--token", "--fence-table", "--drain-wait", "--grace", "--holder-name", "--quiet", "--dsn", "--connect-timeout",
+		"--slots", "--token", "--fence-table", "--drain-wait", "--work-role", "--grace", "--holder-name", "--quiet", "--dsn", "--connect-timeout",
 		"PGADVISORY_LOCK_FD", "PGADVISORY_TOKEN", "PGADVISORY_FENCE_TABLE", "FOR SHARE", "PR_SET_PDEATHSIG"} {
 		assert.Contains(t, string(long), f, "docs/run.md")
 		if f[0] == '-' {
@@ -113,6 +113,7 @@ func TestUsageErrorsSayWhy(t *testing.T) {
 		{[]string{"run", "--no-wait=maybe", "--name", "k", "--", "true"}, "--no-wait maybe: not a boolean"},
 		{[]string{"run", "--drain-wait", "-1s", "--name", "k", "--", "true"}, "run: --drain-wait -1s: want 0 (terminate at once) to 1h0m0s"},
 		{[]string{"run", "--drain-wait", "2h", "--name", "k", "--", "true"}, "run: --drain-wait 2h0m0s: want 0"},
+		{[]string{"run", "--work-role", "", "--name", "k", "--", "true"}, "--work-role : not a role name: want 1 to 63 bytes"},
 		{[]string{"hash", "x", "y"}, "hash: takes exactly one NAME, got 2 arguments"},
 		{[]string{"hash"}, "hash: takes exactly one NAME, got 0 arguments"},
 		{[]string{"hash", ""}, "hash: advisory: invalid key: empty name"},

@@ -30,8 +30,10 @@ var _ gocron.Elector = (*Elector)(nil)
 
 // NewElector starts campaigning for the lock with the given name in the background and
 // returns at once, not yet leader as a rule. An invalid name returns an error wrapping
-// [advisory.ErrInvalidKey]. While the server cannot be reached it keeps retrying (see
-// [advisory.Manager.Lead]). Close stops it. m must stay open until then.
+// [advisory.ErrInvalidKey]. Every error retrying can mend (the server unreachable, a
+// failed drain of an earlier leader's work, a cancelled statement) is retried with a
+// back-off and reported by m's logger and LeadRetry hook (see [advisory.Manager.Lead]).
+// Close stops it. m must stay open until then.
 func NewElector(m *advisory.Manager, name string) (*Elector, error) {
 	if m == nil {
 		panic("advgocron: NewElector with a nil Manager")
@@ -58,9 +60,10 @@ func (e *Elector) campaign(ctx context.Context, m *advisory.Manager, name string
 }
 
 // IsLeader returns nil while this replica holds the leader lock, so gocron runs the job
-// here. It does not block and ignores ctx. Otherwise it returns [ErrNotLeader], or, once
-// campaigning has stopped (Close, a closed Manager, a transaction-pooling proxy), an
-// error saying why. A lost lock stops IsLeader returning nil as soon as the loss is
+// here. It does not block and ignores ctx. Otherwise it returns [ErrNotLeader] (also
+// while campaigns fail and are retried), or, once campaigning has stopped (Close, a
+// closed Manager, session holdings asked for behind a transaction pooler), an error
+// saying why. A lost lock stops IsLeader returning nil as soon as the loss is
 // detected (see the advisory package on loss detection); a job already running is not
 // stopped.
 func (e *Elector) IsLeader(context.Context) error {
