@@ -75,16 +75,17 @@ func offer(ch chan<- advisory.LockEvent, ev advisory.LockEvent) {
 	}
 }
 
-// lockLeaderRow publishes a value for name with m (so that its leader table has the
-// key's row) and locks that row in a transaction of the admin pool; it returns that
-// transaction's backend pid and a function that ends it.
+// lockLeaderRow gives name a row in m's leader table, as a dead holder would leave it
+// (pid 0: no live session; a release withdraws its own row), and locks that row in a
+// transaction of the admin pool; it returns that transaction's backend pid and a
+// function that ends it.
 func lockLeaderRow(t *testing.T, m *advisory.Manager, name string) (uint32, func()) {
 	t.Helper()
 	require.NoError(t, m.CreateLeaderTable(ctxT(t)))
-	l, err := m.Lock(ctxT(t), name)
+	_, err := admin.Exec(ctxT(t), "INSERT INTO "+advisory.DefaultLeaderTable+
+		" (key, pair, pid, backend_start, value, published_at) VALUES ($1, false, 0, 'epoch', 'before', now())",
+		int64(advisory.KeyOf(name)))
 	require.NoError(t, err)
-	require.NoError(t, l.Publish(ctxT(t), "before"))
-	require.NoError(t, l.Unlock(ctxT(t)))
 	tx, err := admin.Begin(ctxT(t))
 	require.NoError(t, err)
 	t.Cleanup(func() { tx.Rollback(context.Background()) })
