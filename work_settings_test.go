@@ -101,7 +101,12 @@ func TestWorkConfigDecidesFromTheWorkConnection(t *testing.T) {
 	if version >= 140000 {
 		assert.Equal(t, "1s", interval)
 	}
-	interval, _ = settings(dsn(t), "-c client_connection_check_interval=0")
+	own := "-c tcp_user_timeout=0"
+	if version >= 140000 { // client_connection_check_interval is 14's: 13 refuses the connection
+		own += " -c client_connection_check_interval=0"
+	}
+	interval, userTimeout = settings(dsn(t), own)
+	assert.Equal(t, "0", userTimeout, "the caller's own options win")
 	if version >= 140000 {
 		assert.Equal(t, "0", interval, "the caller's own options win")
 	}
