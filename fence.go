@@ -92,6 +92,9 @@ func (l *Lock) Token(ctx context.Context) (int64, error) {
 	if s.shared {
 		return 0, &opError{"take a fencing token of", s.describe(), ErrSharedToken}
 	}
+	if err := l.usable("take a fencing token of"); err != nil {
+		return 0, err
+	}
 	if tok := s.fenceToken.Load(); tok != 0 {
 		select {
 		case <-s.done: // the holding has ended: its token no longer fences anything

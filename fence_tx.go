@@ -29,6 +29,9 @@ func (l *Lock) BeginTxFunc(ctx context.Context, opts pgx.TxOptions, fn func(pgx.
 	if fn == nil {
 		panic("advisory: BeginFunc with a nil function")
 	}
+	if err := l.usable("begin a transaction on"); err != nil {
+		return err
+	}
 	return l.s.runTx(ctx, opts, fn)
 }
 
@@ -46,6 +49,12 @@ func (l *Lock) BeginTxFunc(ctx context.Context, opts pgx.TxOptions, fn func(pgx.
 // transaction was rolled back) or of the commit, joined with a loss reported by the
 // unlock. The unlock is bounded by 5 s of its own, as in [Manager.Do]. If fn panics, the
 // transaction is rolled back and the lock released before the panic goes on.
+//
+// Re-entering a holding its ctx carries (see [Manager]), DoTx runs fn's transaction on
+// the holding's connection; on a transaction holding, its writes then commit with the
+// holding's release, and nil means they joined that transaction. Inside a transaction of
+// the holding (another DoTx's fn, a BeginFunc) it fails at once with [ErrNotReentrant]:
+// use that transaction.
 func (m *Manager) DoTx(ctx context.Context, name string, fn func(ctx context.Context, tx pgx.Tx) error) error {
 	if fn == nil {
 		panic("advisory: DoTx with a nil function")

@@ -104,6 +104,12 @@ func (m *Manager) observeTarget(ctx context.Context, t target) (<-chan Leader, e
 // published: an error wraps [ErrNoLeaderTable], [ErrCommitUnconfirmed], ctx's error, or the
 // lock's end ([ErrLockLost], [ErrNotHeld]); a shared lock cannot lead ([ErrInvalidOption]).
 func (l *Lock) Publish(ctx context.Context, value string) error {
+	if l.in != nil { // the holding publishes, and announces its own release
+		if err := l.usable("publish"); err != nil {
+			return err
+		}
+		return l.s.handle.Publish(ctx, value)
+	}
 	s := l.s
 	switch {
 	case s.shared:
