@@ -39,8 +39,9 @@ import (
 // drains nothing and TryDo holds nothing after fn. A holding that has ended fails the call
 // at once with the holding's end. Where re-entry cannot be honoured, the call fails at
 // once with [ErrNotReentrant]: a shared holding and an exclusive call, another Manager's
-// holding of the lock in this Manager's database. Without a holding in its ctx, a call
-// waits for a holding of this Manager as for any other.
+// holding of the lock in this Manager's database, a Semaphore's slot and an Acquire of
+// the same Semaphore. Without a holding in its ctx, a call waits for a holding of this
+// Manager as for any other.
 //
 // A Manager is safe for concurrent use by multiple goroutines.
 type Manager struct {
