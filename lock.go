@@ -150,7 +150,7 @@ func (l *Lock) File() (*os.File, error) {
 //
 // A call whose ctx carries a holding of the same lock re-enters it, or fails with
 // [ErrNotReentrant], at once (see [Manager]); any other Lock of a name this Manager holds
-// waits for its release, as PostgreSQL's would.
+// waits for its release, as PostgreSQL's would (after a second, a Warn is logged).
 func (m *Manager) Lock(ctx context.Context, name string) (*Lock, error) {
 	t, err := m.named(name, false)
 	if err != nil {
