@@ -81,7 +81,7 @@ var (
 	// nested DoTx) while a transaction of its holding is in progress. The call returns it
 	// at once, having taken and changed nothing. It is not [ErrLocked]: nobody else holds
 	// the lock, and a retry would fail the same way.
-	ErrNotReentrant = errors.New("advisory: the ctx carries a holding of this lock that the call cannot re-enter")
+	ErrNotReentrant = errors.New("advisory: the call would wait for a holding it runs under, and cannot re-enter it")
 
 	// ErrTooManyLocks is returned when a Lock on a Session would take it past its cap (see
 	// WithSessionLimits).

@@ -97,16 +97,15 @@ func (m *Manager) reentered(ctx context.Context, c *Lock, t target) (*Lock, erro
 		return nil, err
 	}
 	if err := c.Err(); err != nil {
-		return nil, fmt.Errorf("the holding its ctx carries has ended: %w", err)
+		return nil, &causeError{"the holding its ctx carries has ended", err}
 	}
 	p := c.s
 	if p.shared && !t.shared {
-		return nil, fmt.Errorf("%w: its ctx carries a shared holding of it, and the call is exclusive: "+
-			"an upgrade would wait for that holding itself", ErrNotReentrant)
+		return nil, fmt.Errorf("%w: its ctx carries a shared holding of the lock, and the call is exclusive", ErrNotReentrant)
 	}
 	l, depth, err := p.nest(t.name)
 	if err != nil {
-		return nil, fmt.Errorf("the holding its ctx carries has ended: %w", err)
+		return nil, &causeError{"the holding its ctx carries has ended", err}
 	}
 	p.log(slog.LevelDebug, "advisory: lock re-entered", slog.Int("open", depth))
 	return l, nil
@@ -129,8 +128,8 @@ func (m *Manager) refuseForeign(ctx context.Context, c *Lock) error {
 	err = c.s.heldOnServer(ctx, pg)
 	switch {
 	case err == nil:
-		return fmt.Errorf("%w: its ctx carries a holding of it by another Manager, on this server "+
-			"(backend pid %d): the call would wait for it; use that holding's Manager", ErrNotReentrant, c.s.pid)
+		return fmt.Errorf("%w: its ctx carries another Manager's holding of the lock, on this server "+
+			"(backend pid %d): make the call with that Manager", ErrNotReentrant, c.s.pid)
 	case errors.Is(err, ErrLockLost):
 		return nil
 	}
@@ -175,15 +174,6 @@ func (p *pin) nest(name string) (*Lock, int, error) {
 	return l, len(p.nested), nil
 }
 
-// endNested ends the pin's open re-entered Locks with err. The caller holds p.mu.
-func (p *pin) endNested(err error) {
-	for l := range p.nested {
-		l.in.err = err
-		close(l.in.done)
-	}
-	p.nested = nil
-}
-
 // unlockNested is Unlock of a re-entered Lock: it ends l alone, with no statement.
 func (l *Lock) unlockNested() error {
 	p := l.s
@@ -216,8 +206,8 @@ func (l *Lock) usable(op string) error {
 		return err
 	}
 	if l.s.inFn.Load() {
-		return &opError{op, l.s.describe(), fmt.Errorf("%w: a transaction of the holding it re-entered is in "+
-			"progress (BeginFunc, DoTx), and this call would wait for it: use that transaction", ErrNotReentrant)}
+		return &opError{op, l.s.describe(), fmt.Errorf("%w: a transaction of the holding is in progress "+
+			"(BeginFunc, DoTx): use that transaction", ErrNotReentrant)}
 	}
 	return nil
 }

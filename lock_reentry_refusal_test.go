@@ -42,6 +42,7 @@ func requireRefused(t *testing.T, ctx context.Context, why string, calls map[str
 		_, err := atOnce(t, ctx, what, func(ctx context.Context) (struct{}, error) { return struct{}{}, call(ctx) })
 		require.ErrorIs(t, err, advisory.ErrNotReentrant, "%s %s", what, why)
 		require.NotErrorIs(t, err, advisory.ErrLocked, "%s %s: nobody else holds it", what, why)
+		require.Len(t, libraryPrefix.FindAllString(err.Error(), -1), 1, "one prefix: %v", err)
 	}
 }
 

@@ -177,6 +177,7 @@ func TestOuterReleaseEndsReenteredLocks(t *testing.T) {
 			return m.Lock(ctx, name)
 		})
 		require.ErrorIs(t, err, advisory.ErrNotHeld)
+		require.Len(t, libraryPrefix.FindAllString(err.Error(), -1), 1, "one prefix: %v", err)
 
 		var leaked *advisory.Lock
 		require.NoError(t, m.Do(ctx, name, func(ctx context.Context) error {

@@ -76,6 +76,7 @@ func TestReenteredLockInsideBeginFunc(t *testing.T) {
 			require.ErrorIs(t, err, advisory.ErrNotReentrant)
 			_, err = atOnce(t, under, "Drain", inner.Drain)
 			require.ErrorIs(t, err, advisory.ErrNotReentrant)
+			require.Len(t, libraryPrefix.FindAllString(err.Error(), -1), 1, "one prefix: %v", err)
 			return inner.Unlock(ctx)
 		})
 		require.NoError(t, err)

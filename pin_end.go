@@ -175,3 +175,13 @@ func (p *pin) discard() {
 	defer cancel()
 	p.pg.Close(ctx)
 }
+
+// endNested ends the pin's open re-entered Locks (see lock_reentry.go) with err: they
+// are part of its holding. The caller holds p.mu.
+func (p *pin) endNested(err error) {
+	for l := range p.nested {
+		l.in.err = err
+		close(l.in.done)
+	}
+	p.nested = nil
+}

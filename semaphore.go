@@ -141,7 +141,7 @@ func (sem *Semaphore) refuseNested(ctx context.Context) error {
 		own, foreign := sem.m.carried(h, t)
 		switch {
 		case own != nil && own.Err() == nil:
-			return fmt.Errorf("%w: its ctx carries slot %d of it (%s), held by this Manager: "+
+			return fmt.Errorf("%w: its ctx carries slot %d of the semaphore (%s), held by this Manager: "+
 				"a semaphore is not reentrant", ErrNotReentrant, i, quote(t.name))
 		case foreign != nil:
 			if err := sem.m.refuseForeign(ctx, foreign); err != nil {

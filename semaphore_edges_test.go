@@ -122,6 +122,7 @@ func TestSemaphoreIsNotReentrant(t *testing.T) {
 		} {
 			_, err := atOnce(t, under, what, acquire)
 			require.ErrorIs(t, err, advisory.ErrNotReentrant, what)
+			require.Len(t, libraryPrefix.FindAllString(err.Error(), -1), 1, "one prefix: %v", err)
 		}
 		l, err := atOnce(t, under, "Lock of the slot", func(ctx context.Context) (*advisory.Lock, error) {
 			return m.LockKey(ctx, slot.Key())
