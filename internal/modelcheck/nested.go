@@ -60,6 +60,7 @@ type nestResult struct {
 	fnCalls   int
 	fnBad     []string
 	heldAfter uint32 // the exclusive holder of the name after the call returned
+	heldErr   error  // reading it
 	leakDone  bool   // nestLeak: once Do returned, Done closed
 	leakErr   error  // and Err
 }
@@ -161,7 +162,7 @@ func (o *op) runNested(ctx context.Context, outerPID uint32) {
 		if r.ctxErr != nil && !r.ctxEnded { // ended just now, and the AfterFunc has not run yet
 			r.ctxEnd, r.ctxEnded = r.end, true
 		}
-		r.heldAfter, _ = exclusiveHolder(o.admin, o.keys[0], o.app)
+		r.heldAfter, r.heldErr = exclusiveHolder(o.admin, o.keys[0], o.app)
 	}()
 	unlock := func(l *advisory.Lock) {
 		r.at = time.Now()
@@ -205,6 +206,14 @@ func (o *op) nestedFn(ctx context.Context) error {
 			pid, o.names[0], r.outerPID))
 	}
 	return fnOutcome(ctx, n.fn, n.fnWait, modelPanic{step: o.step, op: o.idx, nested: true})
+}
+
+// took is how long the call took to return, or to run its fn (Do, TryDo).
+func (r *nestResult) took() time.Duration {
+	if !r.at.IsZero() {
+		return r.at.Sub(r.start)
+	}
+	return r.end.Sub(r.start)
 }
 
 // afterDo records, once Do has returned (or panicked), what became of the Lock a nested
