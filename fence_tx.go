@@ -18,7 +18,9 @@ import (
 // an error wrapping [ErrCommitUnconfirmed] if the server could not confirm it, fn's error
 // (rolled back), or an error wrapping [ErrLockLost] (nothing committed) or [ErrNotHeld]. A
 // panic in fn rolls back, keeps the lock and goes on. fn must not keep tx, begin on
-// tx.Conn(), or call this Lock's Unlock, Token or BeginFunc.
+// tx.Conn(), or call this Lock's Unlock, Token or BeginFunc. On a re-entered Lock it runs
+// on the holding's connection, and fails at once with [ErrNotReentrant] while a
+// BeginFunc of the holding runs fn (it would wait for that transaction).
 func (l *Lock) BeginFunc(ctx context.Context, fn func(pgx.Tx) error) error {
 	return l.BeginTxFunc(ctx, pgx.TxOptions{}, fn)
 }

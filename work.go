@@ -206,6 +206,8 @@ func (l *Lock) WorkConfig(cfg *pgconn.Config) {
 // lock is kept whatever happens; the report lists what was found, also on error. An error
 // wraps [ErrWorkNotDrained] (no privilege to terminate: the text names the grant; or a
 // session did not go in time), ctx's error, or the lock's end: then do not start the work.
+// A re-entered Lock drains for its holding, and spares the holding's own work; while a
+// BeginFunc of the holding runs fn it fails at once with [ErrNotReentrant].
 func (l *Lock) Drain(ctx context.Context) (DrainReport, error) {
 	if err := l.usable("drain the work of"); err != nil {
 		return DrainReport{}, err
