@@ -61,7 +61,8 @@ const selfWaitHint = "held by this Manager; if this call runs under that holding
 	"a nested Lock must carry the holding's ctx (LockFromContext, ContextWithLock) to re-enter it"
 
 // logWait records a Lock still waiting on the server, with the lock's holders (Info);
-// if one of them is a backend of this Manager, a Warn with selfWaitHint.
+// if one of them is a backend of this Manager, or a Lock of this Manager holds the lock,
+// a Warn with selfWaitHint.
 func (p *pin) logWait(ctx context.Context, start time.Time) {
 	qctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
@@ -80,7 +81,7 @@ func (p *pin) logWait(ctx context.Context, start time.Time) {
 		holders = append(holders, slog.String("holders_error", err.Error()))
 	}
 	attrs := append(holders, slog.Duration("waited", time.Since(start).Round(time.Millisecond)))
-	if own {
+	if own || p.m.holdsKey(p) { // the second also when the holders could not be read
 		p.log(slog.LevelWarn, "advisory: waiting for a lock this Manager holds", append(attrs, slog.String("hint", selfWaitHint))...)
 		return
 	}

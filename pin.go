@@ -223,6 +223,13 @@ func (p *pin) setState(st sessionState) {
 	p.mu.Unlock()
 }
 
+// isHeld reports whether the pin holds its lock: held, or lent to a transaction.
+func (p *pin) isHeld() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return (p.state == stateHeld || p.state == stateInTx) && !p.announced
+}
+
 func (p *pin) isClosing() bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
