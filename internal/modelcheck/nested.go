@@ -101,11 +101,16 @@ func (w *world) nestedBatch() []*op {
 	}
 	ops := []*op{o}
 	if w.rng.IntN(4) == 0 {
-		// A holder of the Do's Manager: often the Do's own holding, during the nested call.
+		// A holder of the Do's Manager: often the Do's own holding, during the nested call,
+		// which is then, one time in two, a Do whose fn waits long enough to be there.
 		kill := &op{kind: opTerminate, admin: w.admin, pick: w.rng.Float64(),
 			after: time.Duration(w.rng.IntN(40)) * time.Millisecond, apps: []string{o.app}}
 		kill.plan = w.genPlan(kill)
 		ops = append(ops, kill)
+		if w.rng.IntN(2) == 0 {
+			o.nest.kind, o.nest.fn = nestDo, fnWait
+			o.nest.fnWait = time.Duration(40+w.rng.IntN(60)) * time.Millisecond
+		}
 	}
 	for i, o := range ops {
 		o.idx, o.step = i, w.step

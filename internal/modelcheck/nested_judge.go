@@ -166,5 +166,9 @@ func (w *world) countNested(n *nestCall) {
 	if w.outcomes[key] == nil {
 		w.outcomes[key] = map[string]int{}
 	}
-	w.outcomes[key][errClass(n.res.err)]++
+	class := errClass(n.res.err)
+	if errors.Is(n.res.err, advisory.ErrLockLost) { // a lost holding's nested fn also ends by its ctx
+		class = "lost"
+	}
+	w.outcomes[key][class]++
 }
