@@ -66,7 +66,7 @@ func (m *Manager) attempt(ctx context.Context, t target, mode attemptMode) (*Loc
 	// A ctx that carries a holding of the lock re-enters it, or is refused: see
 	// lock_reentry.go. A Semaphore's own calls (quiet) decide that for themselves.
 	if h, _ := ctx.Value(holdingKey{}).(*ctxHolding); h != nil && !t.quiet {
-		if l, err, handled := m.reenter(ctx, h, t, op); handled {
+		if l, handled, err := m.reenter(ctx, h, t, op); handled {
 			return l, err
 		}
 	}

@@ -33,8 +33,8 @@ type ctxHolding struct {
 type holdingKey struct{}
 
 // ContextWithLock returns a copy of ctx that carries l, so that calls made with it (or a
-// ctx derived from it) re-enter l's holding instead of waiting for it: see
-// [Manager.Lock]. [Manager.Do], DoTx, TryDo and Lead give fn such a ctx; use
+// ctx derived from it) re-enter l's holding instead of waiting for it: see [Manager],
+// reentrancy. [Manager.Do], DoTx, TryDo and Lead give fn such a ctx; use
 // ContextWithLock after [Manager.Lock] to pass the holding to code that may lock the
 // same name. The ctx also keeps the holdings ctx carried. It does not block; it panics if
 // l is nil.
@@ -77,7 +77,7 @@ func (m *Manager) carried(h *ctxHolding, t target) (own, foreign *Lock) {
 // reenter decides a lock call whose ctx carries holdings (see the rules above). With
 // handled false the call goes on as any other: ctx carries no holding of t's lock, or
 // another Manager's that the server does not show held.
-func (m *Manager) reenter(ctx context.Context, h *ctxHolding, t target, op string) (l *Lock, err error, handled bool) {
+func (m *Manager) reenter(ctx context.Context, h *ctxHolding, t target, op string) (l *Lock, handled bool, err error) {
 	own, foreign := m.carried(h, t)
 	switch {
 	case own != nil:
@@ -86,9 +86,9 @@ func (m *Manager) reenter(ctx context.Context, h *ctxHolding, t target, op strin
 		err = m.refuseForeign(ctx, foreign)
 	}
 	if err != nil {
-		return nil, lockError(op, t, err), true
+		return nil, true, lockError(op, t, err)
 	}
-	return l, nil, l != nil
+	return l, l != nil, nil
 }
 
 // reentered makes the re-entered Lock of t under c, a holding of this Manager.
@@ -189,7 +189,7 @@ func (l *Lock) unlockNested() error {
 }
 
 // Reentered reports whether l re-entered a holding that its call's ctx carried (see
-// [Manager.Lock]): its Unlock then releases nothing on the server, and it ends when that
+// [Manager], reentrancy): its Unlock then releases nothing on the server, and it ends when that
 // holding ends, if not before. It does not block.
 func (l *Lock) Reentered() bool { return l.in != nil }
 
