@@ -30,6 +30,19 @@ import (
 //   - CreateFenceTable and CheckToken are the database side of fencing tokens.
 //   - Bounds, Stat and Close describe and end the Manager.
 //
+// Reentrancy is by ctx, the caller's identity in Go. A lock call (Lock, TryLock, every
+// form of them, Do, DoTx, TryDo, Lead) whose ctx carries a live holding of the same lock
+// from this Manager ([LockFromContext]: fn's ctx in Do, DoTx, TryDo and Lead; or
+// [ContextWithLock]) in a mode that covers the call's (exclusive covers both) re-enters
+// it: it returns at once, with no statement, a Lock of its own ([Lock.Reentered]) that
+// ends with the holding, and whose Unlock releases nothing; a re-entering Do or TryDo
+// drains nothing and TryDo holds nothing after fn. A holding that has ended fails the call
+// at once with the holding's end. Where re-entry cannot be honoured, the call fails at
+// once with [ErrNotReentrant]: a shared holding and an exclusive call, another Manager's
+// holding of the lock in this Manager's database, a Semaphore's slot and an Acquire of
+// the same Semaphore. Without a holding in its ctx, a call waits for a holding of this
+// Manager as for any other.
+//
 // A Manager is safe for concurrent use by multiple goroutines.
 type Manager struct {
 	pool   *pgxpool.Pool

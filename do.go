@@ -20,6 +20,10 @@ import (
 // If fn panics, the lock is released (as above) before the panic continues up the stack,
 // so a caller that recovers (net/http does) leaves nothing held. The same holds if fn
 // calls runtime.Goexit.
+//
+// With a ctx that carries a holding of the same lock (fn's ctx of an outer Do, say), Do
+// re-enters it (see [Manager]): fn runs at once, under a re-entered Lock, and Do's end
+// releases nothing; the outer holding stays until its own end.
 func (m *Manager) Do(ctx context.Context, name string, fn func(ctx context.Context) error) error {
 	if fn == nil {
 		panic("advisory: Do with a nil function")
@@ -37,7 +41,7 @@ func (m *Manager) Do(ctx context.Context, name string, fn func(ctx context.Conte
 // drainOrUnlock drains earlier holders' work (see Lock.Drain) before fn runs; if that
 // fails, it unlocks and returns the error, with a loss first.
 func drainOrUnlock(ctx context.Context, l *Lock) error {
-	if l.s.m.set.noDrain {
+	if l.s.m.set.noDrain || l.in != nil { // a re-entered holding was drained when it was taken
 		return nil
 	}
 	_, err := l.Drain(ctx)
@@ -72,7 +76,7 @@ const cleanupTimeout = 5 * time.Second
 // runHolding runs fn with a context derived from ctx that is also cancelled, with the
 // loss as its cause, if l is lost, and that carries l (see LockFromContext).
 func runHolding(ctx context.Context, l *Lock, fn func(ctx context.Context) error) error {
-	fnCtx, cancel := context.WithCancelCause(context.WithValue(ctx, holdingKey{}, l))
+	fnCtx, cancel := context.WithCancelCause(ContextWithLock(ctx, l))
 	defer cancel(nil)
 	go func() {
 		select {

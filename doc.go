@@ -18,7 +18,9 @@
 // [Manager.Do] runs a function while holding a lock, [Manager.TryDo] a scheduled job on
 // one replica of many, [Manager.Lead] a leader-only loop (followers watch it with
 // [Manager.Observe]); [XactLock] locks inside a caller's transaction. Before the function runs, work an earlier holder left running on
-// the server is drained ([Lock.Drain], [LockFromContext]).
+// the server is drained ([Lock.Drain], [LockFromContext]). Reentrancy is by ctx: a lock
+// call whose ctx carries a holding of the same lock re-enters it at once
+// ([ContextWithLock], [Lock.Reentered]), or fails with [ErrNotReentrant].
 //
 // # Loss, cancellation and fencing
 //

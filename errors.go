@@ -73,6 +73,16 @@ var (
 	// the lock's own transaction, begun with the lock).
 	ErrTransactionHolding = errors.New("advisory: the lock is held as a transaction")
 
+	// ErrNotReentrant means a call's ctx carries a holding of the lock (see
+	// [LockFromContext]) that the call cannot re-enter, and waiting for it would wait for
+	// the caller itself: an exclusive call under a shared holding of the same lock, a call
+	// under another Manager's holding of the lock on the same server, a [Semaphore]
+	// acquire under a slot of the same semaphore, or a re-entered Lock's BeginFunc (a
+	// nested DoTx) while a transaction of its holding is in progress. The call returns it
+	// at once, having taken and changed nothing. It is not [ErrLocked]: nobody else holds
+	// the lock, and a retry would fail the same way.
+	ErrNotReentrant = errors.New("advisory: the call would wait for a holding it runs under, and cannot re-enter it")
+
 	// ErrTooManyLocks is returned when a Lock on a Session would take it past its cap (see
 	// WithSessionLimits).
 	ErrTooManyLocks = errors.New("advisory: too many locks on one session")

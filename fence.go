@@ -86,11 +86,16 @@ func (m *Manager) CreateFenceTable(ctx context.Context) error {
 // return the same token at once. On failure no token is returned and the lock is kept: an
 // error wraps [ErrCommitUnconfirmed] (the server could not confirm the commit), ctx's
 // error, [ErrNoFenceTable] (missing, or an earlier version's layout), [ErrSharedToken] (a
-// shared lock has no token), or the lock's end ([ErrLockLost], [ErrNotHeld]).
+// shared lock has no token), or the lock's end ([ErrLockLost], [ErrNotHeld]). A re-entered
+// Lock returns its holding's token ([ErrNotReentrant] at once while a BeginFunc of the
+// holding runs fn).
 func (l *Lock) Token(ctx context.Context) (int64, error) {
 	s := l.s
 	if s.shared {
 		return 0, &opError{"take a fencing token of", s.describe(), ErrSharedToken}
+	}
+	if err := l.usable("take a fencing token of"); err != nil {
+		return 0, err
 	}
 	if tok := s.fenceToken.Load(); tok != 0 {
 		select {

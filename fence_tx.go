@@ -18,7 +18,9 @@ import (
 // an error wrapping [ErrCommitUnconfirmed] if the server could not confirm it, fn's error
 // (rolled back), or an error wrapping [ErrLockLost] (nothing committed) or [ErrNotHeld]. A
 // panic in fn rolls back, keeps the lock and goes on. fn must not keep tx, begin on
-// tx.Conn(), or call this Lock's Unlock, Token or BeginFunc.
+// tx.Conn(), or call this Lock's Unlock, Token or BeginFunc. On a re-entered Lock it runs
+// on the holding's connection, and fails at once with [ErrNotReentrant] while a
+// BeginFunc of the holding runs fn (it would wait for that transaction).
 func (l *Lock) BeginFunc(ctx context.Context, fn func(pgx.Tx) error) error {
 	return l.BeginTxFunc(ctx, pgx.TxOptions{}, fn)
 }
@@ -28,6 +30,9 @@ func (l *Lock) BeginFunc(ctx context.Context, fn func(pgx.Tx) error) error {
 func (l *Lock) BeginTxFunc(ctx context.Context, opts pgx.TxOptions, fn func(pgx.Tx) error) error {
 	if fn == nil {
 		panic("advisory: BeginFunc with a nil function")
+	}
+	if err := l.usable("begin a transaction on"); err != nil {
+		return err
 	}
 	return l.s.runTx(ctx, opts, fn)
 }
@@ -46,6 +51,12 @@ func (l *Lock) BeginTxFunc(ctx context.Context, opts pgx.TxOptions, fn func(pgx.
 // transaction was rolled back) or of the commit, joined with a loss reported by the
 // unlock. The unlock is bounded by 5 s of its own, as in [Manager.Do]. If fn panics, the
 // transaction is rolled back and the lock released before the panic goes on.
+//
+// Re-entering a holding its ctx carries (see [Manager]), DoTx runs fn's transaction on
+// the holding's connection; on a transaction holding, its writes then commit with the
+// holding's release, and nil means they joined that transaction. Inside a transaction of
+// the holding (another DoTx's fn, a BeginFunc) it fails at once with [ErrNotReentrant]:
+// use that transaction.
 func (m *Manager) DoTx(ctx context.Context, name string, fn func(ctx context.Context, tx pgx.Tx) error) error {
 	if fn == nil {
 		panic("advisory: DoTx with a nil function")

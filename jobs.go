@@ -17,8 +17,10 @@ import (
 // ctx governs the try, fn's ctx and the hold. With ran == true the error is fn's, or wraps
 // [ErrLockLost] if the lock was lost before the hold ended, or is the unlock's; with
 // ran == false it is the try's or the drain's. A negative atLeast wraps
-// [ErrInvalidOption]. Whatever happens, and if fn panics, the lock is not held when TryDo
-// returns. docs/jobs.md has the full contract and the limit that remains.
+// [ErrInvalidOption]. Whatever happens, and if fn panics, TryDo holds nothing when it
+// returns. docs/jobs.md has the full contract and the limit that remains. Under a holding
+// of the same lock in ctx, TryDo re-enters it (see [Manager]): fn runs, and nothing is
+// held after it by TryDo (the holding's own end decides).
 func (m *Manager) TryDo(ctx context.Context, name string, atLeast time.Duration,
 	fn func(ctx context.Context) error) (ran bool, err error) {
 	if fn == nil {
@@ -37,7 +39,11 @@ func (m *Manager) TryDo(ctx context.Context, name string, atLeast time.Duration,
 	if err := drainOrUnlock(ctx, l); err != nil {
 		return false, err
 	}
-	return true, doResult(runHoldUnlock(ctx, l, time.Now().Add(atLeast), fn))
+	until := time.Now().Add(atLeast)
+	if l.in != nil { // its Unlock releases nothing: the holding it re-entered decides
+		until = time.Time{}
+	}
+	return true, doResult(runHoldUnlock(ctx, l, until, fn))
 }
 
 // holdUntil returns at until, or earlier when l ends or ctx ends.

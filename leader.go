@@ -102,7 +102,15 @@ func (m *Manager) observeTarget(ctx context.Context, t target) (<-chan Leader, e
 // Publish again to change the value. On failure the lock is kept and nothing was
 // published: an error wraps [ErrNoLeaderTable], [ErrCommitUnconfirmed], ctx's error, or the
 // lock's end ([ErrLockLost], [ErrNotHeld]); a shared lock cannot lead ([ErrInvalidOption]).
+// A re-entered Lock publishes for its holding, whose Unlock announces the release
+// ([ErrNotReentrant] at once while a BeginFunc of the holding runs fn).
 func (l *Lock) Publish(ctx context.Context, value string) error {
+	if l.in != nil { // the holding publishes, and announces its own release
+		if err := l.usable("publish"); err != nil {
+			return err
+		}
+		return l.s.handle.Publish(ctx, value)
+	}
 	s := l.s
 	switch {
 	case s.shared:

@@ -12,10 +12,17 @@ import (
 
 // A Lock is one held advisory lock. It pins one connection until Unlock, loss, or the
 // Manager's Close. Its methods are safe for concurrent use by multiple goroutines.
+//
+// A re-entered Lock ([Lock.Reentered]; see [Manager.Lock]) is a handle of its own on a
+// holding its call's ctx carried: it pins nothing, and what it reads or runs (Key, PID,
+// Token, BeginFunc, the work tag, Drain) is the holding's. Done, Err and Unlock are its
+// own: it ends at its Unlock, which releases nothing on the server, or when the holding
+// ends (released, lost, or its Manager closed), whichever comes first.
 type Lock struct {
 	s         *pin
 	name      string
 	announced atomic.Bool // published (Publish): Unlock announces the release
+	in        *reentry    // set on a re-entered Lock (see lock_reentry.go)
 }
 
 // Key returns the lock's key.
@@ -34,14 +41,26 @@ func (l *Lock) PID() uint32 { return l.s.pid }
 // Done returns a channel that is closed when the lock ends: after Unlock, on loss, or when
 // the Manager is closed. Read [Lock.Err] to tell which. It does not block. A loss during
 // [Lock.BeginFunc] closes it at once; the connection then goes back when BeginFunc returns.
-func (l *Lock) Done() <-chan struct{} { return l.s.done }
+// A re-entered Lock's closes at its own Unlock, or before the holding it re-entered is
+// released or when it is lost.
+func (l *Lock) Done() <-chan struct{} {
+	if l.in != nil {
+		return l.in.done
+	}
+	return l.s.done
+}
 
 // Err returns nil while the lock is held. After Done is closed it returns an error
 // wrapping [ErrLockLost] if the lock was lost (connection terminated, server restarted,
-// network failed, Manager closed), or [ErrNotHeld] after Unlock.
+// network failed, Manager closed), or [ErrNotHeld] after Unlock. A re-entered Lock whose
+// holding was released while it was open reports an error wrapping ErrNotHeld; one whose
+// holding was lost, the holding's loss.
 func (l *Lock) Err() error {
 	l.s.mu.Lock()
 	defer l.s.mu.Unlock()
+	if l.in != nil {
+		return l.in.err
+	}
 	return l.s.err
 }
 
@@ -58,7 +77,14 @@ func (l *Lock) Err() error {
 // overlapped another holder's. A second Unlock returns [ErrNotHeld]. On any other error
 // (ctx ended, connection failed) the connection is closed, so the server frees the lock
 // as the session ends. In every case the lock is no longer held by this Lock afterwards.
+// Unlock ends the Locks that re-entered this one's holding and are still open first.
+//
+// On a re-entered Lock, Unlock ends that handle only, at once, with no statement: it
+// returns nil, or the end it already had (ErrNotHeld, or the holding's loss).
 func (l *Lock) Unlock(ctx context.Context) error {
+	if l.in != nil {
+		return l.unlockNested()
+	}
 	err := l.s.release(ctx, ErrNotHeld)
 	if l.announced.CompareAndSwap(true, false) {
 		l.s.m.announceReleased(gateKey{l.s.key, l.s.pair})
@@ -120,9 +146,11 @@ func (l *Lock) File() (*os.File, error) {
 //
 // Goroutines of one Manager that Lock the same name queue in the process, first come first
 // served, pinning at most two connections; across processes the order is the server's
-// ([WithLocalHandoff] lets the lock pass between them, within a bound). Locks are not
-// reentrant: a second Lock of a name this Manager holds waits for the first
-// to be released.
+// ([WithLocalHandoff] lets the lock pass between them, within a bound).
+//
+// A call whose ctx carries a holding of the same lock re-enters it, or fails with
+// [ErrNotReentrant], at once (see [Manager]); any other Lock of a name this Manager holds
+// waits for its release, as PostgreSQL's would (after a second, a Warn is logged).
 func (m *Manager) Lock(ctx context.Context, name string) (*Lock, error) {
 	t, err := m.named(name, false)
 	if err != nil {
@@ -159,7 +187,8 @@ func (m *Manager) LockKeyShared(ctx context.Context, key Key) (*Lock, error) {
 // connecting and the round trip; if ctx ends during the round trip the statement is
 // cancelled, as a Lock's wait is, and the lock is not held when TryLock returns: a grant
 // that raced the cancel is released first. Invalid names and a closed Manager fail as for
-// [Manager.Lock], and a dead connection or an ended session is tried once more as there.
+// [Manager.Lock], and a dead connection or an ended session is tried once more as there;
+// a ctx that carries a holding of the lock re-enters it as there.
 func (m *Manager) TryLock(ctx context.Context, name string) (*Lock, error) {
 	t, err := m.named(name, false)
 	if err != nil {

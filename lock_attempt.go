@@ -63,6 +63,13 @@ func (m *Manager) attempt(ctx context.Context, t target, mode attemptMode) (*Loc
 	if try {
 		op = "try lock"
 	}
+	// A ctx that carries a holding of the lock re-enters it, or is refused: see
+	// lock_reentry.go. A Semaphore's own calls (quiet) decide that for themselves.
+	if h, _ := ctx.Value(holdingKey{}).(*ctxHolding); h != nil && !t.quiet {
+		if l, handled, err := m.reenter(ctx, h, t, op); handled {
+			return l, err
+		}
+	}
 	if t.gated = !try && !t.shared; t.gated {
 		// Goroutines of this Manager after the same key queue here, and wait on the server
 		// one at a time, instead of each pinning a connection.

@@ -3,6 +3,7 @@ package advisory
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"sync"
 	"time"
 )
@@ -73,6 +74,10 @@ func (gs *gates) enter(ctx context.Context, t target, closed <-chan struct{}) (*
 	}
 	w := &waiter{turn: make(chan struct{}), t: t, handoff: t.eligible()}
 	g.queue = append(g.queue, w)
+	if h := g.holder; h != nil && h.m.set.logger != nil {
+		warn := time.AfterFunc(waitLogAfter, func() { gs.warnSelfWait(k, w, h) })
+		defer warn.Stop()
+	}
 	gs.mu.Unlock()
 	var err error
 	select {
@@ -104,6 +109,20 @@ func (gs *gates) enter(ctx context.Context, t target, closed <-chan struct{}) (*
 		next.refuse()
 	}
 	return nil, err
+}
+
+// warnSelfWait records, at Warn, a call still queued behind the same holding of this
+// Manager that it queued behind (see selfWaitHint): a holder that may hand the lock on
+// keeps the queue in the process, where no server wait reports it.
+func (gs *gates) warnSelfWait(k gateKey, w *waiter, h *pin) {
+	gs.mu.Lock()
+	g := gs.m[k]
+	still := g != nil && g.holder == h && !isClosed(w.turn)
+	gs.mu.Unlock()
+	if still {
+		h.log(slog.LevelWarn, "advisory: waiting for a lock this Manager holds", slog.Bool("queued", true),
+			slog.Duration("waited", waitLogAfter), slog.String("hint", selfWaitHint))
+	}
 }
 
 func isClosed(ch chan struct{}) bool {

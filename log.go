@@ -9,7 +9,9 @@ import (
 
 // WithLogger makes the Manager report lock events to logger: "lock acquired" and "lock
 // released" (Debug), "waiting for lock" with the holders when a Lock has waited 1 s
-// (Info), "lock lost" with its cause (Warn), and a Lock or TryLock tried once more because
+// (Info; Warn, "waiting for a lock this Manager holds", with how to re-enter, when the
+// holder is a session of this Manager, or a Lock is queued that long behind one that may
+// hand off), "lock lost" with its cause (Warn), and a Lock or TryLock tried once more because
 // its connection was found dead or its session ended before it returned (Warn, with the
 // cause). Every record carries the lock's key and,
 // when it has one, its name and the backend pid. The default is no logging. It panics if
@@ -49,25 +51,41 @@ func (p *pin) logWaitLater(ctx context.Context) func() bool {
 		return func() bool { return false }
 	}
 	start := time.Now()
-	t := time.AfterFunc(waitLogAfter, func() {
-		qctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		defer cancel()
-		hs, err := p.m.holders(qctx, false, p.key, p.pair)
-		var holders []slog.Attr
-		for _, h := range hs {
-			if h.Granted {
-				holders = append(holders, slog.Group("holder", slog.Uint64("pid", uint64(h.PID)),
-					slog.String("application_name", h.ApplicationName), slog.String("client", h.ClientAddr),
-					slog.Time("since", h.Since)))
-			}
-		}
-		if err != nil {
-			holders = append(holders, slog.String("holders_error", err.Error()))
-		}
-		p.log(slog.LevelInfo, "advisory: waiting for lock", append(holders,
-			slog.Duration("waited", time.Since(start).Round(time.Millisecond)))...)
-	})
+	t := time.AfterFunc(waitLogAfter, func() { p.logWait(ctx, start) })
 	return t.Stop
+}
+
+// selfWaitHint is the advice of the record of a Lock that waits for a holding of its
+// own Manager: if the caller runs under that holding, the wait never ends.
+const selfWaitHint = "held by this Manager; if this call runs under that holding, the wait never ends: " +
+	"a nested Lock must carry the holding's ctx (LockFromContext, ContextWithLock) to re-enter it"
+
+// logWait records a Lock still waiting on the server, with the lock's holders (Info);
+// if one of them is a backend of this Manager, or a Lock of this Manager holds the lock,
+// a Warn with selfWaitHint.
+func (p *pin) logWait(ctx context.Context, start time.Time) {
+	qctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	hs, err := p.m.holders(qctx, false, p.key, p.pair)
+	var holders []slog.Attr
+	own := false
+	for _, h := range hs {
+		if h.Granted {
+			holders = append(holders, slog.Group("holder", slog.Uint64("pid", uint64(h.PID)),
+				slog.String("application_name", h.ApplicationName), slog.String("client", h.ClientAddr),
+				slog.Time("since", h.Since)))
+			own = own || p.m.ownsBackend(h.PID, p)
+		}
+	}
+	if err != nil {
+		holders = append(holders, slog.String("holders_error", err.Error()))
+	}
+	attrs := append(holders, slog.Duration("waited", time.Since(start).Round(time.Millisecond)))
+	if own || p.m.holdsKey(p) { // the second also when the holders could not be read
+		p.log(slog.LevelWarn, "advisory: waiting for a lock this Manager holds", append(attrs, slog.String("hint", selfWaitHint))...)
+		return
+	}
+	p.log(slog.LevelInfo, "advisory: waiting for lock", attrs...)
 }
 
 // logAcquired records a granted lock (Debug).

@@ -97,3 +97,34 @@ func TestLoggerReportsAcquireWaitReleaseAndLoss(t *testing.T) {
 	assert.Contains(t, lost["cause"], "57P01")
 	assert.Panics(t, func() { advisory.WithLogger(nil) })
 }
+
+// TestWaitForItsOwnManagersHoldingIsWarned: a Lock without the holding in its ctx waits,
+// as PostgreSQL's would; once it has waited a second for a holding of its own Manager,
+// on the server or queued in the process behind a holder that may hand off, it logs a
+// Warn that says how to re-enter, so that no self-deadlock is silent.
+func TestWaitForItsOwnManagersHoldingIsWarned(t *testing.T) {
+	for what, opts := range map[string][]advisory.Option{
+		"on the server": nil, "queued": {advisory.WithLocalHandoff(4, time.Minute)},
+	} {
+		t.Run(what, func(t *testing.T) {
+			t.Parallel()
+			rec := &recorder{}
+			m := newManager(t, nil, append(opts, advisory.WithLogger(slog.New(rec)))...)
+			ctx, name := ctxT(t), t.Name()
+			outer, err := m.Lock(ctx, name)
+			require.NoError(t, err)
+			wctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+			defer cancel()
+			_, err = m.Lock(wctx, name)
+			require.ErrorIs(t, err, context.DeadlineExceeded, "without the holding in ctx, Lock waits")
+			var got map[string]any
+			eventually(t, 5*time.Second, func() bool {
+				got = rec.find("advisory: waiting for a lock this Manager holds")
+				return got != nil
+			}, "a Warn record")
+			require.Equal(t, slog.LevelWarn, got["level"])
+			require.Contains(t, got["hint"], "LockFromContext")
+			require.NoError(t, outer.Unlock(ctx))
+		})
+	}
+}

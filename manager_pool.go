@@ -42,6 +42,32 @@ func (m *Manager) forget(s *pin) {
 	}
 }
 
+// ownsBackend reports whether pid is the backend of one of this Manager's sessions other
+// than except.
+func (m *Manager) ownsBackend(pid uint32, except *pin) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for s := range m.sessions {
+		if s != except && s.pid == pid {
+			return true
+		}
+	}
+	return false
+}
+
+// holdsKey reports whether a Lock of this Manager other than except holds p's lock (its
+// key and form) now.
+func (m *Manager) holdsKey(p *pin) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for s := range m.sessions {
+		if s != p && !s.multi && s.key == p.key && s.pair == p.pair && s.isHeld() {
+			return true
+		}
+	}
+	return false
+}
+
 // reserve counts a connection this Manager is about to pin. With wait false it refuses
 // when the Manager's own sessions (held locks, waits, calls about to run) already account
 // for every pool connection. Connections being closed or opened by the pool do not count:

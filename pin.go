@@ -86,6 +86,9 @@ type pin struct {
 
 	fenceToken atomic.Int64 // the holding's fencing token once taken (Lock.Token); 0 before
 
+	nested map[*Lock]struct{} // its open re-entered Locks (see lock_reentry.go); under mu
+	inFn   atomic.Bool        // a caller's BeginFunc runs fn on the connection (see Lock.usable)
+
 	// A transaction holding's (see holding_tx.go), owned like the connection: its
 	// transaction's virtual id, once read (see txLease.identity), and dirty: a caller's
 	// writes (BeginFunc) wait in the transaction for the holding's COMMIT.
@@ -222,6 +225,13 @@ func (p *pin) setState(st sessionState) {
 	p.mu.Lock()
 	p.state = st
 	p.mu.Unlock()
+}
+
+// isHeld reports whether the pin holds its lock: held, or lent to a transaction.
+func (p *pin) isHeld() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return (p.state == stateHeld || p.state == stateInTx) && !p.announced
 }
 
 func (p *pin) isClosing() bool {

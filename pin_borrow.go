@@ -185,5 +185,6 @@ func (p *pin) hungUp() {
 		p.err = p.closedLoss()
 	}
 	p.announced = true
+	p.endNested(p.err)
 	close(p.done)
 }

@@ -30,10 +30,13 @@ func (p *pin) runTx(ctx context.Context, opts pgx.TxOptions, fn func(pgx.Tx) err
 	returned := false
 	defer func() {
 		if !returned { // fn panicked or called runtime.Goexit: roll back, keep the lock
+			p.inFn.Store(false)
 			p.endTx(rollback(tx))
 		}
 	}()
+	p.inFn.Store(true)
 	committed, err := p.inTx(ctx, opts, fn, &tx)
+	p.inFn.Store(false)
 	returned = true
 	err = withCtxErr(ctx, err) // a statement the server cancelled for ctx
 	if lerr := p.endTx(err); lerr != nil && !committed {

@@ -89,11 +89,15 @@ func (sem *Semaphore) TurnstileKey() Key { return sem.turnstile.key }
 // [ErrLocked]. It does not queue behind waiting [Semaphore.Acquire] calls: it may take a
 // slot that has just been freed ahead of them. ctx governs connecting and the round trips;
 // it does not wait for a pool connection when this Manager's locks and waits pin all of
-// them ([ErrPoolExhausted]). On any error no slot is held. The returned [Lock] is an
-// ordinary lock on the slot's name: Unlock it to free the slot; Done and Err report its
-// loss.
+// them ([ErrPoolExhausted]). On any error no slot is held; a ctx that carries a slot of
+// this semaphore fails at once with [ErrNotReentrant], as for [Semaphore.Acquire]. The
+// returned [Lock] is an ordinary lock on the slot's name: Unlock it to free the slot; Done
+// and Err report its loss.
 func (sem *Semaphore) TryAcquire(ctx context.Context) (*Lock, error) {
 	start := time.Now()
+	if err := sem.refuseNested(ctx); err != nil {
+		return sem.report(ctx, true, start, nil, sem.error("try acquire", err))
+	}
 	l, err := sem.tryAll(ctx, false)
 	switch {
 	case err != nil:
@@ -122,6 +126,30 @@ func (sem *Semaphore) report(ctx context.Context, try bool, start time.Time, l *
 		return nil, err
 	}
 	return l, nil
+}
+
+// refuseNested returns an error wrapping ErrNotReentrant if ctx carries a live slot of
+// this semaphore (see LockFromContext): this Manager's, or another's that the server
+// shows held. A semaphore is not reentrant: a second slot would count one caller twice,
+// and with every other slot taken its wait would be for itself.
+func (sem *Semaphore) refuseNested(ctx context.Context) error {
+	h, _ := ctx.Value(holdingKey{}).(*ctxHolding)
+	if h == nil {
+		return nil
+	}
+	for i, t := range sem.slots {
+		own, foreign := sem.m.carried(h, t)
+		switch {
+		case own != nil && own.Err() == nil:
+			return fmt.Errorf("%w: its ctx carries slot %d of the semaphore (%s), held by this Manager: "+
+				"a semaphore is not reentrant", ErrNotReentrant, i, quote(t.name))
+		case foreign != nil:
+			if err := sem.m.refuseForeign(ctx, foreign); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 // tryAll tries every slot once, from a random one on. It returns (nil, nil) if every

@@ -104,3 +104,36 @@ func TestSemaphoreHooks(t *testing.T) {
 		"ended " + slotB + " try=false released",
 	}, events)
 }
+
+// TestSemaphoreIsNotReentrant: Acquire and TryAcquire under a slot of the same
+// semaphore fail at once with ErrNotReentrant (a second slot would count the caller
+// twice; with the others taken it would wait for itself), and take nothing. A Lock of
+// the slot's own name re-enters the slot, as for any lock.
+func TestSemaphoreIsNotReentrant(t *testing.T) {
+	forEachHolding(t, func(t *testing.T, m *advisory.Manager) {
+		ctx := ctxT(t)
+		sem, err := m.Semaphore(t.Name(), 2)
+		require.NoError(t, err)
+		slot, err := sem.Acquire(ctx)
+		require.NoError(t, err)
+		under := advisory.ContextWithLock(ctx, slot)
+		for what, acquire := range map[string]func(context.Context) (*advisory.Lock, error){
+			"Acquire": sem.Acquire, "TryAcquire": sem.TryAcquire,
+		} {
+			_, err := atOnce(t, under, what, acquire)
+			require.ErrorIs(t, err, advisory.ErrNotReentrant, what)
+			require.Len(t, libraryPrefix.FindAllString(err.Error(), -1), 1, "one prefix: %v", err)
+		}
+		l, err := atOnce(t, under, "Lock of the slot", func(ctx context.Context) (*advisory.Lock, error) {
+			return m.LockKey(ctx, slot.Key())
+		})
+		require.NoError(t, err)
+		require.True(t, l.Reentered())
+		require.NoError(t, l.Unlock(ctx))
+		hs, err := sem.Holders(ctx)
+		require.NoError(t, err)
+		require.Len(t, hs, 1, "one slot held")
+		require.NoError(t, slot.Unlock(ctx))
+		requireNoAcquired(t, m)
+	})
+}

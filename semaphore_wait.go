@@ -27,10 +27,14 @@ const SemaphoreRecheck = time.Second
 // The returned [Lock] is an ordinary lock on the slot's name: Unlock frees the slot (once
 // it returns, nothing of the call is held or waited for); Done and Err report its loss.
 // If ctx ends first, the error satisfies errors.Is(err, ctx.Err()) and neither a slot nor
-// the turnstile is held; on a closed Manager it returns [ErrClosed]. docs/semaphore.md
-// has the full contract.
+// the turnstile is held; on a closed Manager it returns [ErrClosed]. A semaphore is not
+// reentrant: a ctx that carries a slot of it ([LockFromContext]) fails at once with
+// [ErrNotReentrant]. docs/semaphore.md has the full contract.
 func (sem *Semaphore) Acquire(ctx context.Context) (*Lock, error) {
 	start := time.Now()
+	if err := sem.refuseNested(ctx); err != nil {
+		return sem.report(ctx, false, start, nil, sem.error("acquire", err))
+	}
 	l, err := sem.acquire(ctx)
 	return sem.report(ctx, false, start, l, err)
 }

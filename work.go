@@ -26,17 +26,6 @@ import (
 //
 // See docs/guarantees.md, "Work fencing".
 
-// LockFromContext returns the Lock whose holding a function run by [Manager.Do],
-// [Manager.DoTx], [Manager.TryDo] or [Manager.Lead] runs under, given that function's
-// ctx (or one derived from it); nil for any other ctx. Use it to tag the function's own
-// connections ([Lock.WorkConnString], [Lock.WorkConfig]). It does not block.
-func LockFromContext(ctx context.Context) *Lock {
-	l, _ := ctx.Value(holdingKey{}).(*Lock)
-	return l
-}
-
-type holdingKey struct{}
-
 // WorkAppName returns the application_name for a connection that does this holding's
 // work: the holding's tag, then a space and base (the name the program would use
 // otherwise; "" for none), cut to PostgreSQL's 63 bytes at a character boundary. The tag
@@ -224,8 +213,13 @@ func (l *Lock) WorkConfig(cfg *pgconn.Config) {
 // lock is kept whatever happens; the report lists what was found, also on error. An error
 // wraps [ErrWorkNotDrained] (no privilege to terminate a WithWorkRoles role's session: the
 // text names the grant; or a session did not go in time), ctx's error, or the lock's end:
-// then do not start the work.
+// then do not start the work. A re-entered Lock drains for its holding, and spares the
+// holding's own work; while a BeginFunc of the holding runs fn it fails at once with
+// [ErrNotReentrant].
 func (l *Lock) Drain(ctx context.Context) (DrainReport, error) {
+	if err := l.usable("drain the work of"); err != nil {
+		return DrainReport{}, err
+	}
 	d := &drainer{s: l.s, prefix: l.s.workPrefix(), start: time.Now(), index: map[uint32]int{}}
 	err := d.run(ctx)
 	return d.report, err

@@ -93,6 +93,7 @@ func (o *op) call(ctx context.Context) {
 	case opSession:
 		r.sess, r.err = o.m.Session(ctx)
 	case opDo:
+		defer o.afterDo()
 		r.err = o.m.Do(ctx, o.full[0], o.fnBody)
 	case opLead:
 		r.err = o.m.Lead(ctx, o.full[0], o.fnBody)
@@ -139,6 +140,9 @@ func (o *op) fnBody(ctx context.Context) error {
 		o.res.fnBad = append(o.res.fnBad, fmt.Sprintf("fn ran, but pg_locks shows no exclusive hold of %s by %s", o.names[0], o.app))
 	default:
 		o.res.fnPIDs = append(o.res.fnPIDs, pid)
+		if o.nest != nil && o.res.fnCalls == 1 {
+			o.runNested(ctx, pid)
+		}
 	}
 	return o.fnOutcome(ctx)
 }
@@ -179,13 +183,18 @@ func (o *op) closeAndRenew() {
 // fnOutcome ends a callback the way the op drew: return nil or an error, panic, or wait
 // (returning ctx's error if ctx ends first).
 func (o *op) fnOutcome(ctx context.Context) error {
-	switch o.fn {
+	return fnOutcome(ctx, o.fn, o.fnWait, modelPanic{step: o.step, op: o.idx})
+}
+
+// fnOutcome ends a callback as fn says, panicking with p or waiting up to wait.
+func fnOutcome(ctx context.Context, fn fnKind, wait time.Duration, p modelPanic) error {
+	switch fn {
 	case fnErr:
 		return errModelFn
 	case fnPanic:
-		panic(modelPanic{step: o.step, op: o.idx})
+		panic(p)
 	case fnWait:
-		timer := time.NewTimer(o.fnWait)
+		timer := time.NewTimer(wait)
 		defer timer.Stop()
 		select {
 		case <-ctx.Done():

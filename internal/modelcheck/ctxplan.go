@@ -46,9 +46,12 @@ func (p ctxPlan) String() string {
 }
 
 // build makes the call's ctx. Every ctx ends by liveBound.
-func (p ctxPlan) build() *callCtx {
+func (p ctxPlan) build() *callCtx { return p.buildOn(context.Background()) }
+
+// buildOn makes a ctx derived from parent (a nested call's: see nested.go).
+func (p ctxPlan) buildOn(parent context.Context) *callCtx {
 	c := &callCtx{}
-	bound, cancelBound := context.WithTimeout(context.Background(), liveBound)
+	bound, cancelBound := context.WithTimeout(parent, liveBound)
 	c.stops = append(c.stops, cancelBound)
 	switch p.kind {
 	case ctxDone:

@@ -23,6 +23,11 @@ func (w *world) genBatch() []*op {
 			return ops
 		}
 	}
+	if w.rng.IntN(8) == 0 {
+		if ops := w.nestedBatch(); ops != nil {
+			return ops
+		}
+	}
 	n := 1
 	switch r := w.rng.IntN(10); {
 	case r >= 8:
@@ -156,6 +161,9 @@ func (w *world) genManagerCall(o *op, focus *op, batch []*op) {
 	if o.kind == opDo || o.kind == opLead {
 		o.fn = fnKind(w.pickWeighted([]int{30, 25, 20, 25}))
 		o.fnWait = time.Duration(w.rng.IntN(80)) * time.Millisecond
+	}
+	if o.kind == opDo {
+		o.nest = w.genNest(o)
 	}
 	w.genFn(o)
 }

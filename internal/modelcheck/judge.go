@@ -76,7 +76,7 @@ func (w *world) judge(ops []*op) []string {
 
 func (v *verdict) judge() {
 	o, r := v.o, &v.o.res
-	if r.panicked != nil && !((o.kind == opDo || o.kind == opLead || o.fenced()) && o.fn == fnPanic) {
+	if r.panicked != nil && !((o.kind == opDo || o.kind == opLead || o.fenced()) && o.fn == fnPanic) && !o.nest.nestedPanicked() {
 		v.fail("panicked: %v", r.panicked)
 	}
 	if r.ctxEnded && o.kind != opSClose && o.kind != opClose && o.kind != opTerminate {

@@ -30,6 +30,13 @@ func (v *verdict) fnCall() {
 	if r.fnCalls > 1 && (o.kind == opDo || !v.lossOK) {
 		v.fail("fn ran %d times without a loss", r.fnCalls)
 	}
+	v.nested()
+	if o.nest.nestedPanicked() {
+		if p, ok := r.panicked.(modelPanic); !ok || !p.nested {
+			v.fail("the nested fn panicked, but Do returned %v (panic value %v) instead of letting the panic through", r.err, r.panicked)
+		}
+		return
+	}
 	if o.fn == fnPanic {
 		if _, ok := r.panicked.(modelPanic); !ok {
 			v.fail("fn panicked, but %s returned %v (panic value %v) instead of letting the panic through", o.kind, r.err, r.panicked)

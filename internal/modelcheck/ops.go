@@ -58,7 +58,10 @@ const (
 
 var errModelFn = errors.New("model: fn failed")
 
-type modelPanic struct{ step, op int }
+type modelPanic struct {
+	step, op int
+	nested   bool // the fn of the op's nested Do or TryDo (see nested.go)
+}
 
 // op is one call, its inputs fixed before the batch runs, and its result.
 type op struct {
@@ -84,6 +87,7 @@ type op struct {
 	apps   []string      // opTerminate: our application_names
 	fin    fenceInput    // the fenced calls', Token's and CheckToken's
 	txOpts bool          // opBegin, opSBegin on a transaction holding: BeginTxFunc with options
+	nest   *nestCall     // opDo: the call its fn makes under the holding (see nested.go), or nil
 
 	admin *pgxpool.Pool     // the harness's pool, for pg_locks, terminations, CheckToken
 	opts  []advisory.Option // opClose: the new Manager's options (its slot's)
@@ -157,6 +161,9 @@ func (o *op) String() string {
 		call = fmt.Sprintf("%v[%v].Close", o.sh, o.pre)
 	case opDo, opLead:
 		call = fmt.Sprintf("%s.%s(%s, fn=%s)", o.slot, o.kind, o.names[0], [...]string{"nil", "err", "panic", "wait " + o.fnWait.String()}[o.fn])
+		if o.nest != nil {
+			call += fmt.Sprintf(" nesting [%v]", o.nest)
+		}
 	case opHolders:
 		call = fmt.Sprintf("%s.Holders(%s)", o.slot, o.names[0])
 	case opTerminate:

@@ -105,6 +105,8 @@ func errClass(err error) string {
 		return "shared"
 	case errors.Is(err, advisory.ErrTransactionHolding):
 		return "txholding"
+	case errors.Is(err, advisory.ErrNotReentrant):
+		return "notreentrant"
 	case errors.Is(err, errModelFn):
 		return "fnerr"
 	case isDeadlock(err):

@@ -1,0 +1,213 @@
+package advisory
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+)
+
+// Reentrancy. A lock call whose ctx carries a holding of the same lock (see
+// LockFromContext) is made by code that runs under that holding: a wait for the lock
+// would wait for the caller itself, forever. So such a call never waits:
+//
+//   - the holding is this Manager's, in a mode that covers the call's (exclusive covers
+//     both, shared covers shared): the call re-enters it and returns at once a Lock of its
+//     own, counted on the holding's pin, that ends with the holding or at its own Unlock,
+//     which releases nothing on the server;
+//   - the holding is this Manager's but shared, and the call exclusive: ErrNotReentrant
+//     (an upgrade would wait for the holding itself, and for every other shared holder);
+//   - the holding is another Manager's, and the server the call reaches shows it held
+//     there: ErrNotReentrant (the server would make the call wait for the holding).
+//
+// A ctx carries every holding it was given, innermost first (ctxHolding), so that a
+// call under "y" under "x" still finds "x".
+
+// ctxHolding is what a ctx carries (see ContextWithLock): a holding, and those the ctx
+// carried before it.
+type ctxHolding struct {
+	l    *Lock
+	next *ctxHolding
+}
+
+type holdingKey struct{}
+
+// ContextWithLock returns a copy of ctx that carries l, so that calls made with it (or a
+// ctx derived from it) re-enter l's holding instead of waiting for it: see [Manager],
+// reentrancy. [Manager.Do], DoTx, TryDo and Lead give fn such a ctx; use
+// ContextWithLock after [Manager.Lock] to pass the holding to code that may lock the
+// same name. The ctx also keeps the holdings ctx carried. It does not block; it panics if
+// l is nil.
+func ContextWithLock(ctx context.Context, l *Lock) context.Context {
+	if l == nil {
+		panic("advisory: ContextWithLock with a nil Lock")
+	}
+	next, _ := ctx.Value(holdingKey{}).(*ctxHolding)
+	return context.WithValue(ctx, holdingKey{}, &ctxHolding{l: l, next: next})
+}
+
+// LockFromContext returns the Lock whose holding a function run by [Manager.Do],
+// [Manager.DoTx], [Manager.TryDo] or [Manager.Lead] runs under, given that function's
+// ctx (or one derived from it), or the Lock given to [ContextWithLock]; the innermost if
+// the ctx carries several; nil for any other ctx. Use it to tag the function's own
+// connections ([Lock.WorkConnString], [Lock.WorkConfig]). It does not block.
+func LockFromContext(ctx context.Context) *Lock {
+	if h, _ := ctx.Value(holdingKey{}).(*ctxHolding); h != nil {
+		return h.l
+	}
+	return nil
+}
+
+// carried returns the holding of t's lock that ctx carries: this Manager's (own) if
+// any, else another Manager's (foreign).
+func (m *Manager) carried(h *ctxHolding, t target) (own, foreign *Lock) {
+	for ; h != nil; h = h.next {
+		p := h.l.s
+		switch {
+		case p.key != t.key || p.pair != t.pair:
+		case p.m == m:
+			return h.l, nil
+		case foreign == nil:
+			foreign = h.l
+		}
+	}
+	return nil, foreign
+}
+
+// reenter decides a lock call whose ctx carries holdings (see the rules above). With
+// handled false the call goes on as any other: ctx carries no holding of t's lock, or
+// another Manager's that the server does not show held.
+func (m *Manager) reenter(ctx context.Context, h *ctxHolding, t target, op string) (l *Lock, handled bool, err error) {
+	own, foreign := m.carried(h, t)
+	switch {
+	case own != nil:
+		l, err = m.reentered(ctx, own, t)
+	case foreign != nil:
+		err = m.refuseForeign(ctx, foreign)
+	}
+	if err != nil {
+		return nil, true, lockError(op, t, err)
+	}
+	return l, l != nil, nil
+}
+
+// reentered makes the re-entered Lock of t under c, a holding of this Manager.
+func (m *Manager) reentered(ctx context.Context, c *Lock, t target) (*Lock, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if err := c.Err(); err != nil {
+		return nil, &causeError{"the holding its ctx carries has ended", err}
+	}
+	p := c.s
+	if p.shared && !t.shared {
+		return nil, fmt.Errorf("%w: its ctx carries a shared holding of the lock, and the call is exclusive", ErrNotReentrant)
+	}
+	l, depth, err := p.nest(t.name)
+	if err != nil {
+		return nil, &causeError{"the holding its ctx carries has ended", err}
+	}
+	p.log(slog.LevelDebug, "advisory: lock re-entered", slog.Int("open", depth))
+	return l, nil
+}
+
+// refuseForeign returns ErrNotReentrant if c, another Manager's holding of the lock, is
+// held in this Manager's database, as the server this Manager reaches shows it (c's
+// backend, in c's database, is this one's: pg_locks is the whole server's); nil if it
+// is not (another database or server, or c has ended: the call may wait as any other).
+func (m *Manager) refuseForeign(ctx context.Context, c *Lock) error {
+	conn, err := m.pool.Acquire(ctx)
+	if err != nil {
+		return fmt.Errorf("ask whether the holding its ctx carries is on this server: %w", err)
+	}
+	defer conn.Release()
+	pg := conn.Conn().PgConn()
+	if db, _ := pg.CustomData()[dbOIDKey].(uint32); db != c.s.dbOID {
+		return nil // another database: another lock of the same key
+	}
+	err = c.s.heldOnServer(ctx, pg)
+	switch {
+	case err == nil:
+		return fmt.Errorf("%w: its ctx carries another Manager's holding of the lock, on this server "+
+			"(backend pid %d): make the call with that Manager", ErrNotReentrant, c.s.pid)
+	case errors.Is(err, ErrLockLost):
+		return nil
+	}
+	return err
+}
+
+// A re-entered Lock (Lock.in set) shares its holding's pin, so that what it reads or
+// runs on the holding (Key, PID, Token, BeginFunc, the work tag, Drain) is the holding's;
+// it has its own end: Done, Err and Unlock are its own. The pin keeps its open re-entered
+// Locks (pin.nested, under pin.mu) and ends them when it ends or its release begins, so
+// that they are told before the server frees the lock.
+type reentry struct {
+	done chan struct{}
+	err  error // under the pin's mu; nil while open
+}
+
+// errHoldingReleased is the end of a re-entered Lock whose holding was released (by
+// the Unlock of the Lock it re-entered, or by Do's end) while it was open.
+var errHoldingReleased = fmt.Errorf("%w: the holding it re-entered was released", ErrNotHeld)
+
+// errHoldingReleasing is the error of a re-entry while the holding is being released.
+var errHoldingReleasing = fmt.Errorf("%w: the holding is being released", ErrNotHeld)
+
+// nest opens a re-entered Lock named name on the held pin, and returns it with the
+// number of the pin's open re-entered Locks; or the holding's end.
+func (p *pin) nest(name string) (*Lock, int, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	switch {
+	case p.state == stateEnded, p.announced:
+		return nil, 0, p.err
+	case p.closing:
+		return nil, 0, p.closedLoss()
+	case p.state == stateReleasing:
+		return nil, 0, errHoldingReleasing
+	}
+	l := &Lock{s: p, name: name, in: &reentry{done: make(chan struct{})}}
+	if p.nested == nil {
+		p.nested = make(map[*Lock]struct{})
+	}
+	p.nested[l] = struct{}{}
+	return l, len(p.nested), nil
+}
+
+// unlockNested is Unlock of a re-entered Lock: it ends l alone, with no statement.
+func (l *Lock) unlockNested() error {
+	p := l.s
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if err := l.in.err; err != nil {
+		return err
+	}
+	l.in.err = ErrNotHeld
+	delete(p.nested, l)
+	close(l.in.done)
+	return nil
+}
+
+// Reentered reports whether l re-entered a holding that its call's ctx carried (see
+// [Manager], reentrancy): its Unlock then releases nothing on the server, and it ends when that
+// holding ends, if not before. It does not block.
+func (l *Lock) Reentered() bool { return l.in != nil }
+
+// usable is checked first by the calls of a re-entered Lock that use its holding's
+// connection (BeginFunc, Token, Publish, Drain): nil for a Lock that is not re-entered;
+// else l's own end, if it has ended, or ErrNotReentrant while a BeginFunc of the holding
+// runs fn: the call would wait for that transaction, and code run by its fn (a nested
+// DoTx, say) would wait for itself.
+func (l *Lock) usable(op string) error {
+	if l.in == nil {
+		return nil
+	}
+	if err := l.Err(); err != nil {
+		return err
+	}
+	if l.s.inFn.Load() {
+		return &opError{op, l.s.describe(), fmt.Errorf("%w: a transaction of the holding is in progress "+
+			"(BeginFunc, DoTx): use that transaction", ErrNotReentrant)}
+	}
+	return nil
+}
