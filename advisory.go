@@ -69,6 +69,7 @@ type Manager struct {
 	taken   contention // how often named locks' tries by key find them taken (pin_named.go)
 	leaders leaderHub  // the LISTEN connection of leader observers
 	texts   textCache  // statement texts of named locks
+	hosts   hostSet    // shared sessions (WithSharedSessions; see shared.go)
 
 	mu        sync.Mutex
 	closed    bool

@@ -28,7 +28,7 @@ func (m *Manager) Do(ctx context.Context, name string, fn func(ctx context.Conte
 	if fn == nil {
 		panic("advisory: Do with a nil function")
 	}
-	l, err := m.Lock(ctx, name)
+	l, err := m.lockFor(ctx, name, modeLock, !m.set.noDrain)
 	if err != nil {
 		return err
 	}

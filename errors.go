@@ -73,6 +73,11 @@ var (
 	// the lock's own transaction, begun with the lock).
 	ErrTransactionHolding = errors.New("advisory: the lock is held as a transaction")
 
+	// ErrSharedSession means a call needs a server session of the lock's own, and the lock
+	// shares its session with other holdings (see [WithSharedSessions]): a transaction on
+	// it, a fencing token, its socket, a published value or a drain.
+	ErrSharedSession = errors.New("advisory: the lock shares its session")
+
 	// ErrNotReentrant means a call's ctx carries a holding of the lock (see
 	// [LockFromContext]) that the call cannot re-enter, and waiting for it would wait for
 	// the caller itself: an exclusive call under a shared holding of the same lock, a call

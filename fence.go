@@ -90,6 +90,9 @@ func (m *Manager) CreateFenceTable(ctx context.Context) error {
 // Lock returns its holding's token ([ErrNotReentrant] at once while a BeginFunc of the
 // holding runs fn).
 func (l *Lock) Token(ctx context.Context) (int64, error) {
+	if err := l.sharedRefusal("take a fencing token of"); err != nil {
+		return 0, err
+	}
 	s := l.s
 	if s.shared {
 		return 0, &opError{"take a fencing token of", s.describe(), ErrSharedToken}

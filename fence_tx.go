@@ -31,6 +31,9 @@ func (l *Lock) BeginTxFunc(ctx context.Context, opts pgx.TxOptions, fn func(pgx.
 	if fn == nil {
 		panic("advisory: BeginFunc with a nil function")
 	}
+	if err := l.sharedRefusal("begin a transaction on"); err != nil {
+		return err
+	}
 	if err := l.usable("begin a transaction on"); err != nil {
 		return err
 	}
@@ -61,7 +64,7 @@ func (m *Manager) DoTx(ctx context.Context, name string, fn func(ctx context.Con
 	if fn == nil {
 		panic("advisory: DoTx with a nil function")
 	}
-	l, err := m.Lock(ctx, name)
+	l, err := m.lockFor(ctx, name, modeLock, true)
 	if err != nil {
 		return err
 	}

@@ -29,7 +29,7 @@ func (m *Manager) TryDo(ctx context.Context, name string, atLeast time.Duration,
 	if atLeast < 0 {
 		return false, fmt.Errorf("%w: try-do %s: atLeast %v is negative", ErrInvalidOption, quote(name), atLeast)
 	}
-	l, err := m.TryLock(ctx, name)
+	l, err := m.lockFor(ctx, name, modeTry, !m.set.noDrain)
 	switch {
 	case errors.Is(err, ErrLocked):
 		return false, nil

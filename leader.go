@@ -105,6 +105,9 @@ func (m *Manager) observeTarget(ctx context.Context, t target) (<-chan Leader, e
 // A re-entered Lock publishes for its holding, whose Unlock announces the release
 // ([ErrNotReentrant] at once while a BeginFunc of the holding runs fn).
 func (l *Lock) Publish(ctx context.Context, value string) error {
+	if err := l.sharedRefusal("publish"); err != nil {
+		return err
+	}
 	if l.in != nil { // the holding publishes, and announces its own release
 		if err := l.usable("publish"); err != nil {
 			return err

@@ -34,7 +34,7 @@ const (
 // elect takes the lock, drains and announces. On success the lock is held; on failure
 // it is not, and step names what failed ("lock", "drain", "publish").
 func (c *campaign) elect(ctx context.Context) (l *Lock, step string, err error) {
-	l, err = c.m.Lock(ctx, c.name)
+	l, err = c.m.lockFor(ctx, c.name, modeLock, true)
 	if err != nil {
 		return nil, "lock", err
 	}

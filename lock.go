@@ -21,18 +21,29 @@ import (
 type Lock struct {
 	s         *pin
 	name      string
-	announced atomic.Bool // published (Publish): Unlock announces the release
-	in        *reentry    // set on a re-entered Lock (see lock_reentry.go)
+	announced atomic.Bool    // published (Publish): Unlock announces the release
+	in        *reentry       // set on a re-entered Lock (see lock_reentry.go)
+	sh        *sharedHolding // set on a holding that shares its session (see shared.go)
 }
 
 // Key returns the lock's key.
-func (l *Lock) Key() Key { return l.s.key }
+func (l *Lock) Key() Key {
+	if l.sh != nil {
+		return l.sh.t.key
+	}
+	return l.s.key
+}
 
 // Name returns the name the lock was taken with, or "" for a raw key.
 func (l *Lock) Name() string { return l.name }
 
 // Shared reports whether the lock is held in shared mode.
-func (l *Lock) Shared() bool { return l.s.shared }
+func (l *Lock) Shared() bool {
+	if l.sh != nil {
+		return l.sh.t.shared
+	}
+	return l.s.shared
+}
 
 // PID returns the process ID of the PostgreSQL backend that holds the lock: the pid
 // column of its pg_locks row.
@@ -44,8 +55,11 @@ func (l *Lock) PID() uint32 { return l.s.pid }
 // A re-entered Lock's closes at its own Unlock, or before the holding it re-entered is
 // released or when it is lost.
 func (l *Lock) Done() <-chan struct{} {
-	if l.in != nil {
+	switch {
+	case l.in != nil:
 		return l.in.done
+	case l.sh != nil:
+		return l.sh.done
 	}
 	return l.s.done
 }
@@ -58,8 +72,11 @@ func (l *Lock) Done() <-chan struct{} {
 func (l *Lock) Err() error {
 	l.s.mu.Lock()
 	defer l.s.mu.Unlock()
-	if l.in != nil {
+	switch {
+	case l.in != nil:
 		return l.in.err
+	case l.sh != nil:
+		return l.sh.err
 	}
 	return l.s.err
 }
@@ -82,8 +99,11 @@ func (l *Lock) Err() error {
 // On a re-entered Lock, Unlock ends that handle only, at once, with no statement: it
 // returns nil, or the end it already had (ErrNotHeld, or the holding's loss).
 func (l *Lock) Unlock(ctx context.Context) error {
-	if l.in != nil {
+	switch {
+	case l.in != nil:
 		return l.unlockNested()
+	case l.sh != nil:
+		return l.sh.unlock(ctx)
 	}
 	err := l.s.release(ctx, ErrNotHeld)
 	if l.announced.CompareAndSwap(true, false) {
@@ -114,6 +134,9 @@ func (l *Lock) Unlock(ctx context.Context) error {
 // has ended, and an error on a platform or connection without a socket descriptor
 // (Linux with TCP or a Unix socket always has one).
 func (l *Lock) File() (*os.File, error) {
+	if err := l.sharedRefusal("hand on the socket of"); err != nil {
+		return nil, err
+	}
 	if err := l.Err(); err != nil {
 		return nil, err
 	}

@@ -19,6 +19,7 @@ type target struct {
 	gated  bool // queued in the Manager's gate for the key (see gate)
 	quiet  bool // a Semaphore's own call: no Acquired or NotAcquired hook (it reports its call)
 	hidden bool // and no Ended hook either: the Semaphore's turnstile
+	solo   bool // on a session of its own, also under WithSharedSessions (see sharable)
 }
 
 func named(name string, shared bool) (target, error) {
@@ -38,6 +39,18 @@ func (m *Manager) named(name string, shared bool) (target, error) {
 		name = m.set.namespace + ":" + name
 	}
 	return named(name, shared)
+}
+
+// lockFor is Lock (modeLock) or TryLock (modeTry) of a named exclusive lock for Do, DoTx,
+// TryDo and Lead: with solo, the lock is taken on a session of its own also under
+// WithSharedSessions, for the drain, the transaction or the announcement that need one.
+func (m *Manager) lockFor(ctx context.Context, name string, mode attemptMode, solo bool) (*Lock, error) {
+	t, err := m.named(name, false)
+	if err != nil {
+		return nil, err
+	}
+	t.solo = solo
+	return m.attempt(ctx, t, mode)
 }
 
 // An attemptMode is what one attempt does where the lock or the pool is busy.
@@ -81,6 +94,19 @@ func (m *Manager) attempt(ctx context.Context, t target, mode attemptMode) (*Loc
 			return m.handedTo(ctx, t, handed, start)
 		}
 		defer m.gates.stopWaiting(gateKey{t.key, t.pair})
+	}
+	if m.sharable(t) { // on a shared session if the lock is free (see shared.go)
+		l, err := m.takeShared(ctx, t, try)
+		var locked *LockedError
+		switch {
+		case l != nil:
+			m.sharedAcquired(t, try, start)
+			return l, nil
+		case errors.As(err, &locked):
+			return nil, m.notAcquired(ctx, t, try, start, err)
+		case err != nil:
+			return nil, m.notAcquired(ctx, t, try, start, lockError(op, t, err))
+		}
 	}
 	for attempt := 0; ; attempt++ {
 		s, err := m.acquire(ctx, t, waitPool)

@@ -62,10 +62,9 @@ func LockFromContext(ctx context.Context) *Lock {
 // any, else another Manager's (foreign).
 func (m *Manager) carried(h *ctxHolding, t target) (own, foreign *Lock) {
 	for ; h != nil; h = h.next {
-		p := h.l.s
-		switch {
-		case p.key != t.key || p.pair != t.pair:
-		case p.m == m:
+		switch l := h.l; {
+		case l.Key() != t.key || l.pairForm() != t.pair:
+		case l.s.m == m:
 			return h.l, nil
 		case foreign == nil:
 			foreign = h.l
@@ -100,10 +99,14 @@ func (m *Manager) reentered(ctx context.Context, c *Lock, t target) (*Lock, erro
 		return nil, &causeError{"the holding its ctx carries has ended", err}
 	}
 	p := c.s
-	if p.shared && !t.shared {
+	if c.Shared() && !t.shared {
 		return nil, fmt.Errorf("%w: its ctx carries a shared holding of the lock, and the call is exclusive", ErrNotReentrant)
 	}
-	l, depth, err := p.nest(t.name)
+	nest := p.nest
+	if c.sh != nil {
+		nest = c.sh.nest
+	}
+	l, depth, err := nest(t.name)
 	if err != nil {
 		return nil, &causeError{"the holding its ctx carries has ended", err}
 	}
@@ -125,7 +128,7 @@ func (m *Manager) refuseForeign(ctx context.Context, c *Lock) error {
 	if db, _ := pg.CustomData()[dbOIDKey].(uint32); db != c.s.dbOID {
 		return nil // another database: another lock of the same key
 	}
-	err = c.s.heldOnServer(ctx, pg)
+	err = c.s.heldOnServer(ctx, pg, c.Key(), c.pairForm())
 	switch {
 	case err == nil:
 		return fmt.Errorf("%w: its ctx carries another Manager's holding of the lock, on this server "+
@@ -183,7 +186,11 @@ func (l *Lock) unlockNested() error {
 		return err
 	}
 	l.in.err = ErrNotHeld
-	delete(p.nested, l)
+	if l.sh != nil {
+		delete(l.sh.nested, l)
+	} else {
+		delete(p.nested, l)
+	}
 	close(l.in.done)
 	return nil
 }

@@ -209,6 +209,9 @@ func openPool(ctx context.Context, cfg *pgxpool.Config, set *settings, ps *proxy
 		if err == nil {
 			err = set.forHolding(kind, ps.proxied.Load())
 		}
+		if err == nil {
+			err = set.forSharing(kind)
+		}
 		if err != nil {
 			pool.Close()
 			return nil, 0, 0, err

@@ -177,3 +177,20 @@ func requireHolding(t *testing.T, cfg modelcheck.Config, want advisory.Holding) 
 	defer m.Close()
 	require.Equal(t, want, m.Holding())
 }
+
+// TestModelShared is TestModel, for a third of its time, with two Managers of three
+// sharing sessions between their holdings (WithSharedSessions: at most 3 on a session,
+// and 100), beside one that does not: the judge then allows several live Locks of one
+// Manager on one backend, never two that claim one lock there, counts a shared
+// session's connection once, and wants BeginFunc and Token on such a Lock refused with
+// ErrSharedSession. It fails if no check saw a shared session.
+func TestModelShared(t *testing.T) {
+	if testing.Short() {
+		t.Skip("model-based randomized test: skipped with -short")
+	}
+	cfg := modelConfig(t)
+	cfg.Extra = map[int][]advisory.Option{1: {advisory.WithSharedSessions(3)}, 2: {advisory.WithSharedSessions(100)}}
+	cfg.Shared = map[int]bool{1: true, 2: true}
+	cfg.Duration /= 3
+	modelcheck.Run(t, cfg)
+}

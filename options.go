@@ -34,6 +34,7 @@ type settings struct {
 	namespace          string
 	sessionCap         int
 	sessionRetire      int
+	sharePer           int    // holdings per shared session (WithSharedSessions); 0: no sharing
 	fenceTable         string // sanitized, possibly schema-qualified
 	leaderTable        string // WithLeaderTable, sanitized; "": published values are off
 	leaderRecheck      time.Duration
@@ -161,24 +162,6 @@ func WithLeaderRecheck(d time.Duration) Option {
 			return fmt.Errorf("%w: leader re-check interval %v: want a positive duration", ErrInvalidOption, d)
 		}
 		s.leaderRecheck = d
-		return nil
-	})
-}
-
-// WithSessionLimits sets the limits of a [Session]: capacity, the most distinct locks it
-// may hold (a Lock past it fails with ErrTooManyLocks; the default is 10000), and
-// retireAfter: a Session that ever held more locks has its connection closed at Close
-// rather than returned to the pool, because a backend pays about 45 ns per statement for
-// every lock it ever held, until it exits (the default is 1000). Both must be positive,
-// retireAfter at most capacity. The server's own limit is shared by all sessions: its lock
-// table holds about max_locks_per_transaction × (max_connections + max_prepared_transactions)
-// locks, and past it every session fails (ErrLockTableFull).
-func WithSessionLimits(capacity, retireAfter int) Option {
-	return option(func(s *settings) error {
-		if capacity < 1 || retireAfter < 1 || retireAfter > capacity {
-			return fmt.Errorf("%w: session limits %d, %d: want 1 <= retireAfter <= capacity", ErrInvalidOption, capacity, retireAfter)
-		}
-		s.sessionCap, s.sessionRetire = capacity, retireAfter
 		return nil
 	})
 }

@@ -49,4 +49,7 @@ func (m *Manager) HoldersPair(ctx context.Context, p Pair) ([]Holder, error) {
 }
 
 // Pair returns the lock's key in the two-int4 form, and whether it was taken in that form.
-func (l *Lock) Pair() (Pair, bool) { return pairOf(l.s.key), l.s.pair }
+func (l *Lock) Pair() (Pair, bool) { return pairOf(l.Key()), l.pairForm() }
+
+// pairForm reports whether the lock is held in the two-int4 form.
+func (l *Lock) pairForm() bool { return l.sh == nil && l.s.pair }

@@ -42,12 +42,16 @@ type Session struct {
 // Session pins a connection for many locks. ctx governs getting the connection. Close
 // releases everything. It fails with ErrPoolExhausted (after ctx) like Lock when the pool
 // stays full, and with ErrClosed after the Manager's Close.
-func (m *Manager) Session(ctx context.Context) (*Session, error) {
+func (m *Manager) Session(ctx context.Context) (*Session, error) { return m.openSession(ctx, true) }
+
+// openSession is Session; without wait it fails at once with ErrPoolExhausted where
+// Session waits for a connection.
+func (m *Manager) openSession(ctx context.Context, wait bool) (*Session, error) {
 	if err := m.enter(); err != nil {
 		return nil, err
 	}
 	defer m.active.Done()
-	s, err := m.acquire(ctx, target{}, true)
+	s, err := m.acquire(ctx, target{}, wait)
 	if err != nil {
 		return nil, lockError("session", target{name: "session"}, err)
 	}
@@ -179,4 +183,22 @@ func (s *Session) Close(ctx context.Context) error {
 	s.held = map[target]int{}
 	s.mu.Unlock()
 	return s.pin.release(ctx, errSessionClosed)
+}
+
+// WithSessionLimits sets the limits of a [Session]: capacity, the most distinct locks it
+// may hold (a Lock past it fails with ErrTooManyLocks; the default is 10000), and
+// retireAfter: a Session that ever held more locks has its connection closed at Close
+// rather than returned to the pool, because a backend pays about 45 ns per statement for
+// every lock it ever held, until it exits (the default is 1000). Both must be positive,
+// retireAfter at most capacity. The server's own limit is shared by all sessions: its lock
+// table holds about max_locks_per_transaction × (max_connections + max_prepared_transactions)
+// locks, and past it every session fails (ErrLockTableFull).
+func WithSessionLimits(capacity, retireAfter int) Option {
+	return option(func(s *settings) error {
+		if capacity < 1 || retireAfter < 1 || retireAfter > capacity {
+			return fmt.Errorf("%w: session limits %d, %d: want 1 <= retireAfter <= capacity", ErrInvalidOption, capacity, retireAfter)
+		}
+		s.sessionCap, s.sessionRetire = capacity, retireAfter
+		return nil
+	})
 }

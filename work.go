@@ -32,6 +32,9 @@ import (
 // comes first so that the cut never reaches it. It does not block.
 func (l *Lock) WorkAppName(base string) string {
 	name := l.s.workTag()
+	if l.sh != nil {
+		name = l.sh.workTag()
+	}
 	if base == "" {
 		return name
 	}
@@ -185,12 +188,12 @@ func (l *Lock) WorkConfig(cfg *pgconn.Config) {
 	cfg.AfterConnect = func(ctx context.Context, pg *pgconn.PgConn) error {
 		// The server first, then this process (see heldOnServer); the Lock's own end, if
 		// it has one, says more than the server's answer.
-		err := l.s.heldOnServer(ctx, pg)
+		err := l.s.heldOnServer(ctx, pg, l.Key(), l.pairForm())
 		if lerr := l.Err(); lerr != nil {
 			err = lerr
 		}
 		if err != nil {
-			return fmt.Errorf("advisory: no new work connection for %s: %w", l.s.describe(), err)
+			return fmt.Errorf("advisory: no new work connection for %s: %w", describe(l.Key(), l.name, l.pairForm()), err)
 		}
 		if next != nil {
 			return next(ctx, pg)
@@ -217,6 +220,9 @@ func (l *Lock) WorkConfig(cfg *pgconn.Config) {
 // holding's own work; while a BeginFunc of the holding runs fn it fails at once with
 // [ErrNotReentrant].
 func (l *Lock) Drain(ctx context.Context) (DrainReport, error) {
+	if err := l.sharedRefusal("drain the work of"); err != nil {
+		return DrainReport{}, err
+	}
 	if err := l.usable("drain the work of"); err != nil {
 		return DrainReport{}, err
 	}

@@ -13,13 +13,17 @@ import (
 
 // workTag returns the holding's tag, made on first use.
 func (p *pin) workTag() string {
-	p.workOnce.Do(func() {
-		var b [8]byte
-		rand.Read(b[:]) // never fails (crypto/rand)
-		nonce := strconv.FormatUint(binary.LittleEndian.Uint64(b[:])%nonceSpace+nonceSpace, 36)[1:]
-		p.tag = p.workPrefix() + strconv.FormatUint(uint64(p.pid), 36) + "." + nonce
-	})
+	p.workOnce.Do(func() { p.tag = p.workPrefix() + holderTag(p.pid) })
 	return p.tag
+}
+
+// holderTag is the holder part of a work tag: the holding backend's pid, a dot, and a
+// nonce of six base-36 digits.
+func holderTag(pid uint32) string {
+	var b [8]byte
+	rand.Read(b[:]) // never fails (crypto/rand)
+	nonce := strconv.FormatUint(binary.LittleEndian.Uint64(b[:])%nonceSpace+nonceSpace, 36)[1:]
+	return strconv.FormatUint(uint64(pid), 36) + "." + nonce
 }
 
 // nonceSpace is 36^6: six base-36 digits (formatted with a leading 1, then dropped, so
@@ -27,12 +31,15 @@ func (p *pin) workTag() string {
 const nonceSpace = 36 * 36 * 36 * 36 * 36 * 36
 
 // workPrefix is the part of the tag that every holding of the lock shares.
-func (p *pin) workPrefix() string {
-	key := strconv.FormatUint(uint64(p.key), 36)
-	if p.pair {
-		key = "p" + key
+func (p *pin) workPrefix() string { return tagPrefix(p.dbOID, p.key, p.pair) }
+
+// tagPrefix is the work tag's part for a lock, in the database dbOID.
+func tagPrefix(dbOID uint32, key Key, pair bool) string {
+	k := strconv.FormatUint(uint64(key), 36)
+	if pair {
+		k = "p" + k
 	}
-	return "pgadv/" + strconv.FormatUint(uint64(p.dbOID), 36) + "/" + key + "/"
+	return "pgadv/" + strconv.FormatUint(uint64(dbOID), 36) + "/" + k + "/"
 }
 
 // holderOf returns the holder part of a tagged application_name ("PID.NONCE") and the
@@ -62,8 +69,8 @@ func holderOf(app, prefix string) (holder string, pid uint32, ok bool) {
 // Unlock ends the Lock before its connection can hold the key for anyone else.) The same
 // statement gives the session the work settings where it reaches its backend directly
 // (see workSetSQL).
-func (p *pin) heldOnServer(ctx context.Context, pg *pgconn.PgConn) error {
-	classid, objid, subid := pgLocksKey(p.key, p.pair)
+func (p *pin) heldOnServer(ctx context.Context, pg *pgconn.PgConn, key Key, pair bool) error {
+	classid, objid, subid := pgLocksKey(key, pair)
 	q := func(n uint64) string { return " OPERATOR(pg_catalog.=) '" + strconv.FormatUint(n, 10) + "'" }
 	set := workSettings(&p.m.set, serverVersion(pg.ParameterStatus("server_version")))
 	rows, err := pg.Exec(ctx, "SELECT EXISTS (SELECT FROM pg_catalog.pg_locks "+

@@ -9,6 +9,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -59,6 +60,19 @@ func TestChaosThroughAPooler(t *testing.T) {
 	pgtest.Need(t, srv, startErr)
 	b := pgtest.PgBouncerForTest(t, srv, pgtest.PoolTransaction, pgtest.WithPoolSize(14))
 	chaos(t, b.DSN(), 20)
+}
+
+// TestChaosSharedSessions is TestChaos with each worker's Manager sharing sessions
+// between its holdings (WithSharedSessions, issue 38): three goroutines per worker take
+// the chaos keys beside filler locks that keep the shared sessions populated, so that a
+// chaos key is taken on a session that holds others, and a termination of one ends every
+// holding on it.
+func TestChaosSharedSessions(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: a slow fault test (tens of seconds); CI runs it")
+	}
+	t.Setenv("CHAOS_SHARED", "1")
+	chaos(t, dsn(t), 20)
 }
 
 // chaos is one chaos run whose workers lock through lockDSN, for the given seconds
@@ -157,7 +171,11 @@ func runChaosWorker() int {
 	untilNanos, _ := strconv.ParseInt(os.Getenv("CHAOS_UNTIL"), 10, 64)
 	run, worker := os.Getenv("CHAOS_RUN"), os.Getenv("CHAOS_WORKER")
 	ctx := context.Background()
-	m, err := advisory.New(ctx, pgtest.WithPairs(os.Getenv("CHAOS_LOCK_DSN"), "pool_max_conns=3"))
+	goroutines, conns, opts := 1, 3, []advisory.Option(nil)
+	if os.Getenv("CHAOS_SHARED") != "" {
+		goroutines, conns, opts = 3, 8, []advisory.Option{advisory.WithSharedSessions(20)}
+	}
+	m, err := advisory.New(ctx, pgtest.WithPairs(os.Getenv("CHAOS_LOCK_DSN"), "pool_max_conns="+strconv.Itoa(conns)), opts...)
 	if err != nil {
 		fmt.Println("ERROR", err)
 		return 1
@@ -169,13 +187,53 @@ func runChaosWorker() int {
 		return 1
 	}
 	defer witness.Close()
-	w := &chaosWorker{m: m, witness: witness, run: run, worker: worker, rng: rand.New(rand.NewPCG(seed, 1))}
-	for time.Now().UnixNano() < untilNanos {
-		w.iteration(ctx)
+	until := time.Unix(0, untilNanos)
+	if goroutines > 1 {
+		go holdFillers(ctx, m, worker, until)
 	}
-	out, _ := json.Marshal(w.sum)
+	sums := make([]chaosSummary, goroutines)
+	var wg sync.WaitGroup
+	for g := range goroutines {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			w := &chaosWorker{m: m, witness: witness, run: run, worker: worker, rng: rand.New(rand.NewPCG(seed, uint64(g+1)))}
+			for time.Now().Before(until) {
+				w.iteration(ctx)
+			}
+			sums[g] = w.sum
+		}()
+	}
+	wg.Wait()
+	var sum chaosSummary
+	for _, s := range sums {
+		sum = addSummary(sum, s)
+	}
+	out, _ := json.Marshal(sum)
 	fmt.Println("SUMMARY", string(out))
 	return 0
+}
+
+// holdFillers keeps four locks of the worker's own held until until, taking each again
+// when it is lost, so that the chaos keys are taken on shared sessions that hold others.
+func holdFillers(ctx context.Context, m *advisory.Manager, worker string, until time.Time) {
+	for i := range 4 {
+		go func() {
+			name := fmt.Sprintf("chaos-filler/%s/%d", worker, i)
+			for time.Now().Before(until) {
+				l, err := m.TryLock(ctx, name)
+				if err != nil {
+					time.Sleep(10 * time.Millisecond)
+					continue
+				}
+				select {
+				case <-l.Done():
+				case <-time.After(time.Until(until)):
+					l.Unlock(ctx)
+				}
+			}
+		}()
+	}
 }
 
 type chaosWorker struct {

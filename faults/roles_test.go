@@ -30,6 +30,8 @@ func runRole(role string) int {
 		return runPartitionedHolder()
 	case "poolhold":
 		return runPoolHolder()
+	case "sharedhold":
+		return runSharedHolder()
 	}
 	fmt.Fprintf(os.Stderr, "unknown role %q\n", role)
 	return 2

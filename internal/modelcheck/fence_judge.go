@@ -36,6 +36,14 @@ func (w *world) beforeJudge(ops []*op) {
 }
 
 func (v *verdict) fenceCall() {
+	if o := v.o; o.lh != nil && o.lh.sharing && (o.kind == opBegin || o.kind == opToken) {
+		// Refused first, whatever the Lock's state: it has no session of its own.
+		if !errors.Is(o.res.err, advisory.ErrSharedSession) || o.res.fnCalls > 0 {
+			v.fail("on a Lock that shares its session: want ErrSharedSession and fn not run; got %v, fn ran %dx",
+				o.res.err, o.res.fnCalls)
+		}
+		return
+	}
 	switch v.o.kind {
 	case opBegin, opSBegin:
 		v.fencedTx()

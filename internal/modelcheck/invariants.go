@@ -101,12 +101,17 @@ func (w *world) invariants() []string {
 func (w *world) handlesHold(granted map[hold]bool) (map[hold]string, []string) {
 	claimed := map[hold]string{}
 	owner := map[uint32]string{}
+	sharers := map[uint32]*advisory.Manager{} // backends of shared sessions, and their Manager
 	var bad []string
-	claim := func(pid uint32, what string) {
-		if other, ok := owner[pid]; ok {
+	claim := func(pid uint32, what string, sharing *advisory.Manager) {
+		other, ok := owner[pid]
+		if ok && (sharing == nil || sharers[pid] != sharing) {
 			bad = append(bad, fmt.Sprintf("two live handles on one backend: %s and %s", other, what))
 		}
 		owner[pid] = what
+		if sharing != nil && !ok {
+			sharers[pid] = sharing
+		}
 	}
 	for _, h := range w.liveLocks() {
 		if err := h.l.Err(); err != nil {
@@ -117,9 +122,17 @@ func (w *world) handlesHold(granted map[hold]bool) (map[hold]string, []string) {
 		if !granted[k] {
 			bad = append(bad, fmt.Sprintf("%v is live (Err nil), but pg_locks shows no such granted lock", h))
 		}
+		if other := claimed[k]; other != "" { // PostgreSQL grants a session's lock again to it
+			bad = append(bad, fmt.Sprintf("two live Locks claim one lock of one backend: %s and %v", other, h))
+		}
 		claimed[k] = h.String()
-		claim(h.pid, h.String())
+		var sharing *advisory.Manager
+		if h.sharing {
+			sharing = h.m
+		}
+		claim(h.pid, h.String(), sharing)
 	}
+	w.countShared()
 	for _, h := range w.liveSessions() {
 		if err := h.S.Err(); err != nil {
 			bad = append(bad, fmt.Sprintf("%v (holding %v) ended unexpectedly: %v", h, h.heldNames(), err))
@@ -135,9 +148,25 @@ func (w *world) handlesHold(granted map[hold]bool) (map[hold]string, []string) {
 			}
 			claimed[k] = h.String()
 		}
-		claim(h.pid, h.String())
+		claim(h.pid, h.String(), nil)
 	}
 	return claimed, bad
+}
+
+// countShared records how many live Locks share a backend now (see world.sharedSeen).
+func (w *world) countShared() {
+	per := map[uint32]int{}
+	most := 0
+	for _, h := range w.liveLocks() {
+		if h.sharing {
+			per[h.pid]++
+			most = max(most, per[h.pid])
+		}
+	}
+	if most > 1 {
+		w.sharedSeen++
+	}
+	w.sharedPeak = max(w.sharedPeak, most)
 }
 
 // rowsExplained checks that each row of pg_locks is a lock some live handle reports,

@@ -153,7 +153,7 @@ func (v *verdict) lock() {
 		}
 		w.nextID++
 		w.locks = append(w.locks, &lockH{id: w.nextID, slot: o.slot, app: o.app, m: o.m, name: o.names[0], shared: o.shared,
-			l: r.lock, pid: r.lock.PID(), txHolding: holdingOf(o.m)})
+			l: r.lock, pid: r.lock.PID(), sharing: r.lock.SharesSession(), txHolding: holdingOf(o.m)})
 	case o.isCtx(r.err):
 		if o.isolated && o.free && o.plan.kind == ctxLive {
 			v.fail("its ctx ran out (%v) although nothing held %s: %v", liveBound, o.names[0], r.err)

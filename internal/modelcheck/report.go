@@ -45,6 +45,9 @@ func (w *world) stats() string {
 	sort.Strings(kinds)
 	var b strings.Builder
 	fmt.Fprintf(&b, "  ctx checks seen per call: %v\n  %s\n", w.checks, w.fence.stats())
+	if w.sharedPeak > 0 {
+		fmt.Fprintf(&b, "  shared sessions: %d checks saw several live Locks on one, at most %d\n", w.sharedSeen, w.sharedPeak)
+	}
 	for _, k := range kinds {
 		var parts []string
 		for class, n := range w.outcomes[k] {

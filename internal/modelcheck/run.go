@@ -38,6 +38,11 @@ type Config struct {
 	// Managers that replace it: slots made differently, such as WithoutNamesInActivity,
 	// then take the same names as the others.
 	Extra map[int][]advisory.Option
+	// Shared are the slots (by index) whose Managers share sessions between holdings
+	// (advisory.WithSharedSessions, in Extra): the model then also draws batches that take
+	// free names on them (see sharedBatch), and Run fails if no check ever saw two live
+	// Locks on one backend.
+	Shared map[int]bool
 }
 
 // ManagerOptions returns the options of every Manager of the model.
@@ -58,6 +63,9 @@ func Run(t *testing.T, cfg Config) {
 		w.runStep()
 	}
 	w.finish()
+	if len(cfg.Shared) > 0 && w.sharedSeen == 0 {
+		t.Errorf("no check saw two live Locks on one shared session: the run did not test sharing")
+	}
 	pgtest.SettleReaders(context.Background(), cfg.Admin)
 	leak.Goroutines(t, before)
 	t.Logf("seed %d: %d steps, %d calls in %v (%v in calls, %v settling); slowest return after a ctx ended: %v\n%s",
@@ -96,7 +104,7 @@ func newWorld(t *testing.T, cfg Config) *world {
 	w := &world{t: t, seed: seed, admin: cfg.Admin, rng: rand.New(rand.NewPCG(seed, 0x5eed)),
 		prefix: fmt.Sprintf("model-%d/", os.Getpid()), dead: map[uint32]bool{}, checks: map[opKind]int{},
 		outcomes: map[string]map[string]int{}, spent: map[string]time.Duration{},
-		verbose: os.Getenv("ADVISORY_MODEL_VERBOSE") != "", handoffs: cfg.Handoffs}
+		verbose: os.Getenv("ADVISORY_MODEL_VERBOSE") != "", handoffs: cfg.Handoffs, shared: cfg.Shared}
 	for i := range modelNames {
 		w.names = append(w.names, fmt.Sprintf("k%d", i))
 	}

@@ -70,6 +70,10 @@ type lockH struct {
 	pid    uint32
 	state  hState
 	token  int64 // its fencing token, once Token returned one
+	// sharing: held on a session its Manager's other holdings may share
+	// (WithSharedSessions): several live Locks on one backend, and BeginFunc and Token
+	// refused with ErrSharedSession.
+	sharing bool
 	txHolding
 }
 
@@ -139,6 +143,10 @@ type world struct {
 	maxLate  time.Duration             // slowest return after a ctx ended
 	inCalls  time.Duration             // time spent running batches
 	settling time.Duration             // time spent waiting for the server to agree
+	// sharedSeen counts the checks that found a backend with several live Locks (shared
+	// sessions), sharedPeak the most Locks seen on one.
+	sharedSeen, sharedPeak int
+	shared                 map[int]bool // Config.Shared
 }
 
 func (w *world) full(name string) string      { return w.prefix + name }
@@ -189,8 +197,14 @@ func (w *world) liveSessions() (out []*sessH) {
 // handles counts the live Locks and Sessions of a Manager: each pins one connection.
 func (w *world) handles(m *advisory.Manager) int {
 	n := 0
+	hosts := map[uint32]bool{} // shared sessions: one connection each, however many Locks
 	for _, h := range w.liveLocks() {
-		if h.m == m {
+		switch {
+		case h.m != m:
+		case !h.sharing:
+			n++
+		case !hosts[h.pid]:
+			hosts[h.pid] = true
 			n++
 		}
 	}

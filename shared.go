@@ -1,0 +1,195 @@
+package advisory
+
+import (
+	"context"
+	"fmt"
+	"sync"
+)
+
+// Holdings that share a server session (WithSharedSessions). A host is one server
+// session, opened as a Session of the Manager's (its connection, its turn, its watcher,
+// its heartbeat, its loss), on which the locks of many Lock calls are held at once; each
+// is a sharedHolding (shared_holding.go) with its own Done and Err. A lock that can be
+// taken without waiting is tried on a host; a lock that must wait waits on a session of
+// its own, as without the option. The Manager keeps its hosts in a hostSet:
+//
+//   - a host holds a key at most once, in whatever mode: PostgreSQL's advisory locks are
+//     reentrant per session, so a second take of a key on the session that holds it would
+//     succeed where it must wait. A call for a key that a host holds goes to another host,
+//     or, exclusive, is refused at once (a try) or waits on a session of its own (a Lock);
+//   - each statement on a host takes its turn, one round trip: the try, or an Unlock;
+//   - a host is opened when every host that could take a key is in a statement or full,
+//     and goes back to the pool once it holds nothing;
+//   - a host's loss ends every holding on it, each told with the loss.
+
+// WithSharedSessions lets the Manager's holdings share server sessions, up to perSession
+// on one: a Lock, TryLock or their Shared and Key forms whose lock is free is taken on a
+// session that already holds other locks of this Manager; only a Lock that has to wait
+// waits on a session of its own, as without the option. A session goes back to the pool
+// once it holds nothing. A process then needs about as many server connections as it
+// has statements in flight and waits, not one per held lock: see docs/scale.md.
+//
+// What sharing a session costs:
+//   - a shared fate: if the session is lost (terminated, cut off, its server restarted),
+//     every holding on it is lost, each one told on its own Done and Err;
+//   - a holding on a shared session has no session of its own to lend: [Lock.BeginFunc],
+//     [Lock.BeginTxFunc], [Lock.Token], [Lock.File], [Lock.Publish], [Lock.Drain] and
+//     [Lock.WorkConnString] return an error wrapping [ErrSharedSession]. [Manager.Do]
+//     (unless [WithoutDrain]), DoTx, TryDo, Lead, LeadAs, Semaphores and a [Session] take
+//     their locks on sessions of their own, as without the option, since they need one;
+//   - pg_stat_activity shows one statement per session, so [Manager.Holders] names a
+//     shared session's locks only as far as its last statement did (see docs/scale.md).
+//
+// perSession must be at least 1. The option cannot be combined with transaction holdings
+// ([WithHolding]; behind a transaction pooler): transaction-level locks cannot be released
+// one by one, and New fails with [ErrInvalidOption].
+func WithSharedSessions(perSession int) Option {
+	return option(func(s *settings) error {
+		if perSession < 1 {
+			return fmt.Errorf("%w: WithSharedSessions(%d): want at least 1 holding per session", ErrInvalidOption, perSession)
+		}
+		s.sharePer = perSession
+		return nil
+	})
+}
+
+// forSharing refuses shared sessions where the Manager holds by transaction.
+func (s *settings) forSharing(kind Holding) error {
+	if s.sharePer > 0 && kind == HoldingTransaction {
+		return fmt.Errorf("%w: WithSharedSessions with transaction holdings (a transaction pooler in the path, "+
+			"or WithHolding(HoldingTransaction)): transaction-level locks cannot be released one by one; "+
+			"connect directly, or through a session pooler, to share sessions", ErrInvalidOption)
+	}
+	return nil
+}
+
+// hostSet is a Manager's shared sessions.
+type hostSet struct {
+	mu    sync.Mutex
+	hosts []*host
+}
+
+// A host is one shared session and what it holds.
+type host struct {
+	s       *Session      // set before ready is closed, unless opening it failed
+	ready   chan struct{} // closed once the session is open, or failed to open
+	openErr error         // why it failed to open
+	waits   bool          // its opening waits for a pool connection (see start)
+	// Under hostSet.mu: keys maps each key the host holds, or is being tried for, to its
+	// holding (nil while being tried); busy counts the calls chosen for it that have not
+	// finished their statement; gone is set once it is lost or retiring.
+	keys map[gateKey]*sharedHolding
+	busy int
+	gone bool
+	peak int // the most keys it held at once: past WithSessionLimits' retireAfter it is closed, not pooled
+}
+
+// sharable reports whether a call for t may take its lock on a shared session.
+func (m *Manager) sharable(t target) bool {
+	return m.set.sharePer > 0 && !t.solo && !t.pair && !t.quiet && !t.hidden
+}
+
+// hostQueue is how many calls may be in or queued for a host's statement before a call
+// that could go there opens another host instead, if the pool has a connection to spare.
+// A statement on a host is one round trip: a call queued behind hostQueue-1 others waits
+// that many round trips.
+const hostQueue = 8
+
+// choose picks a host for t's key and reserves the key there: a host already open, or
+// one it adds to the set for the caller to open (open set: see start), when every host
+// that could take the key is full or has hostQueue calls (unless mayOpen is false, after
+// the pool had no connection to spare: then the least busy host). It returns nil with
+// held set if a host of this Manager holds the key in a mode that t conflicts with.
+func (hs *hostSet) choose(t target, per int, mayOpen bool) (h *host, held, open bool) {
+	k := gateKey{t.key, t.pair}
+	hs.mu.Lock()
+	defer hs.mu.Unlock()
+	var best *host
+	for _, c := range hs.hosts {
+		if c.gone {
+			continue
+		}
+		if sh, ok := c.keys[k]; ok {
+			if !t.shared || sh == nil || !sh.t.shared {
+				return nil, true, false
+			}
+			continue
+		}
+		if len(c.keys) < per && (best == nil || c.busy < best.busy) {
+			best = c
+		}
+	}
+	if best == nil || best.busy >= hostQueue && mayOpen {
+		h = &host{keys: map[gateKey]*sharedHolding{k: nil}, busy: 1, ready: make(chan struct{}), waits: best == nil}
+		hs.hosts = append(hs.hosts, h)
+		return h, false, true
+	}
+	best.keys[k] = nil
+	best.busy++
+	return best, false, false
+}
+
+// start opens the session of h, which choose added: waiting for a pool connection if no
+// other host could take the key (h.waits), else only if the pool has one to spare. Calls
+// that chose h meanwhile wait for it to be ready (see take). On failure h is gone, with
+// the error in h.openErr.
+func (hs *hostSet) start(ctx context.Context, m *Manager, h *host) {
+	s, err := m.openSession(ctx, h.waits)
+	hs.mu.Lock()
+	if err != nil {
+		h.gone, h.openErr = true, err
+		hs.drop(h)
+	} else {
+		h.s = s
+		m.active.Add(1) // Close waits until every holding has been told
+	}
+	hs.mu.Unlock()
+	close(h.ready)
+	if err == nil {
+		go hs.watch(m, h)
+	}
+}
+
+// watch waits for the host's end, and ends each of its holdings with the host's error:
+// its loss, or the Manager's Close.
+func (hs *hostSet) watch(m *Manager, h *host) {
+	defer m.active.Done()
+	<-h.s.Done()
+	err := h.s.Err()
+	hs.mu.Lock()
+	h.gone = true
+	hs.drop(h)
+	var ended []*sharedHolding
+	for _, sh := range h.keys {
+		if sh != nil {
+			ended = append(ended, sh)
+		}
+	}
+	hs.mu.Unlock()
+	for _, sh := range ended {
+		sh.end(err)
+	}
+}
+
+// drop forgets h; under hs.mu.
+func (hs *hostSet) drop(h *host) {
+	for i, c := range hs.hosts {
+		if c == h {
+			hs.hosts = append(hs.hosts[:i], hs.hosts[i+1:]...)
+			return
+		}
+	}
+}
+
+// count returns the Manager's live shared sessions and the holdings on them.
+func (hs *hostSet) count() (sessions, holdings int) {
+	hs.mu.Lock()
+	defer hs.mu.Unlock()
+	for _, h := range hs.hosts {
+		if !h.gone {
+			sessions++
+			holdings += len(h.keys)
+		}
+	}
+	return sessions, holdings
+}

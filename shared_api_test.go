@@ -1,0 +1,93 @@
+package advisory_test
+
+import (
+	"context"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/pgadvisory/advisory"
+)
+
+// TestSharedHoldingRefusesWhatNeedsItsOwnSession: the calls that use a holding's
+// session as its own fail clearly; Do, DoTx and Lead take a session of their own.
+func TestSharedHoldingRefusesWhatNeedsItsOwnSession(t *testing.T) {
+	t.Parallel()
+	m := newManager(t, nil, advisory.WithSharedSessions(10))
+	ctx := ctxT(t)
+	name := t.Name()
+	l, err := m.Lock(ctx, name)
+	require.NoError(t, err)
+	_, err = l.Token(ctx)
+	assert.ErrorIs(t, err, advisory.ErrSharedSession, "Token")
+	_, err = l.File()
+	assert.ErrorIs(t, err, advisory.ErrSharedSession, "File")
+	assert.ErrorIs(t, l.BeginFunc(ctx, func(pgx.Tx) error { return nil }), advisory.ErrSharedSession, "BeginFunc")
+	assert.ErrorIs(t, l.Publish(ctx, "v"), advisory.ErrSharedSession, "Publish")
+	_, err = l.Drain(ctx)
+	assert.ErrorIs(t, err, advisory.ErrSharedSession, "Drain")
+	assert.Contains(t, l.WorkAppName("app"), "/"+strconv.FormatUint(uint64(l.Key()), 36)+"/"+
+		strconv.FormatUint(uint64(l.PID()), 36)+".", "tagged for its key, on its session")
+	requireHeldBy(t, l.Key(), l.PID())
+
+	// Do drains: its lock stands on a session of its own, beside the shared one.
+	require.NoError(t, m.Do(ctx, name+"/do", func(fctx context.Context) error {
+		in := advisory.LockFromContext(fctx)
+		assert.NotEqual(t, l.PID(), in.PID(), "Do's lock shares no session")
+		_, err := in.Drain(fctx)
+		return err
+	}))
+	require.NoError(t, l.Unlock(ctx))
+	requireNoAcquired(t, m)
+
+	// Transaction holdings cannot share.
+	_, err = advisory.New(ctx, dsn(t), advisory.WithSharedSessions(10), advisory.WithHolding(advisory.HoldingTransaction))
+	assert.ErrorIs(t, err, advisory.ErrInvalidOption)
+	_, err = advisory.New(ctx, dsn(t), advisory.WithSharedSessions(0))
+	assert.ErrorIs(t, err, advisory.ErrInvalidOption)
+}
+
+// TestSharedHoldingsEndWithTheManager: Close tells every shared holding.
+func TestSharedHoldingsEndWithTheManager(t *testing.T) {
+	t.Parallel()
+	ctx := ctxT(t)
+	m, err := advisory.New(ctx, dsn(t), advisory.WithSharedSessions(100))
+	require.NoError(t, err)
+	ls := holdNames(t, m, t.Name(), 20)
+	m.Close()
+	for _, l := range ls {
+		select {
+		case <-l.Done():
+		default:
+			t.Fatal("a shared holding's Done is open after the Manager's Close returned")
+		}
+		assert.ErrorIs(t, l.Err(), advisory.ErrLockLost)
+		assert.ErrorIs(t, l.Err(), advisory.ErrClosed)
+		eventually(t, 5*time.Second, func() bool { return len(lockRows(t, l.Key())) == 0 }, "key freed")
+	}
+}
+
+// TestSharedHoldingReentered: a nested Do of the same name under a shared holding
+// re-enters it, and ends before it.
+func TestSharedHoldingReentered(t *testing.T) {
+	t.Parallel()
+	m := newManager(t, nil, advisory.WithSharedSessions(10), advisory.WithoutDrain())
+	ctx := ctxT(t)
+	name := t.Name()
+	require.NoError(t, m.Do(ctx, name, func(fctx context.Context) error {
+		outer := advisory.LockFromContext(fctx)
+		return m.Do(fctx, name, func(ictx context.Context) error {
+			inner := advisory.LockFromContext(ictx)
+			assert.True(t, inner.Reentered())
+			assert.Equal(t, outer.Key(), inner.Key())
+			requireHeldBy(t, outer.Key(), outer.PID())
+			return nil
+		})
+	}))
+	requireFree(t, advisory.KeyOf(name))
+	requireNoAcquired(t, m)
+}

@@ -1,0 +1,264 @@
+package advisory
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+)
+
+// A sharedHolding is one lock held on a host (see shared.go): what a Lock of its own pin
+// keeps on the pin (its end, its re-entered Locks), it keeps here, under the host pin's
+// mu. Its Lock's s is the host's pin, whose connection, pid and Manager it shares.
+type sharedHolding struct {
+	h      *host
+	t      target
+	done   chan struct{}
+	err    error // nil while held; under the host pin's mu
+	ending bool  // an Unlock has begun; under the host pin's mu
+	since  time.Time
+	nested map[*Lock]struct{} // its open re-entered Locks; under the host pin's mu
+
+	tagOnce sync.Once
+	tag     string // its work tag, made on first use
+}
+
+// hostLost is take's error when the host ended before the key was held on it: the call
+// holds nothing and may try again. cause is why the session ended (a FATAL, a network
+// error), which the call returns after its last try, as a Lock of its own session does.
+type hostLost struct{ cause error }
+
+func (e *hostLost) Error() string { return "the shared session ended: " + e.cause.Error() }
+func (e *hostLost) Unwrap() error { return e.cause }
+
+// errOpenerGone is take's error when the host it chose failed to open because the ctx
+// of the call that was opening it ended: the call tries again.
+var errOpenerGone = errors.New("advisory: the call opening the shared session gave up")
+
+// lost is hostLost for h, whose session has ended; ErrClosed if the Manager's Close
+// ended it.
+func (h *host) lost() error {
+	err := h.s.Err()
+	var le *lostError
+	switch {
+	case err == nil, errors.Is(err, ErrClosed):
+		return ErrClosed
+	case errors.As(err, &le):
+		return &hostLost{le.cause}
+	}
+	return &hostLost{err}
+}
+
+// takeShared takes t's lock on a shared session. It returns the Lock; or nil, nil when
+// the call must go on as without sharing (a Lock whose key is taken: it waits on a
+// session of its own); or an error: a *LockedError for a try whose key is taken, ctx's
+// error, ErrClosed, or the failure to open a shared session.
+func (m *Manager) takeShared(ctx context.Context, t target, try bool) (*Lock, error) {
+	if err := ctx.Err(); err != nil { // a done ctx changes nothing, as on a session of its own
+		return nil, err
+	}
+	mayOpen := true
+	for attempt := 0; ; {
+		h, held, open := m.hosts.choose(t, m.set.sharePer, mayOpen)
+		switch {
+		case held && try:
+			return nil, &LockedError{Key: t.key, Name: t.name}
+		case held:
+			return nil, nil
+		case open:
+			m.hosts.start(ctx, m, h)
+		}
+		l, got, err := h.take(ctx, m, t)
+		switch {
+		case errors.Is(err, ErrPoolExhausted) && !h.waits:
+			mayOpen = false // no connection to spare: a busy host
+			continue
+		case errors.Is(err, errOpenerGone):
+			continue
+		case errors.As(err, new(*hostLost)) && attempt < 2 && ctx.Err() == nil:
+			attempt++
+			continue // it held nothing for us: another host
+		case err != nil:
+			return nil, err
+		case got:
+			return l, nil
+		case try:
+			return nil, &LockedError{Key: t.key, Name: t.name}
+		}
+		return nil, nil
+	}
+}
+
+// take tries t's lock on h, whose key is reserved for it: a Lock if the server granted
+// it (got), with ctx not ended; else none, holding nothing.
+func (h *host) take(ctx context.Context, m *Manager, t target) (l *Lock, got bool, err error) {
+	k := gateKey{t.key, t.pair}
+	select {
+	case <-h.ready:
+	case <-ctx.Done():
+		m.hosts.done(h, k, nil, true)
+		return nil, false, ctx.Err()
+	}
+	if h.s == nil { // it failed to open
+		m.hosts.done(h, k, nil, true)
+		if ctx.Err() == nil && (errors.Is(h.openErr, context.Canceled) || errors.Is(h.openErr, context.DeadlineExceeded)) {
+			return nil, false, errOpenerGone // the ctx of the call that opened it ended, not ours
+		}
+		return nil, false, h.openErr
+	}
+	s := h.s
+	if err := s.enterCall(ctx); err != nil {
+		m.hosts.done(h, k, nil, true)
+		if cerr := ctx.Err(); cerr != nil && errors.Is(err, cerr) {
+			return nil, false, err
+		}
+		return nil, false, h.lost()
+	}
+	err = s.op(ctx, func() error {
+		var err error
+		if got, err = s.pin.onHost(ctx, t, true); err != nil || !got || ctx.Err() == nil {
+			return err
+		}
+		// ctx ended while the try ran: the key goes again, on the same turn.
+		if _, err = s.pin.onHost(ctx, t, false); err == nil {
+			got = false
+		}
+		return err
+	})
+	s.leaveCall()
+	if err != nil || !got {
+		m.hosts.done(h, k, nil, true)
+		switch {
+		case err == nil && ctx.Err() != nil:
+			return nil, false, ctx.Err()
+		case errors.Is(err, ErrClosed):
+			return nil, false, ErrClosed
+		case errors.Is(err, ErrLockLost):
+			return nil, false, h.lost()
+		}
+		return nil, false, err
+	}
+	sh := &sharedHolding{h: h, t: t, done: make(chan struct{}), since: time.Now()}
+	if !m.hosts.done(h, k, sh, false) { // lost meanwhile: its watch has told its holdings already
+		sh.end(s.Err())
+		return nil, false, h.lost()
+	}
+	return &Lock{s: s.pin, name: t.name, sh: sh}, true, nil
+}
+
+// done records the end of a statement of a call chosen for h (see choose): the key is
+// now sh's holding's, or (drop) not held; else it stays as it was. It returns false if h
+// was lost meanwhile, sh not recorded. A host left empty goes back to the pool.
+func (hs *hostSet) done(h *host, k gateKey, sh *sharedHolding, drop bool) bool {
+	hs.mu.Lock()
+	h.busy--
+	switch {
+	case h.gone && sh != nil:
+		hs.mu.Unlock()
+		return false
+	case sh != nil:
+		h.keys[k] = sh
+		h.peak = max(h.peak, len(h.keys))
+	case drop:
+		delete(h.keys, k)
+	}
+	retire := !h.gone && len(h.keys) == 0 && h.busy == 0
+	if retire {
+		h.gone = true
+		hs.drop(h)
+	}
+	hs.mu.Unlock()
+	if retire {
+		h.s.mu.Lock()
+		h.s.peak = h.peak // Close retires the connection past WithSessionLimits' retireAfter
+		h.s.mu.Unlock()
+		go func() {
+			ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
+			defer cancel()
+			h.s.Close(ctx) // on failure the connection is closed: it held nothing
+		}()
+	}
+	return true
+}
+
+// onHost runs t's try (take) or unlock statement on the host pin p, whose turn the
+// caller has, bounded by cleanupTimeout whatever ctx (a try never waits on the server),
+// and returns the server's answer: granted, or released. An error the connection
+// survives is returned as it is; any other is a *connFailure: the host is lost.
+func (p *pin) onHost(ctx context.Context, t target, take bool) (bool, error) {
+	st := p.m.texts.statements(p.m.activityName(t.name), t.shared, false, p.st.direct)
+	sql, inText := st.unlock, false
+	if take {
+		sql, inText = st.tryLock, st.keyInText
+	}
+	p.argKey = int64(t.key)
+	conn := p.pg.Conn()
+	conn.SetDeadline(time.Now().Add(cleanupTimeout)) // see Session.unlockKey
+	pid, res, err := p.rowAs(context.WithoutCancel(ctx), sql, inText, p.unprepared(sql))
+	conn.SetDeadline(time.Time{})
+	if err == nil {
+		err = p.checkOwned(pid, res)
+	}
+	switch {
+	case err != nil && take && usable(p.pg, err) && !errors.Is(err, ErrPooler):
+		return false, classify(err)
+	case err != nil:
+		return false, &connFailure{err}
+	}
+	return *res, nil
+}
+
+// unlock releases the holding on its host. ctx bounds waiting for the host's turn: if it
+// ends first, the lock stays held and the error wraps ctx.Err().
+func (sh *sharedHolding) unlock(ctx context.Context) error {
+	h, p := sh.h, sh.h.s.pin
+	p.mu.Lock()
+	if sh.err != nil || sh.ending {
+		err := sh.err
+		p.mu.Unlock()
+		if err == nil {
+			err = errHoldingReleasing
+		}
+		return err
+	}
+	sh.ending = true
+	p.mu.Unlock()
+	k := gateKey{sh.t.key, sh.t.pair}
+	hs := &p.m.hosts
+	hs.mu.Lock()
+	h.busy++
+	hs.mu.Unlock()
+	if err := h.s.enterCall(ctx); err != nil {
+		hs.done(h, k, nil, false)
+		if cerr := ctx.Err(); cerr != nil && errors.Is(err, cerr) {
+			p.mu.Lock()
+			sh.ending = false
+			p.mu.Unlock()
+			return fmt.Errorf("%w (the lock stays held)", err)
+		}
+		sh.end(h.s.Err())
+		return sh.endErr()
+	}
+	sh.endNested(errHoldingReleased)
+	var released bool
+	err := h.s.op(ctx, func() (err error) {
+		released, err = p.onHost(ctx, sh.t, false)
+		return err
+	})
+	h.s.leaveCall()
+	switch {
+	case err != nil:
+		hs.done(h, k, nil, false)
+		sh.end(h.s.Err()) // the host is lost: its watch tells the others
+		return sh.endErr()
+	case !released:
+		hs.done(h, k, nil, true)
+		code, words := lossCause(errNotHeldByServer)
+		sh.end(&lostError{code, words, "", errNotHeldByServer})
+		return sh.endErr()
+	}
+	hs.done(h, k, nil, true)
+	sh.end(ErrNotHeld)
+	return nil
+}
