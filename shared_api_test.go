@@ -2,6 +2,7 @@ package advisory_test
 
 import (
 	"context"
+	"fmt"
 	"strconv"
 	"testing"
 	"time"
@@ -90,4 +91,69 @@ func TestSharedHoldingReentered(t *testing.T) {
 	}))
 	requireFree(t, advisory.KeyOf(name))
 	requireNoAcquired(t, m)
+}
+
+// TestSharedSessionRetiredPastItsLimit: a shared session that once held more locks than
+// WithSessionLimits' retireAfter is closed when it empties (a backend pays for every lock
+// it held until it exits); one that held fewer goes back to the pool.
+func TestSharedSessionRetiredPastItsLimit(t *testing.T) {
+	t.Parallel()
+	ctx := ctxT(t)
+	for _, c := range []struct {
+		retireAfter int
+		retired     bool
+	}{{5, true}, {50, false}} {
+		m := newManager(t, nil, advisory.WithSharedSessions(100), advisory.WithSessionLimits(100, c.retireAfter))
+		var ls []*advisory.Lock
+		for i := range 8 {
+			l, err := m.Lock(ctx, fmt.Sprintf("%s/%d/%d", t.Name(), c.retireAfter, i))
+			require.NoError(t, err)
+			ls = append(ls, l)
+		}
+		pid := ls[0].PID()
+		require.Len(t, pidsOf(ls), 1)
+		for _, l := range ls {
+			require.NoError(t, l.Unlock(ctx))
+		}
+		requireNoAcquired(t, m)
+		alive := func() bool {
+			var n int
+			require.NoError(t, admin.QueryRow(ctx, "SELECT count(*) FROM pg_stat_activity WHERE pid = $1", int32(pid)).Scan(&n))
+			return n == 1
+		}
+		if c.retired {
+			eventually(t, 5*time.Second, func() bool { return !alive() }, "the session that held 8 > 5 locks is closed")
+		} else {
+			time.Sleep(100 * time.Millisecond)
+			assert.True(t, alive(), "the session that held 8 <= 50 locks went back to the pool")
+		}
+	}
+}
+
+// TestSharedSessionInHolders: Holders shows each lock of a shared session on its pid,
+// named as far as pg_stat_activity tells: the last statement's lock only.
+func TestSharedSessionInHolders(t *testing.T) {
+	t.Parallel()
+	m := newManager(t, nil, advisory.WithSharedSessions(10))
+	ctx := ctxT(t)
+	a, err := m.Lock(ctx, t.Name()+"/a")
+	require.NoError(t, err)
+	b, err := m.Lock(ctx, t.Name()+"/b")
+	require.NoError(t, err)
+	require.Equal(t, a.PID(), b.PID())
+	for _, l := range []*advisory.Lock{a, b} {
+		hs, err := m.Holders(ctx, l.Name())
+		require.NoError(t, err)
+		require.Len(t, hs, 1)
+		assert.Equal(t, l.PID(), hs[0].PID)
+		assert.True(t, hs[0].Granted)
+		assert.Equal(t, l.Key(), hs[0].Key)
+		want := "" // only the key the session's last statement named has its name
+		if l == b {
+			want = b.Name()
+		}
+		assert.Equal(t, want, hs[0].Name, "the name Holders shows for %s", l.Name())
+	}
+	require.NoError(t, a.Unlock(ctx))
+	require.NoError(t, b.Unlock(ctx))
 }
