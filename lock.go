@@ -103,7 +103,7 @@ func (l *Lock) Unlock(ctx context.Context) error {
 	case l.in != nil:
 		return l.unlockNested()
 	case l.sh != nil:
-		return l.sh.unlock(ctx)
+		return l.sh.unlock()
 	}
 	err := l.s.release(ctx, ErrNotHeld)
 	if l.announced.CompareAndSwap(true, false) {

@@ -20,6 +20,7 @@ type target struct {
 	quiet  bool // a Semaphore's own call: no Acquired or NotAcquired hook (it reports its call)
 	hidden bool // and no Ended hook either: the Semaphore's turnstile
 	solo   bool // on a session of its own, also under WithSharedSessions (see sharable)
+	tried  bool // a try on a shared session found it taken just now: wait without trying by key first
 }
 
 func named(name string, shared bool) (target, error) {
@@ -95,8 +96,13 @@ func (m *Manager) attempt(ctx context.Context, t target, mode attemptMode) (*Loc
 		}
 		defer m.gates.stopWaiting(gateKey{t.key, t.pair})
 	}
-	if m.sharable(t) { // on a shared session if the lock is free (see shared.go)
+	// On a shared session if the lock is free (see shared.go); a Lock of a key found taken
+	// there lately waits on a session of its own at once.
+	if m.sharable(t) && (try || !m.hosts.taken.skip(t.key)) {
 		l, err := m.takeShared(ctx, t, try)
+		if t.tried = l == nil && err == nil; t.tried { // taken: the wait below tries no more
+			m.hosts.taken.record(t.key)
+		}
 		var locked *LockedError
 		switch {
 		case l != nil:

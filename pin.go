@@ -66,6 +66,7 @@ type pin struct {
 	// its statements' comments (see named), as Holders reads it.
 	grantedAt time.Time
 	gated     bool        // counted in the Manager's gate for the key
+	tried     bool        // found taken on a shared session just now: no try by key first (see waitRow)
 	handoff   bool        // may hand the lock to a queued Lock of this Manager (see lock_handoff.go)
 	multi     bool        // a multi-lock Session's connection: key and st are unused
 	hidden    atomic.Bool // no Ended hook: a Semaphore's turnstile, or a slot it let go unused
@@ -119,7 +120,7 @@ func newPin(m *Manager, pc *pgxpool.Conn, t target) *pin {
 	pg := pc.Conn().PgConn()
 	pid, token := ownership(pg)
 	s := &pin{m: m, lease: m.lease, pc: pc, pg: pg, cancel: handlerOf(pg), pid: pid, token: token,
-		key: t.key, name: t.name, shared: t.shared, pair: t.pair, gated: t.gated,
+		key: t.key, name: t.name, shared: t.shared, pair: t.pair, gated: t.gated, tried: t.tried,
 		handoff: t.eligible() && m.set.handoffMax > 0,
 		st:      m.lease.statements(m, t, isDirect(pg)),
 		fd:      connFD(pg), txFD: -1, done: make(chan struct{})}

@@ -146,7 +146,7 @@ func (p *pin) waitRow(ctx context.Context, try bool) (uint32, *bool, error) {
 		sql = p.st.tryLock
 	}
 	unprepared := p.unprepared(sql)
-	if unprepared && p.st.keyInText && (try || !p.m.taken.skipTry()) {
+	if unprepared && p.st.keyInText && (try || !p.tried && !p.m.taken.skipTry()) {
 		return p.tryByKeyFirst(ctx, sql, try)
 	}
 	return p.rowAs(ctx, sql, p.st.keyInText, unprepared)

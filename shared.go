@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
+	"time"
 )
 
 // Holdings that share a server session (WithSharedSessions). A host is one server
@@ -17,9 +19,11 @@ import (
 //     reentrant per session, so a second take of a key on the session that holds it would
 //     succeed where it must wait. A call for a key that a host holds goes to another host,
 //     or, exclusive, is refused at once (a try) or waits on a session of its own (a Lock);
-//   - each statement on a host takes its turn, one round trip: the try, or an Unlock;
-//   - a host is opened when every host that could take a key is in a statement or full,
-//     and goes back to the pool once it holds nothing;
+//   - a host's statements are batches: each call queues its try or unlock, and the host's
+//     runner sends all that is queued in one statement, on the host's turn
+//     (shared_batch.go);
+//   - a host is opened when every host that could take a key is full or has hostQueue
+//     calls queued, and goes back to the pool once it holds nothing;
 //   - a host's loss ends every holding on it, each told with the loss.
 
 // WithSharedSessions lets the Manager's holdings share server sessions, up to perSession
@@ -37,8 +41,10 @@ import (
 //     [Lock.WorkConnString] return an error wrapping [ErrSharedSession]. [Manager.Do]
 //     (unless [WithoutDrain]), DoTx, TryDo, Lead, LeadAs, Semaphores and a [Session] take
 //     their locks on sessions of their own, as without the option, since they need one;
-//   - pg_stat_activity shows one statement per session, so [Manager.Holders] names a
-//     shared session's locks only as far as its last statement did (see docs/scale.md).
+//   - a shared session's statements are batches that name no lock: [Manager.Holders]
+//     shows its locks by key (see docs/scale.md);
+//   - Unlock runs in the session's next batch, bounded by 5 s whatever its ctx, as a
+//     [Session]'s Unlock.
 //
 // perSession must be at least 1. The option cannot be combined with transaction holdings
 // ([WithHolding]; behind a transaction pooler): transaction-level locks cannot be released
@@ -67,11 +73,18 @@ func (s *settings) forSharing(kind Holding) error {
 type hostSet struct {
 	mu    sync.Mutex
 	hosts []*host
+	taken takenRecently // keys a Lock's try found taken lately
 }
 
 // A host is one shared session and what it holds.
 type host struct {
-	s       *Session      // set before ready is closed, unless opening it failed
+	s *Session // set before ready is closed, unless opening it failed
+	// The batches (shared_batch.go): requests queued for the runner, which wake wakes;
+	// stopped once the runner has ended. Under qmu.
+	qmu     sync.Mutex
+	queue   []*hostReq
+	wake    chan struct{}
+	stopped bool
 	ready   chan struct{} // closed once the session is open, or failed to open
 	openErr error         // why it failed to open
 	waits   bool          // its opening waits for a pool connection (see start)
@@ -89,11 +102,12 @@ func (m *Manager) sharable(t target) bool {
 	return m.set.sharePer > 0 && !t.solo && !t.pair && !t.quiet && !t.hidden
 }
 
-// hostQueue is how many calls may be in or queued for a host's statement before a call
+// hostQueue is how many calls may be in or queued for a host's batches before a call
 // that could go there opens another host instead, if the pool has a connection to spare.
-// A statement on a host is one round trip: a call queued behind hostQueue-1 others waits
-// that many round trips.
-const hostQueue = 8
+// A host sends what is queued in one statement (shared_batch.go), so a call waits about
+// two round trips however many are queued: another session helps only past the point
+// where one backend's work on a batch, not the round trip, is what the calls wait for.
+const hostQueue = 64
 
 // choose picks a host for t's key and reserves the key there: a host already open, or
 // one it adds to the set for the caller to open (open set: see start), when every host
@@ -120,7 +134,8 @@ func (hs *hostSet) choose(t target, per int, mayOpen bool) (h *host, held, open 
 		}
 	}
 	if best == nil || best.busy >= hostQueue && mayOpen {
-		h = &host{keys: map[gateKey]*sharedHolding{k: nil}, busy: 1, ready: make(chan struct{}), waits: best == nil}
+		h = &host{keys: map[gateKey]*sharedHolding{k: nil}, busy: 1, ready: make(chan struct{}), waits: best == nil,
+			wake: make(chan struct{}, 1)}
 		hs.hosts = append(hs.hosts, h)
 		return h, false, true
 	}
@@ -141,12 +156,16 @@ func (hs *hostSet) start(ctx context.Context, m *Manager, h *host) {
 		hs.drop(h)
 	} else {
 		h.s = s
-		m.active.Add(1) // Close waits until every holding has been told
+		m.active.Add(2) // Close waits until every holding has been told, and the runner has ended
 	}
 	hs.mu.Unlock()
 	close(h.ready)
 	if err == nil {
 		go hs.watch(m, h)
+		go func() {
+			defer m.active.Done()
+			h.run()
+		}()
 	}
 }
 
@@ -192,4 +211,38 @@ func (hs *hostSet) count() (sessions, holdings int) {
 		}
 	}
 	return sessions, holdings
+}
+
+// takenRecently remembers the keys whose try on a shared session found them taken, by
+// slot (a key's low bits: keys are hashes), so that a Lock of a key contended across
+// processes goes straight to its wait on a session of its own instead of first trying on
+// a shared session, whose batches it would only slow (a hot key is taken nearly every
+// time). A key is skipped for takenFor after it was found taken, except every
+// probeEvery-th call, which tries again and keeps the record current. A slot holds one
+// key: two keys on a slot only make one of them tried more often.
+type takenRecently struct {
+	keys  [takenSlots]atomic.Int64
+	at    [takenSlots]atomic.Int64 // unix ns
+	calls atomic.Uint32
+}
+
+const (
+	takenSlots = 1024
+	takenFor   = time.Second
+)
+
+func (r *takenRecently) slot(k Key) int { return int(uint64(k) % takenSlots) }
+
+// skip reports whether a Lock of k skips its try on a shared session.
+func (r *takenRecently) skip(k Key) bool {
+	i := r.slot(k)
+	return r.keys[i].Load() == int64(k) && time.Now().UnixNano()-r.at[i].Load() < int64(takenFor) &&
+		r.calls.Add(1)%probeEvery != 0
+}
+
+// record notes that a try of k on a shared session found it taken.
+func (r *takenRecently) record(k Key) {
+	i := r.slot(k)
+	r.keys[i].Store(int64(k))
+	r.at[i].Store(time.Now().UnixNano())
 }

@@ -3,7 +3,6 @@ package advisory
 import (
 	"context"
 	"errors"
-	"fmt"
 	"sync"
 	"time"
 )
@@ -108,25 +107,13 @@ func (h *host) take(ctx context.Context, m *Manager, t target) (l *Lock, got boo
 		return nil, false, h.openErr
 	}
 	s := h.s
-	if err := s.enterCall(ctx); err != nil {
-		m.hosts.done(h, k, nil, true)
-		if cerr := ctx.Err(); cerr != nil && errors.Is(err, cerr) {
-			return nil, false, err
-		}
-		return nil, false, h.lost()
-	}
-	err = s.op(ctx, func() error {
-		var err error
-		if got, err = s.pin.onHost(ctx, t, true); err != nil || !got || ctx.Err() == nil {
-			return err
-		}
-		// ctx ended while the try ran: the key goes again, on the same turn.
-		if _, err = s.pin.onHost(ctx, t, false); err == nil {
+	got, err = h.do(t, true)
+	if err == nil && got && ctx.Err() != nil {
+		// ctx ended while the try ran: the key goes again.
+		if _, err = h.do(t, false); err == nil {
 			got = false
 		}
-		return err
-	})
-	s.leaveCall()
+	}
 	if err != nil || !got {
 		m.hosts.done(h, k, nil, true)
 		switch {
@@ -134,7 +121,7 @@ func (h *host) take(ctx context.Context, m *Manager, t target) (l *Lock, got boo
 			return nil, false, ctx.Err()
 		case errors.Is(err, ErrClosed):
 			return nil, false, ErrClosed
-		case errors.Is(err, ErrLockLost):
+		case errors.Is(err, ErrLockLost), errors.Is(err, errSessionClosed):
 			return nil, false, h.lost()
 		}
 		return nil, false, err
@@ -182,36 +169,10 @@ func (hs *hostSet) done(h *host, k gateKey, sh *sharedHolding, drop bool) bool {
 	return true
 }
 
-// onHost runs t's try (take) or unlock statement on the host pin p, whose turn the
-// caller has, bounded by cleanupTimeout whatever ctx (a try never waits on the server),
-// and returns the server's answer: granted, or released. An error the connection
-// survives is returned as it is; any other is a *connFailure: the host is lost.
-func (p *pin) onHost(ctx context.Context, t target, take bool) (bool, error) {
-	st := p.m.texts.statements(p.m.activityName(t.name), t.shared, false, p.st.direct)
-	sql, inText := st.unlock, false
-	if take {
-		sql, inText = st.tryLock, st.keyInText
-	}
-	p.argKey = int64(t.key)
-	conn := p.pg.Conn()
-	conn.SetDeadline(time.Now().Add(cleanupTimeout)) // see Session.unlockKey
-	pid, res, err := p.rowAs(context.WithoutCancel(ctx), sql, inText, p.unprepared(sql))
-	conn.SetDeadline(time.Time{})
-	if err == nil {
-		err = p.checkOwned(pid, res)
-	}
-	switch {
-	case err != nil && take && usable(p.pg, err) && !errors.Is(err, ErrPooler):
-		return false, classify(err)
-	case err != nil:
-		return false, &connFailure{err}
-	}
-	return *res, nil
-}
-
-// unlock releases the holding on its host. ctx bounds waiting for the host's turn: if it
-// ends first, the lock stays held and the error wraps ctx.Err().
-func (sh *sharedHolding) unlock(ctx context.Context) error {
+// unlock releases the holding on its host, in the host's next batch, bounded by
+// cleanupTimeout whatever ctx (as a Session's Unlock): an unlock cut short would leave it
+// unknown whether the lock is still held.
+func (sh *sharedHolding) unlock() error {
 	h, p := sh.h, sh.h.s.pin
 	p.mu.Lock()
 	if sh.err != nil || sh.ending {
@@ -229,26 +190,10 @@ func (sh *sharedHolding) unlock(ctx context.Context) error {
 	hs.mu.Lock()
 	h.busy++
 	hs.mu.Unlock()
-	if err := h.s.enterCall(ctx); err != nil {
-		hs.done(h, k, nil, false)
-		if cerr := ctx.Err(); cerr != nil && errors.Is(err, cerr) {
-			p.mu.Lock()
-			sh.ending = false
-			p.mu.Unlock()
-			return fmt.Errorf("%w (the lock stays held)", err)
-		}
-		sh.end(h.s.Err())
-		return sh.endErr()
-	}
 	sh.endNested(errHoldingReleased)
-	var released bool
-	err := h.s.op(ctx, func() (err error) {
-		released, err = p.onHost(ctx, sh.t, false)
-		return err
-	})
-	h.s.leaveCall()
+	released, err := h.do(sh.t, false)
 	switch {
-	case err != nil:
+	case err != nil && !errors.Is(err, errNotHeldByServer):
 		hs.done(h, k, nil, false)
 		sh.end(h.s.Err()) // the host is lost: its watch tells the others
 		return sh.endErr()

@@ -123,10 +123,13 @@ func runFleetChild() int {
 }
 
 func newLocker(ctx context.Context, spec childSpec, dsn string) (locker, func(), error) {
-	if spec.Impl == "advisory" || spec.Impl == implKey || spec.Impl == implNoNames {
+	if spec.Impl == "advisory" || spec.Impl == implKey || spec.Impl == implNoNames || spec.Impl == implShared {
 		var opts []advisory.Option
 		if spec.Impl == implNoNames {
 			opts = append(opts, advisory.WithoutNamesInActivity())
+		}
+		if spec.Impl == implShared {
+			opts = append(opts, advisory.WithSharedSessions(sharedPerSession))
 		}
 		m, err := advisory.New(ctx, fmt.Sprintf("%s pool_max_conns=%d %s", dsn, spec.Conns, spec.DSNExtra), opts...)
 		if err != nil {

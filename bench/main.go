@@ -39,6 +39,8 @@ func main() {
 		os.Exit(runFleetChild())
 	case "probe":
 		os.Exit(runProbeRole())
+	case "sharedidle":
+		os.Exit(runIdleChild())
 	}
 	if role := os.Getenv(roleEnv); role != "" {
 		os.Exit(runRole(role))
@@ -84,6 +86,17 @@ func main() {
 	mc := mixConfig{}
 	flag.IntVar(&mc.runs, "fleet-mix-runs", 4, "side-by-side fleet: windows, the groups' start order rotated")
 	flag.BoolVar(&mc.hot, "fleet-mix-hot", false, "side-by-side fleet: the hot-key skew (else uniform)")
+	shc := sharedConfig{}
+	sharedFleet := flag.Bool("shared", false, "run only issue 38's fleet (shared.go): raw, advisory and advisory WithSharedSessions "+
+		"with -fleet-hold of work under each lock; printed, and written to -docs's benchmarks-shared.json")
+	flag.IntVar(&shc.rounds, "shared-rounds", 2, "shared fleet: rounds, the order rotated")
+	flag.DurationVar(&shc.duration, "shared-duration", 20*time.Second, "shared fleet: timed window of each point")
+	ic := idleConfig{}
+	idle := flag.Bool("shared-idle", false, "run only issue 38's idle holdings (shared_idle.go): processes × locks held at once; printed, "+
+		"and written to -docs's benchmarks-shared.json")
+	flag.IntVar(&ic.procs, "idle-procs", 100, "idle holdings: processes")
+	flag.IntVar(&ic.locks, "idle-locks", 100, "idle holdings: locks each process holds at once")
+	flag.StringVar(&ic.impl, "idle-impl", implShared, "idle holdings: advisory or \""+implShared+"\"")
 	sc := stmtConfig{}
 	statements := flag.Bool("statements", false, "run only the statements probe (statements.go): a lock's statement at fleet scale, printed")
 	flag.IntVar(&sc.reps, "statements-reps", 5, "statements probe: windows per mode and phase, interleaved")
@@ -93,6 +106,21 @@ func main() {
 	if *statements {
 		sc.conns, sc.names = fc.procs*fc.goroutines, fc.names
 		if err := runStatements(context.Background(), sc, os.Stdout); err != nil {
+			fmt.Fprintln(os.Stderr, "bench:", err)
+			os.Exit(1)
+		}
+		return
+	}
+	if *sharedFleet || *idle {
+		fc.docs, ic.docs = *docs, *docs
+		self, err := os.Executable()
+		if err == nil && *sharedFleet {
+			err = runSharedFleet(context.Background(), fc, shc, self, os.Stdout)
+		}
+		if err == nil && *idle {
+			err = runIdle(context.Background(), ic, self, os.Stdout)
+		}
+		if err != nil {
 			fmt.Fprintln(os.Stderr, "bench:", err)
 			os.Exit(1)
 		}

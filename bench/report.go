@@ -150,6 +150,7 @@ move the server's processes between CPUs, on an idle machine):
 	b.WriteString(mixNotes)
 	b.WriteString(statementsNotes)
 	b.WriteString(pooledNotes)
+	b.WriteString(sharedNotes)
 	b.WriteString(notes)
 	return os.WriteFile(path, []byte(b.String()), 0o644)
 }

@@ -166,3 +166,58 @@ func TestPartitionSharedHoldingsAreToldBeforeTheServerFrees(t *testing.T) {
 	assert.GreaterOrEqual(t, first, bounds.ServerFreesAfter-500*time.Millisecond, "not freed before the server bound")
 	assert.LessOrEqual(t, slices.Max(freed), bounds.ServerFreesBy+2*time.Second, "freed within the server bound")
 }
+
+// TestSharedLockTableFull fills the server's shared lock table from shared sessions (not
+// parallel: while it is full every session on the server fails): batches fail part-way
+// with 53200, and the runner puts back what they took. Every Lock that returned is live
+// and granted, pg_locks holds no advisory lock that no Lock reports, the error names the
+// remedy, and once the locks are released the server takes locks again.
+func TestSharedLockTableFull(t *testing.T) {
+	m := newManager(t, "", advisory.WithSharedSessions(200000), advisory.WithSessionLimits(200000, 1000))
+	ctx := ctxT(t, 2*time.Minute)
+	var mu sync.Mutex
+	var held []*advisory.Lock
+	var full error
+	var wg sync.WaitGroup
+	for g := range 200 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; ; i++ {
+				l, err := m.TryLock(ctx, fmt.Sprintf("%s/%d/%d", t.Name(), g, i))
+				mu.Lock()
+				switch {
+				case err == nil:
+					held = append(held, l)
+				case full == nil:
+					full = err
+				}
+				stop := full != nil || len(held) > 400000
+				mu.Unlock()
+				if stop {
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	require.ErrorIs(t, full, advisory.ErrLockTableFull, "the table filled")
+	assert.Contains(t, full.Error(), "max_locks_per_transaction")
+	var rows int
+	require.NoError(t, admin.QueryRow(ctx, "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted").Scan(&rows))
+	live := 0
+	for _, l := range held {
+		if l.Err() == nil {
+			live++
+		}
+	}
+	t.Logf("%d locks held on shared sessions when the table filled; %d live, %d rows in pg_locks", len(held), live, rows)
+	assert.Equal(t, len(held), live, "no holding was lost to the full table")
+	assert.Equal(t, live, rows, "every advisory lock in pg_locks is a live Lock's: the failed batches took nothing")
+	for _, l := range held {
+		require.NoError(t, l.Unlock(ctx))
+	}
+	l, err := m.Lock(ctx, t.Name()+"/after")
+	require.NoError(t, err, "the server takes locks again")
+	require.NoError(t, l.Unlock(ctx))
+}
