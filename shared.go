@@ -30,8 +30,9 @@ import (
 // on one: a Lock, TryLock or their Shared and Key forms whose lock is free is taken on a
 // session that already holds other locks of this Manager; only a Lock that has to wait
 // waits on a session of its own, as without the option. A session goes back to the pool
-// once it holds nothing. A process then needs about as many server connections as it
-// has statements in flight and waits, not one per held lock: see docs/scale.md.
+// once it holds nothing. A shared session sends the tries and unlocks queued for it in
+// one statement, so a process needs one shared session per 64 calls in flight, plus one
+// connection per wait, not one per held lock: see docs/scale.md. It does not block.
 //
 // What sharing a session costs:
 //   - a shared fate: if the session is lost (terminated, cut off, its server restarted),
