@@ -70,6 +70,10 @@ func TestHeartbeatIdleReaper(t *testing.T) {
 		t.Parallel()
 		heartbeatHolds(t, dsn)
 	})
+	t.Run("with a heartbeat shared holdings stay held", func(t *testing.T) {
+		t.Parallel()
+		heartbeatHoldsShared(t, dsn)
+	})
 }
 
 func heartbeatReaped(t *testing.T, dsn string) {

@@ -153,3 +153,27 @@ func TestSharedSessionInHolders(t *testing.T) {
 	require.NoError(t, a.Unlock(ctx))
 	require.NoError(t, b.Unlock(ctx))
 }
+
+// heartbeatHoldsShared (TestHeartbeatIdleReaper, behind a 2 s idle reaper): holdings on a
+// shared session stay held through 5 s with WithHeartbeat(500ms), which beats on the
+// shared session as on a Session's.
+func heartbeatHoldsShared(t *testing.T, dsn string) {
+	ctx := ctxT(t)
+	m, err := advisory.New(ctx, dsn, advisory.WithHeartbeat(500*time.Millisecond), advisory.WithSharedSessions(10))
+	require.NoError(t, err)
+	t.Cleanup(m.Close)
+	var ls []*advisory.Lock
+	for i := range 3 {
+		l, err := m.Lock(ctx, fmt.Sprintf("%s/%d", t.Name(), i))
+		require.NoError(t, err)
+		ls = append(ls, l)
+	}
+	require.Len(t, pidsOf(ls), 1)
+	time.Sleep(5 * time.Second) // 2.5 times the reaper's limit
+	for _, l := range ls {
+		require.NoError(t, l.Err(), "a shared holding behind the reaper")
+		requireHeldBy(t, l.Key(), l.PID())
+		require.NoError(t, l.Unlock(ctx))
+	}
+	requireNoAcquired(t, m)
+}
