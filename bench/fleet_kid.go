@@ -40,22 +40,32 @@ type fleetKid struct {
 }
 
 func startKid(self, dsn string, spec childSpec) (*fleetKid, error) {
-	b, _ := json.Marshal(spec)
-	cmd := exec.Command(self)
-	cmd.Env = append(os.Environ(), roleEnv+"=fleet", "BENCH_DSN="+dsn, fleetSpecEnv+"="+string(b))
-	cmd.Stderr = os.Stderr
-	in, err := cmd.StdinPipe()
+	cmd, in, out, err := spawn(self, "fleet", dsn, fleetSpecEnv, spec)
 	if err != nil {
-		return nil, err
-	}
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		return nil, err
-	}
-	if err := cmd.Start(); err != nil {
 		return nil, err
 	}
 	return &fleetKid{cmd: cmd, stdin: in, out: bufio.NewReader(out)}, nil
+}
+
+// spawn starts this bench binary in role, with the server's dsn and spec (as JSON in
+// specEnv), and returns its stdin and stdout.
+func spawn(self, role, dsn, specEnv string, spec any) (*exec.Cmd, io.WriteCloser, io.ReadCloser, error) {
+	b, _ := json.Marshal(spec)
+	cmd := exec.Command(self)
+	cmd.Env = append(os.Environ(), roleEnv+"="+role, "BENCH_DSN="+dsn, specEnv+"="+string(b))
+	cmd.Stderr = os.Stderr
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, nil, nil, err
+	}
+	return cmd, in, out, nil
 }
 
 func (k *fleetKid) waitLine(want string) error {

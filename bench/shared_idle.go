@@ -139,19 +139,8 @@ type idleKid struct {
 }
 
 func startIdleKid(self, dsn string, spec idleSpec) (*idleKid, error) {
-	b, _ := json.Marshal(spec)
-	cmd := exec.Command(self)
-	cmd.Env = append(os.Environ(), roleEnv+"=sharedidle", "BENCH_DSN="+dsn, idleSpecEnv+"="+string(b))
-	cmd.Stderr = os.Stderr
-	in, err := cmd.StdinPipe()
+	cmd, in, out, err := spawn(self, "sharedidle", dsn, idleSpecEnv, spec)
 	if err != nil {
-		return nil, err
-	}
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		return nil, err
-	}
-	if err := cmd.Start(); err != nil {
 		return nil, err
 	}
 	k := &idleKid{cmd: cmd, stdin: in, lines: make(chan string, 1<<14)}
@@ -230,7 +219,6 @@ func runIdle(ctx context.Context, ic idleConfig, self string, out io.Writer) err
 		AND pid <> pg_backend_pid()`).Scan(&pt.ServerConns); err != nil {
 		return err
 	}
-	pt.ServerConns-- // the meter's own connection is not the fleet's
 	pt.ServerAddedMB = ms.meter.memory() - base
 	pt.SessionsPerPrc = float64(pt.ServerConns) / float64(ic.procs)
 	// The first process's busiest session is terminated: each holding on it is told.

@@ -47,9 +47,9 @@ terminated (same machine and server; max_connections sized for the run):
 
 | run | holdings | server connections | per process | server memory added (PSS) | clients (RSS, all) | taken in | told after a termination |
 |---|---|---|---|---|---|---|---|
-| shared, 100 processes × 100 locks | 10,000 | **199** | 2.0 | 298 MB | 2,225 MB | 0.5 s | 64 holdings on the session: p50 1.35 ms, max 1.40 ms |
-| shared, 20 × 50 | 1,000 | 19 | 0.95 | 32 MB | 422 MB | 0.03 s | 50 holdings: p50 0.99 ms, max 1.03 ms |
-| default, 20 × 50 | 1,000 | 999 | 50 | 1,310 MB | 503 MB | 1.9 s | 1 holding: 0.95 ms |
+| shared, 100 processes × 100 locks | 10,000 | **200** | 2.0 | 298 MB | 2,225 MB | 0.5 s | 64 holdings on the session: p50 1.35 ms, max 1.40 ms |
+| shared, 20 × 50 | 1,000 | 20 | 1.0 | 32 MB | 422 MB | 0.03 s | 50 holdings: p50 0.99 ms, max 1.03 ms |
+| default, 20 × 50 | 1,000 | 1,000 | 50 | 1,310 MB | 503 MB | 1.9 s | 1 holding: 0.95 ms |
 
 The default cannot hold 10,000 locks on a server with PostgreSQL's default max_connections
 (100): it needs a session per lock. Shared, a process needs one session per 64 calls in
