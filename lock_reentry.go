@@ -170,11 +170,29 @@ func (p *pin) nest(name string) (*Lock, int, error) {
 		return nil, 0, errHoldingReleasing
 	}
 	l := &Lock{s: p, name: name, in: &reentry{done: make(chan struct{})}}
-	if p.nested == nil {
-		p.nested = make(map[*Lock]struct{})
+	return l, p.nested.add(l), nil
+}
+
+// nestedLocks are a holding's open re-entered Locks: a pin's, or a sharedHolding's. The
+// holding's pin's mu guards them.
+type nestedLocks map[*Lock]struct{}
+
+// add records l, and returns how many are open.
+func (n *nestedLocks) add(l *Lock) int {
+	if *n == nil {
+		*n = nestedLocks{}
 	}
-	p.nested[l] = struct{}{}
-	return l, len(p.nested), nil
+	(*n)[l] = struct{}{}
+	return len(*n)
+}
+
+// endAll ends every open one with err, and forgets them.
+func (n *nestedLocks) endAll(err error) {
+	for l := range *n {
+		l.in.err = err
+		close(l.in.done)
+	}
+	*n = nil
 }
 
 // unlockNested is Unlock of a re-entered Lock: it ends l alone, with no statement.

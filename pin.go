@@ -87,8 +87,8 @@ type pin struct {
 
 	fenceToken atomic.Int64 // the holding's fencing token once taken (Lock.Token); 0 before
 
-	nested map[*Lock]struct{} // its open re-entered Locks (see lock_reentry.go); under mu
-	inFn   atomic.Bool        // a caller's BeginFunc runs fn on the connection (see Lock.usable)
+	nested nestedLocks // its open re-entered Locks (see lock_reentry.go); under mu
+	inFn   atomic.Bool // a caller's BeginFunc runs fn on the connection (see Lock.usable)
 
 	// A transaction holding's (see holding_tx.go), owned like the connection: its
 	// transaction's virtual id, once read (see txLease.identity), and dirty: a caller's

@@ -185,6 +185,6 @@ func (p *pin) hungUp() {
 		p.err = p.closedLoss()
 	}
 	p.announced = true
-	p.endNested(p.err)
+	p.nested.endAll(p.err)
 	close(p.done)
 }

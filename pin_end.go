@@ -38,9 +38,9 @@ func (p *pin) release(ctx context.Context, endErr error) error {
 	// Re-entered Locks are part of this holding: they end first, before the server (or
 	// a handoff's successor) can give the lock to anyone else.
 	if endErr == ErrNotHeld {
-		p.endNested(errHoldingReleased)
+		p.nested.endAll(errHoldingReleased)
 	} else {
-		p.endNested(endErr)
+		p.nested.endAll(endErr)
 	}
 	p.mu.Unlock()
 	if endErr == ErrNotHeld && p.passOn() { // an Unlock, with a Lock of this Manager queued
@@ -121,7 +121,7 @@ func (p *pin) endAs(keep, handedOff bool, err error) {
 		err = p.err // the loss seen during a transaction, which Done announced already
 	}
 	p.state, p.err = stateEnded, err
-	p.endNested(err)
+	p.nested.endAll(err)
 	if p.beat != nil {
 		p.beat.Stop()
 	}
@@ -175,14 +175,4 @@ func (p *pin) discard() {
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 	defer cancel()
 	p.pg.Close(ctx)
-}
-
-// endNested ends the pin's open re-entered Locks (see lock_reentry.go) with err: they
-// are part of its holding. The caller holds p.mu.
-func (p *pin) endNested(err error) {
-	for l := range p.nested {
-		l.in.err = err
-		close(l.in.done)
-	}
-	p.nested = nil
 }

@@ -40,7 +40,7 @@ func (sh *sharedHolding) end(err error) {
 		err = &opError{"lock", describe(sh.t.key, sh.t.name, sh.t.pair), &causeError{"on a shared session", err}}
 	}
 	sh.err = err
-	sh.endNestedLocked(err)
+	sh.nested.endAll(err)
 	p.mu.Unlock()
 	held := time.Since(sh.since)
 	if p.m.set.logger != nil && errors.Is(err, ErrLockLost) {
@@ -65,16 +65,8 @@ func (sh *sharedHolding) endErr() error {
 func (sh *sharedHolding) endNested(err error) {
 	p := sh.h.s.pin
 	p.mu.Lock()
-	sh.endNestedLocked(err)
+	sh.nested.endAll(err)
 	p.mu.Unlock()
-}
-
-func (sh *sharedHolding) endNestedLocked(err error) {
-	for l := range sh.nested {
-		l.in.err = err
-		close(l.in.done)
-	}
-	sh.nested = nil
 }
 
 // nest opens a re-entered Lock named name on the holding (see pin.nest).
@@ -89,11 +81,7 @@ func (sh *sharedHolding) nest(name string) (*Lock, int, error) {
 		return nil, 0, errHoldingReleasing
 	}
 	l := &Lock{s: p, name: name, sh: sh, in: &reentry{done: make(chan struct{})}}
-	if sh.nested == nil {
-		sh.nested = make(map[*Lock]struct{})
-	}
-	sh.nested[l] = struct{}{}
-	return l, len(sh.nested), nil
+	return l, sh.nested.add(l), nil
 }
 
 // workTag is the holding's work tag: its key's prefix, and its host's pid with a nonce

@@ -17,7 +17,7 @@ type sharedHolding struct {
 	err    error // nil while held; under the host pin's mu
 	ending bool  // an Unlock has begun; under the host pin's mu
 	since  time.Time
-	nested map[*Lock]struct{} // its open re-entered Locks; under the host pin's mu
+	nested nestedLocks // its open re-entered Locks; under the host pin's mu
 
 	tagOnce sync.Once
 	tag     string // its work tag, made on first use
