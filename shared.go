@@ -201,19 +201,6 @@ func (hs *hostSet) drop(h *host) {
 	}
 }
 
-// count returns the Manager's live shared sessions and the holdings on them.
-func (hs *hostSet) count() (sessions, holdings int) {
-	hs.mu.Lock()
-	defer hs.mu.Unlock()
-	for _, h := range hs.hosts {
-		if !h.gone {
-			sessions++
-			holdings += len(h.keys)
-		}
-	}
-	return sessions, holdings
-}
-
 // takenRecently remembers the keys whose try on a shared session found them taken, by
 // slot (a key's low bits: keys are hashes), so that a Lock of a key contended across
 // processes goes straight to its wait on a session of its own instead of first trying on

@@ -56,12 +56,15 @@ type hostReq struct {
 	err  error
 }
 
-func (r *hostReq) op() int32 {
-	op := int32(1)
-	if !r.take {
-		op = 3
+func (r *hostReq) op() int32 { return batchOp(r.take, r.t.shared) }
+
+// batchOp is hostBatchSQL's code for a try (take) or an unlock of a key, in either mode.
+func batchOp(take, shared bool) int32 {
+	op := int32(3)
+	if take {
+		op = 1
 	}
-	if r.t.shared {
+	if shared {
 		op++
 	}
 	return op
@@ -152,13 +155,8 @@ func (p *pin) hostBatch(batch []*hostReq) error {
 	conn := p.pg.Conn()
 	conn.SetDeadline(time.Now().Add(cleanupTimeout)) // see Session.unlockKey
 	defer conn.SetDeadline(time.Time{})
-	ctx := context.Background()
-	var pid uint32
-	var res []pgtype.Bool
-	err := p.pc.QueryRow(ctx, hostBatchSQL, keys, p.token, ops).Scan(&pid, &res)
+	res, err := p.batchRow(keys, ops)
 	switch {
-	case err == nil && (res == nil || pid != p.pid):
-		return &connFailure{p.foreignError()}
 	case err == nil && len(res) != len(batch):
 		return &connFailure{fmt.Errorf("a batch of %d returned %d answers", len(batch), len(res))}
 	case err == nil:
@@ -169,7 +167,7 @@ func (p *pin) hostBatch(batch []*hostReq) error {
 			}
 		}
 		return nil
-	case !usable(p.pg, err):
+	case !usable(p.pg, err): // a foreign backend's answer too (see batchRow)
 		return &connFailure{err}
 	}
 	if rerr := p.reconcileBatch(batch, keys); rerr != nil {
@@ -188,44 +186,46 @@ func (p *pin) hostBatch(batch []*hostReq) error {
 // reconcileBatch puts the keys of a batch whose statement failed back as the requests
 // left them: a key a take got is unlocked, a key an unlock left held is unlocked.
 func (p *pin) reconcileBatch(batch []*hostReq, keys []int64) error {
-	ctx := context.Background()
 	var excl, shared []int64
-	if err := p.pc.QueryRow(ctx, hostHeldSQL, keys).Scan(&excl, &shared); err != nil {
+	if err := p.pc.QueryRow(context.Background(), hostHeldSQL, keys).Scan(&excl, &shared); err != nil {
 		return err
 	}
-	held := map[int64]bool{}
-	for _, k := range excl {
-		held[k] = true
+	type hold struct {
+		key    int64
+		shared bool
 	}
-	heldShared := map[int64]bool{}
+	held := map[hold]bool{}
+	for _, k := range excl {
+		held[hold{k, false}] = true
+	}
 	for _, k := range shared {
-		heldShared[k] = true
+		held[hold{k, true}] = true
 	}
 	var ks []int64
 	var ops []int32
 	for _, r := range batch {
-		k := int64(r.t.key)
-		if (r.t.shared && heldShared[k]) || (!r.t.shared && held[k]) {
-			ks, ops = append(ks, k), append(ops, 3+b2i32(r.t.shared))
+		if k := int64(r.t.key); held[hold{k, r.t.shared}] {
+			ks, ops = append(ks, k), append(ops, batchOp(false, r.t.shared))
 		}
 	}
 	if len(ks) == 0 {
 		return nil
 	}
-	var pid uint32
-	var res []pgtype.Bool
-	if err := p.pc.QueryRow(ctx, hostBatchSQL, ks, p.token, ops).Scan(&pid, &res); err != nil {
-		return err
-	}
-	if res == nil || pid != p.pid {
-		return p.foreignError()
-	}
-	return nil
+	_, err := p.batchRow(ks, ops)
+	return err
 }
 
-func b2i32(b bool) int32 {
-	if b {
-		return 1
+// batchRow runs hostBatchSQL for keys and ops and returns its answers; an error
+// wrapping ErrPooler if the statement ran on another client's backend (it did nothing
+// there).
+func (p *pin) batchRow(keys []int64, ops []int32) ([]pgtype.Bool, error) {
+	var pid uint32
+	var res []pgtype.Bool
+	if err := p.pc.QueryRow(context.Background(), hostBatchSQL, keys, p.token, ops).Scan(&pid, &res); err != nil {
+		return nil, err
 	}
-	return 0
+	if res == nil || pid != p.pid {
+		return nil, p.foreignError()
+	}
+	return res, nil
 }
