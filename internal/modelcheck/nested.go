@@ -79,12 +79,7 @@ func (n *nestCall) String() string {
 // contend, and their ctx ends before fn.
 func (w *world) nestedBatch() []*op {
 	slots := w.roomySlots(nil)
-	var free []string
-	for _, n := range w.names {
-		if w.compatible(n, false, nil) {
-			free = append(free, n)
-		}
-	}
+	free := w.freeNames()
 	if len(slots) == 0 || len(free) == 0 {
 		return nil
 	}

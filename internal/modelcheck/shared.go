@@ -16,12 +16,7 @@ func (w *world) sharedBatch() []*op {
 			slots = append(slots, s)
 		}
 	}
-	var free []string
-	for _, n := range w.names {
-		if w.compatible(n, false, nil) {
-			free = append(free, n)
-		}
-	}
+	free := w.freeNames()
 	if len(slots) == 0 || len(free) == 0 {
 		return nil
 	}

@@ -216,6 +216,17 @@ func (w *world) handles(m *advisory.Manager) int {
 	return n
 }
 
+// freeNames returns the names nothing the model knows of holds, in name order.
+func (w *world) freeNames() []string {
+	var free []string
+	for _, n := range w.names {
+		if w.compatible(n, false, nil) {
+			free = append(free, n)
+		}
+	}
+	return free
+}
+
 // compatible reports whether a request for name (shared or not, from Session self or,
 // if nil, from a new connection) would be granted now: no live holder conflicts with it.
 func (w *world) compatible(name string, shared bool, self *sessH) bool {
