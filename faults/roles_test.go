@@ -139,8 +139,14 @@ func (h *helper) expect(t testing.TB, prefix string, timeout time.Duration) line
 	}
 }
 
-// kill SIGKILLs the helper's process group and waits for it.
+// kill SIGKILLs the helper's process group and waits for it. Its lines are drained, not
+// read: a helper that printed more than the channel holds after the test stopped reading
+// would otherwise keep the reader blocked on the channel, short of reaping the process.
 func (h *helper) kill() {
 	syscall.Kill(-h.cmd.Process.Pid, syscall.SIGKILL)
+	go func() {
+		for range h.lines {
+		}
+	}()
 	<-h.exit
 }
