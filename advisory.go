@@ -158,11 +158,15 @@ func NewWithConfig(ctx context.Context, cfg *pgxpool.Config, opts ...Option) (*M
 	if p != nil {
 		a = newArmer(armDelay)
 	}
-	return &Manager{pool: pool, set: set, lease: leaseFor(kind), txBegin: txBeginSQL(&set, version),
+	m := &Manager{pool: pool, set: set, lease: leaseFor(kind), txBegin: txBeginSQL(&set, version),
 		proxy: ps, poller: p, armer: a, maxConns: int(pool.Config().MaxConns),
 		preparedBudget: preparedBudget(cfg.ConnConfig), prepareAt: cmp.Or(set.prepareNamedAt, prepareNamedAt),
 		ownPrepared: useOwnPrepared(cfg.ConnConfig),
-		closing:     make(chan struct{}), closeDone: make(chan struct{}), sessions: make(map[*pin]struct{})}, nil
+		closing:     make(chan struct{}), closeDone: make(chan struct{}), sessions: make(map[*pin]struct{})}
+	if set.waitSessions > 0 {
+		m.hosts.waitPlaces = make(chan struct{}, set.waitSessions)
+	}
+	return m, nil
 }
 
 // Bounds returns the loss-detection timings the Manager's keepalive settings give. Its

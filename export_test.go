@@ -1,5 +1,7 @@
 package advisory
 
+import "sync/atomic"
+
 // WithCheckedStatementsForTest makes every connection of the Manager keep the
 // per-statement ownership check, as a connection through a proxy does, so that tests
 // can run the checked statements against the test server's direct connections.
@@ -12,6 +14,12 @@ func WithCheckedStatementsForTest() Option {
 // checks that follow it through a real pooler.
 func WithBlindProbeForTest() Option {
 	return Option{apply: func(s *settings) error { s.blindProbe = true; return nil }}
+}
+
+// WithParkCounterForTest counts in n the Manager's Locks that waited without a session
+// (WithWaitSessions).
+func WithParkCounterForTest(n *atomic.Int64) Option {
+	return Option{apply: func(s *settings) error { s.parkedCount = n; return nil }}
 }
 
 // QueuedForTest returns how many Lock calls of the Manager wait in its in-process queue

@@ -114,6 +114,18 @@ func (m *Manager) attempt(ctx context.Context, t target, mode attemptMode) (*Loc
 			return nil, m.notAcquired(ctx, t, try, start, lockError(op, t, err))
 		}
 	}
+	if !try && m.sharable(t) && m.hosts.waitPlaces != nil {
+		// Under WithWaitSessions: a place to wait on a session of its own, or none (see
+		// shared_wait.go).
+		l, release, err := m.park(ctx, t, start)
+		switch {
+		case l != nil:
+			return l, nil
+		case err != nil:
+			return nil, m.notAcquired(ctx, t, try, start, lockError(op, t, err))
+		}
+		defer release()
+	}
 	for attempt := 0; ; attempt++ {
 		s, err := m.acquire(ctx, t, waitPool)
 		if err != nil {

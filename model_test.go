@@ -189,8 +189,15 @@ func TestModelShared(t *testing.T) {
 		t.Skip("model-based randomized test: skipped with -short")
 	}
 	cfg := modelConfig(t)
-	cfg.Extra = map[int][]advisory.Option{1: {advisory.WithSharedSessions(3)}, 2: {advisory.WithSharedSessions(100)}}
+	var parked atomic.Int64
+	cfg.Extra = map[int][]advisory.Option{
+		1: {advisory.WithSharedSessions(3), advisory.WithWaitSessions(1), advisory.WithParkCounterForTest(&parked)},
+		2: {advisory.WithSharedSessions(100)},
+	}
 	cfg.Shared = map[int]bool{1: true, 2: true}
+	cfg.Parked = map[int]bool{1: true}
 	cfg.Duration /= 3
 	modelcheck.Run(t, cfg)
+	t.Logf("%d Locks waited without a session", parked.Load())
+	require.Positive(t, parked.Load(), "no Lock waited without a session (WithWaitSessions)")
 }

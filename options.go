@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
@@ -34,9 +35,11 @@ type settings struct {
 	namespace          string
 	sessionCap         int
 	sessionRetire      int
-	sharePer           int    // holdings per shared session (WithSharedSessions); 0: no sharing
-	fenceTable         string // sanitized, possibly schema-qualified
-	leaderTable        string // WithLeaderTable, sanitized; "": published values are off
+	sharePer           int           // holdings per shared session (WithSharedSessions); 0: no sharing
+	waitSessions       int           // WithWaitSessions: shared Locks waiting on sessions of their own at once; 0: no bound
+	parkedCount        *atomic.Int64 // tests only: counts the Locks that waited without a session (see park)
+	fenceTable         string        // sanitized, possibly schema-qualified
+	leaderTable        string        // WithLeaderTable, sanitized; "": published values are off
 	leaderRecheck      time.Duration
 	drainWait          time.Duration
 	noDrain            bool          // WithoutDrain: Do, DoTx, TryDo and Lead do not drain
@@ -69,7 +72,7 @@ func (st *settings) validate() error {
 	if err := validateTiming(st.clientKeepalive, st.serverKeepalive, st.minMargin); err != nil {
 		return err
 	}
-	return nil
+	return st.forWaits()
 }
 
 // WithClientKeepalive sets TCP keepalive on the client end of every lock connection: it

@@ -75,6 +75,9 @@ type hostSet struct {
 	mu    sync.Mutex
 	hosts []*host
 	taken takenRecently // keys a Lock's try found taken lately
+	// waitPlaces has a value in it for each shared Lock waiting on a session of its own,
+	// up to WithWaitSessions' bound (see shared_wait.go); nil without the bound.
+	waitPlaces chan struct{}
 }
 
 // A host is one shared session and what it holds.

@@ -23,6 +23,11 @@ func (w *world) genBatch() []*op {
 			return ops
 		}
 	}
+	if len(w.parked) > 0 && w.rng.IntN(3) == 0 {
+		if ops := w.parkBatch(); ops != nil {
+			return ops
+		}
+	}
 	if len(w.shared) > 0 && w.rng.IntN(4) == 0 {
 		if ops := w.sharedBatch(); ops != nil {
 			return ops

@@ -43,6 +43,11 @@ type Config struct {
 	// free names on them (see sharedBatch), and Run fails if no check ever saw two live
 	// Locks on one backend.
 	Shared map[int]bool
+	// Parked are shared slots whose Managers wait on one session at most
+	// (advisory.WithWaitSessions(1), in Extra): the model then also draws batches of
+	// Locks there on names other Managers hold, with one of those released meanwhile, so
+	// that Locks wait without a session (see parkBatch).
+	Parked map[int]bool
 }
 
 // ManagerOptions returns the options of every Manager of the model.
@@ -104,7 +109,7 @@ func newWorld(t *testing.T, cfg Config) *world {
 	w := &world{t: t, seed: seed, admin: cfg.Admin, rng: rand.New(rand.NewPCG(seed, 0x5eed)),
 		prefix: fmt.Sprintf("model-%d/", os.Getpid()), dead: map[uint32]bool{}, checks: map[opKind]int{},
 		outcomes: map[string]map[string]int{}, spent: map[string]time.Duration{},
-		verbose: os.Getenv("ADVISORY_MODEL_VERBOSE") != "", handoffs: cfg.Handoffs, shared: cfg.Shared}
+		verbose: os.Getenv("ADVISORY_MODEL_VERBOSE") != "", handoffs: cfg.Handoffs, shared: cfg.Shared, parked: cfg.Parked}
 	for i := range modelNames {
 		w.names = append(w.names, fmt.Sprintf("k%d", i))
 	}

@@ -147,6 +147,7 @@ type world struct {
 	// sessions), sharedPeak the most Locks seen on one.
 	sharedSeen, sharedPeak int
 	shared                 map[int]bool // Config.Shared
+	parked                 map[int]bool // Config.Parked
 }
 
 func (w *world) full(name string) string      { return w.prefix + name }

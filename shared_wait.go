@@ -1,0 +1,105 @@
+package advisory
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"time"
+)
+
+// Waits without a session (WithWaitSessions). Under WithSharedSessions a Lock whose key
+// is taken waits on a session of its own, in the server's queue for the key. With
+// WithWaitSessions(n), at most n of the Manager's shared Locks wait that way at once; a
+// Lock past them parks: it holds no connection, and tries its key again on a shared
+// session, after a growing pause, until it gets the key, one of the n places frees (it
+// then waits in the server's queue, and the places are given in the order the parked
+// Locks asked), or its ctx ends. A parked Lock never takes a key before a waiter in the
+// server's queue: PostgreSQL refuses a try while anyone waits for the key.
+
+// WithWaitSessions bounds the connections a Manager sharing sessions (WithSharedSessions)
+// spends on waits: at most n of its shared Locks wait on sessions of their own at once.
+// Another Lock whose key is taken waits without a session: it tries the key again on a
+// shared session, first after parkFirst (2 ms) and then after pauses doubling to
+// parkLongest (100 ms), each varied by up to a half, until it takes the key, or a place
+// among the n frees and it waits on a session of its own, in the order the Locks asked;
+// its ctx ends that wait as any other. Such a Lock is never granted before a Lock
+// waiting on a session of its own for the key (PostgreSQL refuses a try while another
+// session waits), so the n places are what keeps every Lock's turn in the server's queue;
+// a Lock without a place can wait longer than the holdings ahead of it. Each try costs
+// a row in a shared session's next statement. Try and Do forms are not affected.
+//
+// n must be at least 1, and the Manager must share sessions: New fails with
+// ErrInvalidOption otherwise. Without this option every waiting Lock has a session of
+// its own. It does not block.
+func WithWaitSessions(n int) Option {
+	return option(func(s *settings) error {
+		if n < 1 {
+			return fmt.Errorf("%w: WithWaitSessions(%d): want at least 1 waiting session", ErrInvalidOption, n)
+		}
+		s.waitSessions = n
+		return nil
+	})
+}
+
+// forWaits refuses WithWaitSessions without WithSharedSessions.
+func (s *settings) forWaits() error {
+	if s.waitSessions > 0 && s.sharePer == 0 {
+		return fmt.Errorf("%w: WithWaitSessions(%d) without WithSharedSessions: a Lock waits without a session "+
+			"by trying again on a shared session", ErrInvalidOption, s.waitSessions)
+	}
+	return nil
+}
+
+const (
+	parkFirst   = 2 * time.Millisecond   // a parked Lock's first pause
+	parkLongest = 100 * time.Millisecond // and its longest
+)
+
+// park is a shared Lock's wait for t's key, found taken, under WithWaitSessions. It
+// returns the Lock if a try on a shared session took the key; or a release func, nil
+// error, once the call has a place to wait on a session of its own (which release gives
+// back); or the reason the wait ended: ctx's error, ErrClosed, a shared session's failure.
+func (m *Manager) park(ctx context.Context, t target, start time.Time) (*Lock, func(), error) {
+	places := m.hosts.waitPlaces
+	release := func() { <-places }
+	select {
+	case places <- struct{}{}:
+		return nil, release, nil
+	default:
+	}
+	if c := m.set.parkedCount; c != nil {
+		c.Add(1)
+	}
+	pause := parkFirst
+	timer := time.NewTimer(varied(pause))
+	defer timer.Stop()
+	for {
+		select {
+		case places <- struct{}{}:
+			return nil, release, nil
+		case <-ctx.Done():
+			return nil, nil, ctx.Err()
+		case <-m.closing:
+			return nil, nil, ErrClosed
+		case <-timer.C:
+		}
+		l, err := m.takeShared(ctx, t, true)
+		var locked *LockedError
+		switch {
+		case l != nil:
+			m.sharedAcquired(t, false, start)
+			return l, nil, nil
+		case err != nil && !errors.As(err, &locked):
+			return nil, nil, err
+		}
+		pause = min(2*pause, parkLongest)
+		timer.Reset(varied(pause))
+	}
+}
+
+// varied is d, give or take up to a half, so that the Locks parked for one key in many
+// processes do not all try at the same instant.
+func varied(d time.Duration) time.Duration {
+	return d/2 + rand.N(d)
+}
