@@ -55,3 +55,55 @@ func ExampleWithSharedSessions() {
 	// 20 locks held, on fewer sessions: true ; shared: true
 	// the others still held: true
 }
+
+// Workers of many processes contending for the same tenants: with WithWaitSessions a
+// process spends at most that many connections on waits. Here one holder keeps 5 tenants;
+// 5 Locks wait for them, only 2 of them on sessions of their own, and each gets its
+// tenant once the holder lets it go.
+func ExampleWithWaitSessions() {
+	ctx := context.Background()
+	url := os.Getenv("DATABASE_URL")
+	holder, err := advisory.New(ctx, url) // another replica, say
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer holder.Close()
+	m, err := advisory.New(ctx, url, advisory.WithSharedSessions(100), advisory.WithWaitSessions(2))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer m.Close()
+
+	var held []*advisory.Lock
+	for i := range 5 {
+		l, err := holder.Lock(ctx, fmt.Sprintf("example/waits/tenant/%d", i))
+		if err != nil {
+			log.Fatal(err)
+		}
+		held = append(held, l)
+	}
+	got := make(chan *advisory.Lock, 5)
+	for i := range 5 {
+		go func() {
+			l, err := m.Lock(ctx, fmt.Sprintf("example/waits/tenant/%d", i))
+			if err != nil {
+				log.Fatal(err)
+			}
+			got <- l
+		}()
+	}
+	for _, l := range held {
+		if err := l.Unlock(ctx); err != nil {
+			log.Fatal(err)
+		}
+	}
+	for range 5 {
+		l := <-got
+		if err := l.Unlock(ctx); err != nil {
+			log.Fatal(err)
+		}
+	}
+	fmt.Println("5 tenants taken by the waiting Locks")
+	// Output:
+	// 5 tenants taken by the waiting Locks
+}

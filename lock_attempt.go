@@ -114,17 +114,23 @@ func (m *Manager) attempt(ctx context.Context, t target, mode attemptMode) (*Loc
 			return nil, m.notAcquired(ctx, t, try, start, lockError(op, t, err))
 		}
 	}
+	var place chan struct{}
 	if !try && m.sharable(t) && m.hosts.waitPlaces != nil {
 		// Under WithWaitSessions: a place to wait on a session of its own, or none (see
 		// shared_wait.go).
-		l, release, err := m.park(ctx, t, start)
+		l, p, err := m.park(ctx, t, start)
 		switch {
 		case l != nil:
 			return l, nil
 		case err != nil:
 			return nil, m.notAcquired(ctx, t, try, start, lockError(op, t, err))
 		}
-		defer release()
+		place = p
+		defer func() {
+			if place != nil { // not given to a session that holds the lock
+				<-place
+			}
+		}()
 	}
 	for attempt := 0; ; attempt++ {
 		s, err := m.acquire(ctx, t, waitPool)
@@ -137,6 +143,8 @@ func (m *Manager) attempt(ctx context.Context, t target, mode attemptMode) (*Loc
 			err = s.lock(ctx)
 		}
 		if err == nil {
+			s.holdPlace(place) // the session and its holding keep the place until the connection goes back
+			place = nil
 			m.gates.held(s)
 			s.logAcquired(start)
 			if h := m.set.hooks.Acquired; h != nil && !t.quiet {

@@ -128,8 +128,10 @@ func (p *pin) passOn() bool {
 	}
 	reg := p.polled
 	p.polled, p.watch = sockwatch.Registration{}, watchNone // a pending SocketEvent of p does nothing
-	held := w.next.holdMoved(reg)
+	place := p.place
+	p.place = nil
 	p.mu.Unlock()
+	held := w.next.holdMoved(reg, place)
 	p.endAs(false, true, ErrNotHeld) // before the waiter returns: the old holding is over first
 	if !held {
 		w.next.giveUp() // Close began: the waiter returns ErrClosed (see handedTo)
@@ -139,13 +141,14 @@ func (p *pin) passOn() bool {
 }
 
 // holdMoved makes a handed-off session held, with the registration of its connection
-// moved to it (see passOn); if the old holding was still queued in the armer (see
+// and its WithWaitSessions place moved to it (see passOn); if the old holding was still queued in the armer (see
 // loss_armer.go), the new one is queued instead; if the registration fired meanwhile, a
 // reader goroutine reads what came. It refuses, with the connection unwatched, once
 // Close has begun.
-func (p *pin) holdMoved(reg sockwatch.Registration) bool {
+func (p *pin) holdMoved(reg sockwatch.Registration, place chan struct{}) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	p.place = place // given back with the connection, whoever holds it then
 	unregistered := reg == sockwatch.Registration{}
 	p.polled, p.watch = reg, watchPolled // before the move: an event after it finds p watching
 	moved := !unregistered && !p.closing && p.m.poller.Move(reg, p)

@@ -56,6 +56,10 @@ type pin struct {
 	// not registered (see watchIdle, watchForHangup).
 	polled sockwatch.Registration
 
+	// place is the WithWaitSessions place this session stands on (see shared_wait.go),
+	// given back with its connection; it moves with a handoff. Under mu.
+	place chan struct{}
+
 	done      chan struct{} // closed when the session has ended
 	watchDone chan struct{} // closed when the current reader goroutine has exited; nil before the first (see startReader)
 	stopping  atomic.Bool   // set before the reader is told to stop

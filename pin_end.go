@@ -156,6 +156,13 @@ func (p *pin) giveBack(keep bool) {
 		p.discard()
 	}
 	p.pc.Release() // pgxpool destroys a closed connection instead of keeping it
+	p.mu.Lock()
+	place := p.place
+	p.place = nil
+	p.mu.Unlock()
+	if place != nil {
+		<-place
+	}
 	p.m.forget(p)
 	if p.gated {
 		p.m.gates.sessionEnded(p)

@@ -9,25 +9,29 @@ import (
 )
 
 // Waits without a session (WithWaitSessions). Under WithSharedSessions a Lock whose key
-// is taken waits on a session of its own, in the server's queue for the key. With
-// WithWaitSessions(n), at most n of the Manager's shared Locks wait that way at once; a
-// Lock past them parks: it holds no connection, and tries its key again on a shared
-// session, after a growing pause, until it gets the key, one of the n places frees (it
-// then waits in the server's queue, and the places are given in the order the parked
-// Locks asked), or its ctx ends. A parked Lock never takes a key before a waiter in the
-// server's queue: PostgreSQL refuses a try while anyone waits for the key.
+// is taken waits on a session of its own, in the server's queue for the key, and then
+// holds the lock there. With WithWaitSessions(n), at most n of the Manager's sessions
+// are such sessions at once: a Lock takes a place to wait, and its session keeps it
+// until the connection goes back to the pool (a handoff passes it on with the session).
+// A Lock without a place parks: it holds no connection, and tries its key again on a
+// shared session, after a growing pause, until it gets the key, a place frees (places
+// are given in the order the parked Locks asked), or its ctx ends. A parked Lock never
+// takes a key before a waiter in the server's queue: PostgreSQL refuses a try while
+// anyone waits for the key.
 
 // WithWaitSessions bounds the connections a Manager sharing sessions (WithSharedSessions)
-// spends on waits: at most n of its shared Locks wait on sessions of their own at once.
-// Another Lock whose key is taken waits without a session: it tries the key again on a
-// shared session, first after parkFirst (2 ms) and then after pauses doubling to
-// parkLongest (100 ms), each varied by up to a half, until it takes the key, or a place
-// among the n frees and it waits on a session of its own, in the order the Locks asked;
-// its ctx ends that wait as any other. Such a Lock is never granted before a Lock
-// waiting on a session of its own for the key (PostgreSQL refuses a try while another
-// session waits), so the n places are what keeps every Lock's turn in the server's queue;
-// a Lock without a place can wait longer than the holdings ahead of it. Each try costs
-// a row in a shared session's next statement. Try and Do forms are not affected.
+// spends on waits: at most n of its shared Locks wait, and then hold, on sessions of
+// their own at once. Another Lock whose key is taken waits without a session: it tries
+// the key again on a shared session, first after parkFirst (2 ms) and then after pauses
+// doubling to parkLongest (100 ms), each varied by up to a half, until it takes the key
+// (then on the shared session), or one of the n places frees and it waits on a session
+// of its own, in the order the Locks asked; its ctx ends that wait as any other, leaving
+// nothing held or waiting. Such a Lock is never granted before a Lock waiting on a
+// session of its own for the key (PostgreSQL refuses a try while another session
+// waits): the n places keep each Lock's turn in the server's queue, and a Lock without
+// one can wait longer than the holdings ahead of it. Each of its tries costs a row in a
+// shared session's next statement. TryLock, Do, DoTx, TryDo, Lead and Semaphores are not
+// affected.
 //
 // n must be at least 1, and the Manager must share sessions: New fails with
 // ErrInvalidOption otherwise. Without this option every waiting Lock has a session of
@@ -57,15 +61,15 @@ const (
 )
 
 // park is a shared Lock's wait for t's key, found taken, under WithWaitSessions. It
-// returns the Lock if a try on a shared session took the key; or a release func, nil
-// error, once the call has a place to wait on a session of its own (which release gives
-// back); or the reason the wait ended: ctx's error, ErrClosed, a shared session's failure.
-func (m *Manager) park(ctx context.Context, t target, start time.Time) (*Lock, func(), error) {
+// returns the Lock if a try on a shared session took the key; or the place it took to
+// wait on a session of its own (a value sent on places: the caller gives it to the
+// session that holds the lock, see pin.hold, or takes it back); or the reason the wait
+// ended: ctx's error, ErrClosed, a shared session's failure.
+func (m *Manager) park(ctx context.Context, t target, start time.Time) (*Lock, chan struct{}, error) {
 	places := m.hosts.waitPlaces
-	release := func() { <-places }
 	select {
 	case places <- struct{}{}:
-		return nil, release, nil
+		return nil, places, nil
 	default:
 	}
 	if c := m.set.parkedCount; c != nil {
@@ -77,7 +81,7 @@ func (m *Manager) park(ctx context.Context, t target, start time.Time) (*Lock, f
 	for {
 		select {
 		case places <- struct{}{}:
-			return nil, release, nil
+			return nil, places, nil
 		case <-ctx.Done():
 			return nil, nil, ctx.Err()
 		case <-m.closing:
@@ -96,6 +100,23 @@ func (m *Manager) park(ctx context.Context, t target, start time.Time) (*Lock, f
 		pause = min(2*pause, parkLongest)
 		timer.Reset(varied(pause))
 	}
+}
+
+// holdPlace gives the session that holds a lock the WithWaitSessions place its Lock
+// waited on (nil: none), to give back with its connection (see giveBack); if the session
+// has ended already, the place goes back now.
+func (p *pin) holdPlace(place chan struct{}) {
+	if place == nil {
+		return
+	}
+	p.mu.Lock()
+	if p.state != stateEnded {
+		p.place = place
+		p.mu.Unlock()
+		return
+	}
+	p.mu.Unlock()
+	<-place
 }
 
 // varied is d, give or take up to a half, so that the Locks parked for one key in many

@@ -239,7 +239,7 @@ func runPoint(ctx context.Context, sh childShape, warmup time.Duration, self, ds
 	// The replicas start together; each opens its connections two at a time (a thousand
 	// connects at once time out).
 	for p := 0; p < sh.procs; p++ {
-		spec := childSpec{Impl: sh.impl, Goroutines: sh.goroutines, Names: sh.names, Hot: sh.hot, Conns: sh.conns,
+		spec := childSpec{Impl: sh.impl, Goroutines: sh.goroutines, Names: sh.names, Hot: sh.hot, Conns: sh.conns, Waits: sharedWaits,
 			Warmup: warmup, Duration: sh.duration, Hold: sh.hold, Rate: sh.rate / float64(sh.procs), Seed: uint64(p + 1), DSNExtra: os.Getenv("BENCH_FLEET_DSN_EXTRA")}
 		k, err := startKid(self, dsn, spec)
 		if err != nil {

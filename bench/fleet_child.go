@@ -54,6 +54,7 @@ type childSpec struct {
 	// given different prefixes lock disjoint names, so that two groups run side by side
 	// share the server and the CPUs but contend for no lock.
 	Prefix string
+	Waits  int // implParked's WithWaitSessions bound
 }
 
 // childResult is what a replica reports for its timed window.
@@ -123,13 +124,17 @@ func runFleetChild() int {
 }
 
 func newLocker(ctx context.Context, spec childSpec, dsn string) (locker, func(), error) {
-	if spec.Impl == "advisory" || spec.Impl == implKey || spec.Impl == implNoNames || spec.Impl == implShared {
+	if spec.Impl == "advisory" || spec.Impl == implKey || spec.Impl == implNoNames || spec.Impl == implShared ||
+		spec.Impl == implParked {
 		var opts []advisory.Option
 		if spec.Impl == implNoNames {
 			opts = append(opts, advisory.WithoutNamesInActivity())
 		}
-		if spec.Impl == implShared {
+		switch spec.Impl {
+		case implShared:
 			opts = append(opts, advisory.WithSharedSessions(sharedPerSession))
+		case implParked:
+			opts = append(opts, advisory.WithSharedSessions(sharedPerSession), advisory.WithWaitSessions(spec.Waits))
 		}
 		m, err := advisory.New(ctx, fmt.Sprintf("%s pool_max_conns=%d %s", dsn, spec.Conns, spec.DSNExtra), opts...)
 		if err != nil {

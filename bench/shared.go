@@ -12,14 +12,21 @@ import (
 	"time"
 )
 
-// Issue 38's fleet (-shared): raw pgx, the library's default and the library with
-// WithSharedSessions, one after another in rotated order, each holder working under the
+// Issue 38's fleet (-shared): raw pgx, the library's default, the library with
+// WithSharedSessions, and with WithWaitSessions too, one after another in rotated order, each holder working under the
 // lock, uniform and hot 90/10. Each point is the fleet's runPoint: locks/s, acquire
 // latency, the server's client backends (most seen) and memory. Printed, and written to
 // -docs's benchmarks-shared.json.
 
 // implShared is the library with holdings sharing sessions (advisory.WithSharedSessions).
 const implShared = "advisory WithSharedSessions"
+
+// implParked is implShared with WithWaitSessions(sharedWaits): past that many waits on
+// sessions of their own, a replica's Locks wait without a session.
+const implParked = "advisory WithWaitSessions"
+
+// sharedWaits is implParked's WithWaitSessions bound per replica (-shared-waits).
+var sharedWaits = 4
 
 // sharedPerSession is the bench's WithSharedSessions bound: high enough never to bind,
 // so that what is measured is how many sessions the traffic itself needs.
@@ -89,7 +96,7 @@ func (r *sharedResults) UnmarshalJSON(b []byte) error {
 
 func runSharedFleet(ctx context.Context, cfg fleetConfig, sc sharedConfig, self string, out io.Writer) error {
 	start, load := time.Now(), loadAverage()
-	impls := []string{"raw", "advisory", implShared}
+	impls := []string{"raw", "advisory", implShared, implParked}
 	ms, err := startMetered(ctx, cfg.procs*cfg.goroutines+50)
 	if err != nil {
 		return err
