@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"time"
 )
@@ -14,18 +15,18 @@ import (
 // are such sessions at once: a Lock takes a place to wait, and its session keeps it
 // until the connection goes back to the pool (a handoff passes it on with the session).
 // A Lock without a place parks: it holds no connection, and tries its key again on a
-// shared session, after a growing pause, until it gets the key, a place frees (places
-// are given in the order the parked Locks asked), or its ctx ends. A parked Lock never
-// takes a key before a waiter in the server's queue: PostgreSQL refuses a try while
-// anyone waits for the key.
+// shared session, after a pause of a quarter of its wait so far, until it gets the key,
+// a place frees (places are given in the order the parked Locks asked), or its ctx ends.
+// A parked Lock never takes a key before a waiter in the server's queue: PostgreSQL
+// refuses a try while anyone waits for the key.
 
 // WithWaitSessions bounds the connections a Manager sharing sessions (WithSharedSessions)
 // spends on waits: at most n of its shared Locks wait, and then hold, on sessions of
 // their own at once. Another Lock whose key is taken waits without a session: it tries
-// the key again on a shared session, first after parkFirst (2 ms) and then after pauses
-// doubling to parkLongest (100 ms), each varied by up to a half, until it takes the key
-// (then on the shared session), or one of the n places frees and it waits on a session
-// of its own, in the order the Locks asked; its ctx ends that wait as any other, leaving
+// the key again on a shared session, after a pause of a quarter of its wait so far (at
+// least 2 ms, at most 1 s, varied by up to a half), until it takes the key (then on the
+// shared session), or one of the n places frees and it waits on a session of its own, in
+// the order the Locks asked; its ctx ends that wait as any other, leaving
 // nothing held or waiting. Such a Lock is never granted before a Lock waiting on a
 // session of its own for the key (PostgreSQL refuses a try while another session
 // waits): the n places keep each Lock's turn in the server's queue, and a Lock without
@@ -55,15 +56,24 @@ func (s *settings) forWaits() error {
 	return nil
 }
 
+// A parked Lock's pause before its next try is a quarter of how long it has been parked,
+// from parkFirst to parkLongest: a release is noticed within about a quarter of the wait
+// so far, and a long wait costs few tries (about 4 per doubling of the wait).
 const (
-	parkFirst   = 2 * time.Millisecond   // a parked Lock's first pause
-	parkLongest = 100 * time.Millisecond // and its longest
+	parkFirst   = 2 * time.Millisecond
+	parkLongest = time.Second
+	parkShare   = 4
 )
+
+// parkPause is the pause of a Lock parked since parked.
+func parkPause(parked time.Time) time.Duration {
+	return varied(min(max(time.Since(parked)/parkShare, parkFirst), parkLongest))
+}
 
 // park is a shared Lock's wait for t's key, found taken, under WithWaitSessions. It
 // returns the Lock if a try on a shared session took the key; or the place it took to
 // wait on a session of its own (a value sent on places: the caller gives it to the
-// session that holds the lock, see pin.hold, or takes it back); or the reason the wait
+// session that holds the lock, see holdPlace, or takes it back); or the reason the wait
 // ended: ctx's error, ErrClosed, a shared session's failure.
 func (m *Manager) park(ctx context.Context, t target, start time.Time) (*Lock, chan struct{}, error) {
 	places := m.hosts.waitPlaces
@@ -75,8 +85,12 @@ func (m *Manager) park(ctx context.Context, t target, start time.Time) (*Lock, c
 	if c := m.set.parkedCount; c != nil {
 		c.Add(1)
 	}
-	pause := parkFirst
-	timer := time.NewTimer(varied(pause))
+	if m.set.logger != nil {
+		m.set.logger.Debug("advisory: lock waits without a session (every WithWaitSessions place is taken)",
+			slog.String("lock", describe(t.key, t.name, t.pair)), slog.Int("places", cap(places)))
+	}
+	parked := time.Now()
+	timer := time.NewTimer(parkPause(parked))
 	defer timer.Stop()
 	for {
 		select {
@@ -97,8 +111,7 @@ func (m *Manager) park(ctx context.Context, t target, start time.Time) (*Lock, c
 		case err != nil && !errors.As(err, &locked):
 			return nil, nil, err
 		}
-		pause = min(2*pause, parkLongest)
-		timer.Reset(varied(pause))
+		timer.Reset(parkPause(parked))
 	}
 }
 

@@ -143,7 +143,7 @@ func TestParkedLockNeverGoesBeforeAQueuedWaiter(t *testing.T) {
 	q := received(t, queued, 10*time.Second, "the queued waiter")
 	require.NoError(t, q.err)
 	requireHeldBy(t, advisory.KeyOf(contended), q.l.PID())
-	time.Sleep(300 * time.Millisecond) // three of the parked Lock's longest pauses
+	time.Sleep(300 * time.Millisecond) // several of the parked Lock's tries (a pause is a quarter of its wait)
 	requirePending(t, parked, "the parked Lock, while the queued waiter holds the key")
 
 	require.NoError(t, q.l.Unlock(ctx))

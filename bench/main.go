@@ -90,6 +90,7 @@ func main() {
 	sharedFleet := flag.Bool("shared", false, "run only issue 38's fleet (shared.go): raw, advisory and advisory WithSharedSessions "+
 		"with -fleet-hold of work under each lock; printed, and written to -docs's benchmarks-shared.json")
 	flag.IntVar(&shc.rounds, "shared-rounds", 2, "shared fleet: rounds, the order rotated")
+	flag.StringVar(&shc.impls, "shared-impls", "", "shared fleet: the implementations beside raw, comma-separated (default: all)")
 	flag.IntVar(&sharedWaits, "shared-waits", sharedWaits, "shared fleet: \""+implParked+"\"'s WithWaitSessions bound per replica")
 	flag.DurationVar(&shc.duration, "shared-duration", 20*time.Second, "shared fleet: timed window of each point")
 	ic := idleConfig{}

@@ -36,6 +36,7 @@ const sharedPerSession = 1000
 type sharedConfig struct {
 	rounds   int
 	duration time.Duration
+	impls    string // comma-separated, beside raw; "": all
 }
 
 // sharedResults is docs/benchmarks-shared.json: the last -shared run of each number of
@@ -97,6 +98,9 @@ func (r *sharedResults) UnmarshalJSON(b []byte) error {
 func runSharedFleet(ctx context.Context, cfg fleetConfig, sc sharedConfig, self string, out io.Writer) error {
 	start, load := time.Now(), loadAverage()
 	impls := []string{"raw", "advisory", implShared, implParked}
+	if sc.impls != "" { // raw first: the ratios are to it
+		impls = append([]string{"raw"}, strings.Split(sc.impls, ",")...)
+	}
 	ms, err := startMetered(ctx, cfg.procs*cfg.goroutines+50)
 	if err != nil {
 		return err

@@ -5,11 +5,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"os"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -40,6 +42,7 @@ const witnessDDL = `CREATE TABLE IF NOT EXISTS chaos_witness (
 
 type chaosSummary struct {
 	Iterations, Acquired, Clean, Lost, Cancelled, Busy, Terminated, Unexpected int
+	Parked                                                                     int // Locks that waited without a session (WithWaitSessions)
 }
 
 func TestChaos(t *testing.T) {
@@ -66,7 +69,8 @@ func TestChaosThroughAPooler(t *testing.T) {
 // between its holdings (WithSharedSessions, issue 38): three goroutines per worker take
 // the chaos keys beside filler locks that keep the shared sessions populated, so that a
 // chaos key is taken on a session that holds others, and a termination of one ends every
-// holding on it.
+// holding on it. Half the workers also wait on one session at most (WithWaitSessions(1)),
+// so that their Locks park and are granted by tries on a shared session.
 func TestChaosSharedSessions(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short: a slow fault test (tens of seconds); CI runs it")
@@ -135,12 +139,16 @@ func chaos(t *testing.T, lockDSN string, seconds int) {
 	}
 	t.Logf("chaos: %d kills, %d backend terminations; survivors' totals %+v", kills, terms, total)
 	assert.Zero(t, total.Unexpected, "unexpected errors (printed by the workers above)")
+	if os.Getenv("CHAOS_SHARED") != "" {
+		assert.Positive(t, total.Parked, "no Lock of the workers with WithWaitSessions(1) waited without a session")
+	}
 	checkWitness(t, ctx, run)
 }
 
 func addSummary(a, b chaosSummary) chaosSummary {
 	return chaosSummary{a.Iterations + b.Iterations, a.Acquired + b.Acquired, a.Clean + b.Clean, a.Lost + b.Lost,
-		a.Cancelled + b.Cancelled, a.Busy + b.Busy, a.Terminated + b.Terminated, a.Unexpected + b.Unexpected}
+		a.Cancelled + b.Cancelled, a.Busy + b.Busy, a.Terminated + b.Terminated, a.Unexpected + b.Unexpected,
+		a.Parked + b.Parked}
 }
 
 func checkWitness(t *testing.T, ctx context.Context, run string) {
@@ -172,8 +180,16 @@ func runChaosWorker() int {
 	run, worker := os.Getenv("CHAOS_RUN"), os.Getenv("CHAOS_WORKER")
 	ctx := context.Background()
 	goroutines, conns, opts := 1, 3, []advisory.Option(nil)
+	var parked atomic.Int64
 	if os.Getenv("CHAOS_SHARED") != "" {
 		goroutines, conns, opts = 3, 8, []advisory.Option{advisory.WithSharedSessions(20)}
+		if n, _ := strconv.Atoi(worker); n%2 == 1 {
+			// Half the workers wait on one session at most: their other Locks park, and
+			// take the keys by tries on a shared session (WithWaitSessions). The log
+			// counts the Locks that parked.
+			opts = append(opts, advisory.WithWaitSessions(1),
+				advisory.WithLogger(slog.New(&parkCounter{n: &parked})))
+		}
 	}
 	m, err := advisory.New(ctx, pgtest.WithPairs(os.Getenv("CHAOS_LOCK_DSN"), "pool_max_conns="+strconv.Itoa(conns)), opts...)
 	if err != nil {
@@ -209,6 +225,7 @@ func runChaosWorker() int {
 	for _, s := range sums {
 		sum = addSummary(sum, s)
 	}
+	sum.Parked = int(parked.Load())
 	out, _ := json.Marshal(sum)
 	fmt.Println("SUMMARY", string(out))
 	return 0
@@ -312,4 +329,18 @@ func (w *chaosWorker) critical(ctx context.Context, l *advisory.Lock, name strin
 		fmt.Println("ERROR witness", err)
 		os.Exit(1)
 	}
+}
+
+// parkCounter is a slog.Handler that counts the Manager's reports of a Lock waiting
+// without a session, and drops every record.
+type parkCounter struct{ n *atomic.Int64 }
+
+func (c *parkCounter) Enabled(context.Context, slog.Level) bool { return true }
+func (c *parkCounter) WithAttrs([]slog.Attr) slog.Handler       { return c }
+func (c *parkCounter) WithGroup(string) slog.Handler            { return c }
+func (c *parkCounter) Handle(_ context.Context, r slog.Record) error {
+	if strings.Contains(r.Message, "without a session") {
+		c.n.Add(1)
+	}
+	return nil
 }
