@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -53,6 +54,9 @@ type PgBouncer struct {
 	cred *syscall.Credential // the postgres OS user's, when we are root
 	cmd  *exec.Cmd
 	exit chan struct{} // closed when cmd has been waited for
+	// listened counts the "listening on" lines in the log before the last start (see
+	// waitReady).
+	listened int
 
 	closeOnce sync.Once
 	closeErr  error
@@ -124,6 +128,9 @@ func (b *PgBouncer) start(ctx context.Context, up *pgconn.Config) error {
 	b.cred, err = pglocal.OwnDir(dir)
 	if err == nil {
 		b.port, err = pglocal.FreePort()
+		if p := firstPort.Swap(0); p != 0 {
+			b.port = int(p)
+		}
 	}
 	if err == nil {
 		err = b.writeConfig(up)
@@ -140,8 +147,13 @@ func (b *PgBouncer) start(ctx context.Context, up *pgconn.Config) error {
 	return err
 }
 
+// firstPort, when not 0, is the port the next start tries, whatever FreePort says:
+// tests only (see export_test.go).
+var firstPort atomic.Int64
+
 // run starts the process, in the pooler namespace if there is one.
 func (b *PgBouncer) run() error {
+	b.listened = strings.Count(b.Log(), "listening on") // the lines of earlier starts (see Restart)
 	out, err := os.OpenFile(filepath.Join(b.dir, "stderr.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return err
@@ -165,13 +177,19 @@ func (b *PgBouncer) run() error {
 }
 
 // waitReady polls until a query through PgBouncer succeeds (so that it reached the server
-// too), bounded by 30 s, ctx, and the process's exit.
+// too), bounded by 30 s, ctx, and the process's exit. The answer must be this process's:
+// its log says it listens. Another process that bound the free port first (a PgBouncer
+// of a test running beside this one) answers too; this one then exits, unable to bind,
+// and the caller tries another port.
 func (b *PgBouncer) waitReady(ctx context.Context) error {
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		err := b.ping(ctx)
-		if err == nil {
+		if err == nil && strings.Count(b.Log(), "listening on") > b.listened {
 			return nil
+		}
+		if err == nil {
+			err = errors.New("a query succeeded, but this pgbouncer has not logged that it listens")
 		}
 		select {
 		case <-b.exit:

@@ -153,3 +153,16 @@ func TestPgBouncerConnectQuery(t *testing.T) {
 	assert.Equal(t, "17s", lockTimeout)
 	assert.Equal(t, "19s", statementTimeout)
 }
+
+// TestPgBouncerOnATakenPortTriesAnother: a free port taken by another PgBouncer before
+// this one binds it. The other one answers the readiness query; this one must not be
+// taken as ready, but start again on another port, and answer there on its own.
+func TestPgBouncerOnATakenPortTriesAnother(t *testing.T) {
+	other := pgtest.PgBouncerForTest(t, server(t), pgtest.PoolTransaction)
+	pgtest.FirstPortForTest(other.Port())
+	b := pgtest.PgBouncerForTest(t, server(t), pgtest.PoolTransaction)
+	require.NotEqual(t, other.Port(), b.Port(), "started on the port another PgBouncer had")
+	require.NoError(t, other.Close())
+	var one int
+	require.NoError(t, connect(t, b.DSN()).QueryRow(ctxT(t), "SELECT 1").Scan(&one))
+}
