@@ -57,7 +57,7 @@ type pin struct {
 	polled sockwatch.Registration
 
 	// place is the WithWaitSessions place this session stands on (see shared_wait.go),
-	// given back with its connection; it moves with a handoff. Under mu.
+	// given back once its connection is (endAs); it moves with a handoff. Under mu.
 	place chan struct{}
 
 	done      chan struct{} // closed when the session has ended

@@ -129,6 +129,8 @@ func (p *pin) endAs(keep, handedOff bool, err error) {
 	p.announced = true
 	dup := p.txFD // unregistered: the last transaction's endTx removed it
 	p.txFD = -1
+	place := p.place // a handoff has moved it to the next holding (see passOn)
+	p.place = nil
 	p.mu.Unlock()
 	if !p.heldSince.IsZero() {
 		p.logEnd(err, p.heldSince)
@@ -144,6 +146,9 @@ func (p *pin) endAs(keep, handedOff bool, err error) {
 	if !handedOff {
 		p.giveBack(keep)
 	}
+	if place != nil { // after the connection went back: the next wait may take it
+		<-place
+	}
 	if !announced {
 		close(p.done) // last: when Done closes, everything the session had is given back
 	}
@@ -156,13 +161,6 @@ func (p *pin) giveBack(keep bool) {
 		p.discard()
 	}
 	p.pc.Release() // pgxpool destroys a closed connection instead of keeping it
-	p.mu.Lock()
-	place := p.place
-	p.place = nil
-	p.mu.Unlock()
-	if place != nil {
-		<-place
-	}
 	p.m.forget(p)
 	if p.gated {
 		p.m.gates.sessionEnded(p)

@@ -116,7 +116,7 @@ func (m *Manager) park(ctx context.Context, t target, start time.Time) (*Lock, c
 }
 
 // holdPlace gives the session that holds a lock the WithWaitSessions place its Lock
-// waited on (nil: none), to give back with its connection (see giveBack); if the session
+// waited on (nil: none), to give back with its connection (see endAs); if the session
 // has ended already, the place goes back now.
 func (p *pin) holdPlace(place chan struct{}) {
 	if place == nil {

@@ -26,7 +26,7 @@ const implShared = "advisory WithSharedSessions"
 const implParked = "advisory WithWaitSessions"
 
 // sharedWaits is implParked's WithWaitSessions bound per replica (-shared-waits).
-var sharedWaits = 4
+var sharedWaits = 6
 
 // sharedPerSession is the bench's WithSharedSessions bound: high enough never to bind,
 // so that what is measured is how many sessions the traffic itself needs.

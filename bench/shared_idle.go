@@ -170,7 +170,7 @@ func (k *idleKid) expect(prefix string) (string, error) {
 func runIdle(ctx context.Context, ic idleConfig, self string, out io.Writer) error {
 	conns := ic.procs*ic.locks + 50
 	if ic.impl == implShared {
-		conns = ic.procs*min(ic.locks, 20) + 50 // what it needs is measured, not bounded
+		conns = ic.procs*(min(ic.locks, 20)+ic.locks/50) + 50 // room for a burst's shared sessions: what it needs is measured
 	}
 	ms, err := startMetered(ctx, conns)
 	if err != nil {
