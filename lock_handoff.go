@@ -130,8 +130,8 @@ func (p *pin) passOn() bool {
 	p.polled, p.watch = sockwatch.Registration{}, watchNone // a pending SocketEvent of p does nothing
 	place := p.place
 	p.place = nil
-	p.mu.Unlock()
 	held := w.next.holdMoved(reg, place)
+	p.mu.Unlock()
 	p.endAs(false, true, ErrNotHeld) // before the waiter returns: the old holding is over first
 	if !held {
 		w.next.giveUp() // Close began: the waiter returns ErrClosed (see handedTo)
@@ -141,10 +141,10 @@ func (p *pin) passOn() bool {
 }
 
 // holdMoved makes a handed-off session held, with the registration of its connection
-// and its WithWaitSessions place moved to it (see passOn); if the old holding was still queued in the armer (see
-// loss_armer.go), the new one is queued instead; if the registration fired meanwhile, a
-// reader goroutine reads what came. It refuses, with the connection unwatched, once
-// Close has begun.
+// and its WithWaitSessions place moved to it (see passOn); if the old holding was still
+// queued in the armer (see loss_armer.go), the new one is queued instead; if the
+// registration fired meanwhile, a reader goroutine reads what came. It refuses, with the
+// connection unwatched, once Close has begun.
 func (p *pin) holdMoved(reg sockwatch.Registration, place chan struct{}) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
