@@ -219,3 +219,45 @@ func TestWaitSessionsOption(t *testing.T) {
 		require.ErrorIs(t, err, advisory.ErrInvalidOption)
 	}
 }
+
+// TestWaitPlaceMovesWithAHandoff: a Lock that waited on a place and then hands its session
+// to the next Lock of the key in the process (WithLocalHandoff) hands the place on too:
+// another Lock still finds none until the session goes back to the pool.
+func TestWaitPlaceMovesWithAHandoff(t *testing.T) {
+	t.Parallel()
+	ctx := ctxT(t)
+	holder := newManager(t, nil)
+	m := newManager(t, nil, advisory.WithSharedSessions(100), advisory.WithWaitSessions(1),
+		advisory.WithLocalHandoff(16, time.Second))
+	name := t.Name()
+	k, other := name+"/k", name+"/other"
+	held, err := holder.Lock(ctx, k)
+	require.NoError(t, err)
+	heldOther, err := holder.Lock(ctx, other)
+	require.NoError(t, err)
+
+	first := lockCall(ctx, m, k)
+	waitForWaiters(t, advisory.KeyOf(k), 1)
+	second := lockCall(ctx, m, k) // queued behind first in the process
+	eventually(t, 5*time.Second, func() bool { return advisory.QueuedForTest(m, advisory.KeyOf(k)) == 1 },
+		"second queued behind first in the process")
+	require.NoError(t, held.Unlock(ctx))
+	f := received(t, first, 10*time.Second, "first")
+	require.NoError(t, f.err)
+	require.NoError(t, f.l.Unlock(ctx)) // handed to second, with the session
+	s := received(t, second, 10*time.Second, "second")
+	require.NoError(t, s.err)
+	require.Equal(t, f.l.PID(), s.l.PID(), "handed off on the same session")
+
+	// The place is second's now: a Lock of another taken key parks.
+	third := lockCall(ctx, m, other)
+	time.Sleep(100 * time.Millisecond)
+	require.Zero(t, waiters(t, advisory.KeyOf(other)), "a Lock waiting on a session while the place is held")
+	require.NoError(t, s.l.Unlock(ctx))
+	waitForWaiters(t, advisory.KeyOf(other), 1) // the place freed with the session
+	require.NoError(t, heldOther.Unlock(ctx))
+	r := received(t, third, 10*time.Second, "third")
+	require.NoError(t, r.err)
+	require.NoError(t, r.l.Unlock(ctx))
+	requireNoAcquired(t, m)
+}
