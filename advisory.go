@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"sync"
 
 	"github.com/jackc/pgx/v5/pgconn"
@@ -165,6 +166,7 @@ func NewWithConfig(ctx context.Context, cfg *pgxpool.Config, opts ...Option) (*M
 		closing:     make(chan struct{}), closeDone: make(chan struct{}), sessions: make(map[*pin]struct{})}
 	if set.waitSessions > 0 {
 		m.hosts.waitPlaces = make(chan struct{}, set.waitSessions)
+		m.hosts.parkPhase = rand.Int64N(int64(parkTick))
 	}
 	return m, nil
 }

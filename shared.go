@@ -79,6 +79,8 @@ type hostSet struct {
 	// waitPlaces has a value in it for each shared Lock waiting on a session of its own,
 	// up to WithWaitSessions' bound (see shared_wait.go); nil without the bound.
 	waitPlaces chan struct{}
+	parkPhase  int64 // where the Manager's parked Locks' ticks fall, in ns (see parkPause)
+	parked     int   // Locks parked now; while any is, an empty host stays open (see idle)
 }
 
 // A host is one shared session and what it holds.

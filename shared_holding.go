@@ -136,7 +136,8 @@ func (h *host) take(ctx context.Context, m *Manager, t target) (l *Lock, got boo
 
 // done records the end of a statement of a call chosen for h (see choose): the key is
 // now sh's holding's, or (drop) not held; else it stays as it was. It returns false if h
-// was lost meanwhile, sh not recorded. A host left empty goes back to the pool.
+// was lost meanwhile, sh not recorded. A host left empty goes back to the pool (but see
+// idle).
 func (hs *hostSet) done(h *host, k gateKey, sh *sharedHolding, drop bool) bool {
 	hs.mu.Lock()
 	h.busy--
@@ -150,23 +151,35 @@ func (hs *hostSet) done(h *host, k gateKey, sh *sharedHolding, drop bool) bool {
 	case drop:
 		delete(h.keys, k)
 	}
-	retire := !h.gone && len(h.keys) == 0 && h.busy == 0
+	retire := hs.idle(h)
 	if retire {
 		h.gone = true
 		hs.drop(h)
 	}
 	hs.mu.Unlock()
 	if retire {
-		h.s.mu.Lock()
-		h.s.peak = h.peak // Close retires the connection past WithSessionLimits' retireAfter
-		h.s.mu.Unlock()
-		go func() {
-			ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
-			defer cancel()
-			h.s.Close(ctx) // on failure the connection is closed: it held nothing
-		}()
+		h.close()
 	}
 	return true
+}
+
+// idle reports whether h holds nothing, has no call chosen for it, and is not the one
+// shared session kept for the tries of parked Locks (see park); under hs.mu.
+func (hs *hostSet) idle(h *host) bool {
+	return !h.gone && len(h.keys) == 0 && h.busy == 0 && (hs.parked == 0 || len(hs.hosts) > 1)
+}
+
+// close gives the session of h, which holds nothing and is out of the set, back to the
+// pool, in the background.
+func (h *host) close() {
+	h.s.mu.Lock()
+	h.s.peak = h.peak // Close retires the connection past WithSessionLimits' retireAfter
+	h.s.mu.Unlock()
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
+		defer cancel()
+		h.s.Close(ctx) // on failure the connection is closed: it held nothing
+	}()
 }
 
 // unlock releases the holding on its host, in the host's next batch, bounded by

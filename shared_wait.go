@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"slices"
 	"time"
 )
 
@@ -24,10 +25,11 @@ import (
 // spends on waits: at most n of its shared Locks wait, and then hold, on sessions of
 // their own at once. Another Lock whose key is taken waits without a session: it tries
 // the key again on a shared session, after a pause of a quarter of its wait so far (at
-// least 2 ms, at most 1 s, varied by up to a half), until it takes the key (then on the
-// shared session), or one of the n places frees and it waits on a session of its own, in
-// the order the Locks asked; its ctx ends that wait as any other, leaving
-// nothing held or waiting. Such a Lock is never granted before a Lock waiting on a
+// least 2 ms, at most 1 s, varied by up to a half, then put off to the Manager's next
+// 8 ms tick, so that its parked Locks try together, in one statement), until it takes
+// the key (then on the shared session), or one of the n places frees and it waits on a
+// session of its own, in the order the Locks asked; its ctx ends that wait as any other,
+// leaving nothing held or waiting. Such a Lock is never granted before a Lock waiting on a
 // session of its own for the key (PostgreSQL refuses a try while another session
 // waits): the n places keep each Lock's turn in the server's queue, and a Lock without
 // one can wait longer than the holdings ahead of it. Each of its tries costs a row in a
@@ -58,16 +60,25 @@ func (s *settings) forWaits() error {
 
 // A parked Lock's pause before its next try is a quarter of how long it has been parked,
 // from parkFirst to parkLongest: a release is noticed within about a quarter of the wait
-// so far, and a long wait costs few tries (about 4 per doubling of the wait).
+// so far, and a long wait costs few tries (about 4 per doubling of the wait). The try is
+// then put off to the Manager's next parkTick, so that the tries of its parked Locks go
+// in few shared-session statements, not one each: the Manager's ticks have a phase of
+// their own, so that Managers do not all try at the same instants.
 const (
 	parkFirst   = 2 * time.Millisecond
 	parkLongest = time.Second
 	parkShare   = 4
+	parkTick    = 8 * time.Millisecond
 )
 
-// parkPause is the pause of a Lock parked since parked.
-func parkPause(parked time.Time) time.Duration {
-	return varied(min(max(time.Since(parked)/parkShare, parkFirst), parkLongest))
+// parkPause is the pause, from now, of a Lock parked since parked: until the tick after
+// its varied share of the wait.
+func (hs *hostSet) parkPause(parked, now time.Time) time.Duration {
+	due := now.Add(varied(min(max(now.Sub(parked)/parkShare, parkFirst), parkLongest))).UnixNano()
+	if off := (due - hs.parkPhase) % int64(parkTick); off != 0 {
+		due += int64(parkTick) - off
+	}
+	return time.Duration(due - now.UnixNano())
 }
 
 // park is a shared Lock's wait for t's key, found taken, under WithWaitSessions. It
@@ -85,12 +96,14 @@ func (m *Manager) park(ctx context.Context, t target, start time.Time) (*Lock, c
 	if c := m.set.parkedCount; c != nil {
 		c.Add(1)
 	}
+	m.hosts.park()
+	defer m.hosts.unpark()
 	if m.set.logger != nil {
 		m.set.logger.Debug("advisory: lock waits without a session (every WithWaitSessions place is taken)",
 			slog.String("lock", describe(t.key, t.name, t.pair)), slog.Int("places", cap(places)))
 	}
 	parked := time.Now()
-	timer := time.NewTimer(parkPause(parked))
+	timer := time.NewTimer(m.hosts.parkPause(parked, parked))
 	defer timer.Stop()
 	for {
 		select {
@@ -111,7 +124,34 @@ func (m *Manager) park(ctx context.Context, t target, start time.Time) (*Lock, c
 		case err != nil && !errors.As(err, &locked):
 			return nil, nil, err
 		}
-		timer.Reset(parkPause(parked))
+		timer.Reset(m.hosts.parkPause(parked, time.Now()))
+	}
+}
+
+// park counts a parked Lock: while any is, the Manager keeps a shared session open for
+// their tries even if it holds nothing, instead of opening one and giving it back at
+// every tick.
+func (hs *hostSet) park() {
+	hs.mu.Lock()
+	hs.parked++
+	hs.mu.Unlock()
+}
+
+// unpark counts a parked Lock out, and gives back the shared sessions left idle.
+func (hs *hostSet) unpark() {
+	hs.mu.Lock()
+	hs.parked--
+	var idle []*host
+	for _, h := range slices.Clone(hs.hosts) {
+		if hs.idle(h) {
+			h.gone = true
+			hs.drop(h)
+			idle = append(idle, h)
+		}
+	}
+	hs.mu.Unlock()
+	for _, h := range idle {
+		h.close()
 	}
 }
 
