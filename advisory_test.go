@@ -103,15 +103,7 @@ func requireFree(t testing.TB, key advisory.Key) {
 // waitForWaiters blocks until n backends wait (granted = false) for key.
 func waitForWaiters(t testing.TB, key advisory.Key, n int) {
 	t.Helper()
-	eventually(t, 10*time.Second, func() bool {
-		waiting := 0
-		for _, r := range lockRows(t, key) {
-			if !r.Granted {
-				waiting++
-			}
-		}
-		return waiting == n
-	}, "waiting for %d waiters on key %d", n, key)
+	eventually(t, 10*time.Second, func() bool { return waiters(t, key) == n }, "waiting for %d waiters on key %d", n, key)
 }
 
 // terminate runs pg_terminate_backend(pid).
