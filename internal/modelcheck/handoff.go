@@ -34,10 +34,7 @@ func (w *world) handoffBatch() []*op {
 		app: h.app, after: time.Duration(2+w.rng.IntN(8)) * time.Millisecond}
 	ops := []*op{lock, unlock}
 	for _, o := range ops {
-		w.genFn(o)
-		o.full = w.fulls(o.names)
-		o.keys = append(o.keys, w.key(o.names[0]))
-		o.plan = w.genPlan(o)
+		w.completeOneName(o)
 	}
 	if w.rng.IntN(2) == 0 { // else its ctx may end around the pass: the call must then hold nothing
 		lock.plan = ctxPlan{kind: ctxDeadline, d: 300 * time.Millisecond}

@@ -31,10 +31,7 @@ func (w *world) sharedBatch() []*op {
 			o.kind = opTryLock
 		}
 		o.shared = w.rng.IntN(4) == 0
-		o.full = w.fulls(o.names)
-		o.keys = append(o.keys, w.key(n))
-		w.genFn(o)
-		o.plan = w.genPlan(o)
+		w.completeOneName(o)
 		o.idx, o.step = i, w.step
 		ops = append(ops, o)
 	}
@@ -86,10 +83,7 @@ func (w *world) parkBatch() []*op {
 	ops = append(ops, &op{kind: opUnlock, admin: w.admin, lh: h, pre: h.state, names: []string{h.name},
 		app: h.app, after: time.Duration(2+w.rng.IntN(20)) * time.Millisecond})
 	for i, o := range ops {
-		w.genFn(o)
-		o.full = w.fulls(o.names)
-		o.keys = append(o.keys, w.key(o.names[0]))
-		o.plan = w.genPlan(o)
+		w.completeOneName(o)
 		if o.kind == opLock && w.rng.IntN(2) == 0 {
 			o.plan = ctxPlan{kind: ctxDeadline, d: time.Duration(50+w.rng.IntN(400)) * time.Millisecond}
 		}
@@ -97,4 +91,13 @@ func (w *world) parkBatch() []*op {
 	}
 	w.analyse(ops)
 	return ops
+}
+
+// completeOneName completes a call about one name that a batch of its own made (see
+// handoffBatch, sharedBatch, parkBatch): its fn, the name in full, its key, its ctx plan.
+func (w *world) completeOneName(o *op) {
+	w.genFn(o)
+	o.full = w.fulls(o.names)
+	o.keys = append(o.keys, w.key(o.names[0]))
+	o.plan = w.genPlan(o)
 }
