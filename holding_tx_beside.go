@@ -111,7 +111,8 @@ func (p *pin) beside(ctx context.Context, stmt func(c *pgxpool.Conn, vxid string
 		// Not under ctx: a cancel would fail the holding's transaction, and so lose the
 		// lock; the read never waits on the server (as BEGIN, see pin.begin).
 		err := p.pc.QueryRow(context.WithoutCancel(ctx), "SELECT virtualtransaction FROM pg_catalog.pg_locks WHERE locktype "+
-			"OPERATOR(pg_catalog.=) 'virtualxid' AND pid OPERATOR(pg_catalog.=) pg_catalog.pg_backend_pid()").Scan(&p.vxid)
+			"OPERATOR(pg_catalog.=) 'virtualxid' AND pid OPERATOR(pg_catalog.=) pg_catalog.pg_backend_pid()",
+			p.snapshotFree()...).Scan(&p.vxid)
 		if err != nil {
 			return fmt.Errorf("advisory: read the lock's transaction id: %w", err)
 		}
