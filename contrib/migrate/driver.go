@@ -49,23 +49,43 @@ var _ database.Driver = (*Driver)(nil)
 // [advisory.ErrInvalidOption]. It does not block. It panics if d or m is nil. The Driver
 // takes d over (its Close closes d, as migrate's Close expects); m must stay open while
 // the Driver is used, and closing m ends any holding.
+//
+// When m goes through a transaction pooler ([advisory.Bounds].TransactionPooler), Wrap
+// refuses d with an error wrapping [advisory.ErrPooler] and leaves d open: d's
+// constructor has already taken and released its session lock through the pooler, which
+// can leave the lock on a pooled server connection where the next replica's constructor
+// waits for it forever. Build the driver with [Open] there.
 func Wrap(d database.Driver, m *advisory.Manager, name string, opts ...Option) (*Driver, error) {
 	if d == nil || m == nil {
 		panic("advmigrate: Wrap with a nil Driver or Manager")
 	}
-	o := defaults()
-	for _, opt := range opts {
-		if err := opt(&o); err != nil {
-			return nil, err
-		}
+	o, err := parseOptions(opts)
+	if err != nil {
+		return nil, err
+	}
+	if m.Bounds().TransactionPooler {
+		return nil, errConstructor("Wrap")
 	}
 	return &Driver{inner: d, m: m, name: name, o: o}, nil
 }
 
+// errConstructor is what Wrap and Driver.Open return behind a transaction pooler.
+func errConstructor(what string) error {
+	return fmt.Errorf("advmigrate: %s refused behind a transaction pooler: golang-migrate's driver constructor "+
+		"(WithInstance, Open) takes a session pg_advisory_lock that the pooler can leave on a pooled server "+
+		"connection, where the next replica's constructor waits for it forever; build the driver with "+
+		"advmigrate.Open(ctx, m, dsn, name, &pgx.Config{}, opts...) instead: %w", what, advisory.ErrPooler)
+}
+
 // Open opens a new instance of the wrapped driver from url (see database.Driver) and wraps
 // it with the same Manager, name and options. migrate calls it only through
-// database.Open, which the wrapper is never registered with.
+// database.Open, which the wrapper is never registered with. Behind a transaction pooler
+// it refuses, as [Wrap] does, without opening anything (the package's [Open] is the safe
+// constructor there).
 func (d *Driver) Open(url string) (database.Driver, error) {
+	if d.pooled() {
+		return nil, errConstructor("Driver.Open")
+	}
 	inner, err := d.inner.Open(url)
 	if err != nil {
 		return nil, err
@@ -89,7 +109,9 @@ func (d *Driver) Close() error {
 
 // Run runs a migration on the wrapped driver, unless the current holding was lost. A
 // migration that fails when the holding has been lost meanwhile returns its error joined
-// with the loss ([advisory.ErrLockLost]).
+// with the loss ([advisory.ErrLockLost]). Behind a transaction pooler it carries the
+// holding's tag for its own transaction (see the package doc); a one-statement migration
+// that cannot run in a transaction block (CREATE INDEX CONCURRENTLY) runs untagged.
 func (d *Driver) Run(migration io.Reader) error {
 	if err := d.check("run a migration"); err != nil {
 		return err
@@ -97,14 +119,12 @@ func (d *Driver) Run(migration io.Reader) error {
 	d.mu.Lock()
 	l := d.l
 	d.mu.Unlock()
+	var err error
 	if l != nil && d.pooled() {
-		tagged, err := taggedInTransaction(l, migration)
-		if err != nil {
-			return err
-		}
-		migration = tagged
+		err = d.runTagged(l, migration)
+	} else {
+		err = d.inner.Run(migration)
 	}
-	err := d.inner.Run(migration)
 	d.mu.Lock()
 	d.ranOK = err == nil
 	l = d.l

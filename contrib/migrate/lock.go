@@ -1,11 +1,9 @@
 package advmigrate
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"strings"
 	"time"
@@ -113,22 +111,6 @@ func (d *Driver) tag(l *advisory.Lock) error {
 
 // pooled reports whether the Manager goes through a transaction pooler.
 func (d *Driver) pooled() bool { return d.m.Bounds().TransactionPooler }
-
-// taggedInTransaction returns the migration with a statement first that gives its
-// session, for the migration's own transaction only, the holding's tag as its
-// application_name: through a transaction pooler the server session a migration runs on
-// is the holding's work for that transaction's length. It holds for a migration run as
-// one statement list (the drivers' default: one implicit transaction, which a BEGIN in
-// the file makes explicit, keeping the setting), not for one split into statements of
-// their own (MultiStatementEnabled).
-func taggedInTransaction(l *advisory.Lock, migration io.Reader) (io.Reader, error) {
-	body, err := io.ReadAll(migration)
-	if err != nil {
-		return nil, err
-	}
-	head := "SELECT pg_catalog.set_config('application_name', " + literal(l.WorkAppName("")) + ", true);\n"
-	return io.MultiReader(strings.NewReader(head), bytes.NewReader(body)), nil
-}
 
 // recoverDirty sets a dirty version to the one before it (WithRecoverDirty).
 func (d *Driver) recoverDirty() error {

@@ -133,19 +133,11 @@ func newMigrate(t testing.TB, dsn string, m *advisory.Manager, name string, opts
 	return mg, d
 }
 
+// Behind a transaction pooler the driver comes from advmigrate.Open (Wrap refuses
+// golang-migrate's own constructor there); elsewhere from that constructor and Wrap.
 func openMigrate(dsn string, m *advisory.Manager, name string, opts ...advmigrate.Option) (*migrate.Migrate, *advmigrate.Driver, error) {
-	db, err := sql.Open("pgx/v5", dsn)
+	d, err := openDriver(dsn, m, name, opts...)
 	if err != nil {
-		return nil, nil, err
-	}
-	inner, err := migratepgx.WithInstance(db, &migratepgx.Config{})
-	if err != nil {
-		db.Close()
-		return nil, nil, err
-	}
-	d, err := advmigrate.Wrap(inner, m, name, opts...)
-	if err != nil {
-		inner.Close()
 		return nil, nil, err
 	}
 	mg, err := migrate.NewWithDatabaseInstance("file://testdata/migrations", "pgx5", d)
@@ -154,6 +146,27 @@ func openMigrate(dsn string, m *advisory.Manager, name string, opts ...advmigrat
 		return nil, nil, err
 	}
 	return mg, d, nil
+}
+
+func openDriver(dsn string, m *advisory.Manager, name string, opts ...advmigrate.Option) (*advmigrate.Driver, error) {
+	if m.Bounds().TransactionPooler {
+		return advmigrate.Open(context.Background(), m, dsn, name, &migratepgx.Config{}, opts...)
+	}
+	db, err := sql.Open("pgx/v5", dsn)
+	if err != nil {
+		return nil, err
+	}
+	inner, err := migratepgx.WithInstance(db, &migratepgx.Config{})
+	if err != nil {
+		db.Close()
+		return nil, err
+	}
+	d, err := advmigrate.Wrap(inner, m, name, opts...)
+	if err != nil {
+		inner.Close()
+		return nil, err
+	}
+	return d, nil
 }
 
 // state returns the applied table's versions in order, and schema_migrations' row.

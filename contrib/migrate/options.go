@@ -24,6 +24,17 @@ type options struct {
 
 func defaults() options { return options{wait: DefaultWait} }
 
+// parseOptions applies opts to the defaults.
+func parseOptions(opts []Option) (options, error) {
+	o := defaults()
+	for _, opt := range opts {
+		if err := opt(&o); err != nil {
+			return options{}, err
+		}
+	}
+	return o, nil
+}
+
 // WithWait sets how long [Driver.Lock] waits for the lock before it fails (migrate has no
 // ctx to give it). The default is [DefaultWait] (10 s). Set the Migrate's LockTimeout
 // longer (see [Driver.Lock]). A wait that is not positive returns an error wrapping

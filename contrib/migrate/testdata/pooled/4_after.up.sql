@@ -1,0 +1,1 @@
+INSERT INTO applied (version) VALUES (4);
