@@ -2,7 +2,6 @@ package advmigrate_test
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"fmt"
 	"log"
@@ -12,7 +11,6 @@ import (
 	"github.com/golang-migrate/migrate/v4"
 	"github.com/golang-migrate/migrate/v4/database/pgx/v5"
 	"github.com/golang-migrate/migrate/v4/source/file"
-	_ "github.com/jackc/pgx/v5/stdlib" // the "pgx/v5" database/sql driver
 
 	"github.com/pgadvisory/advisory"
 	advmigrate "github.com/pgadvisory/advisory/contrib/migrate"
@@ -22,7 +20,9 @@ import (
 // five minutes), then find nothing left to do. WithRecoverDirty mends, under the lock, a
 // version that a replica killed in the middle of a migration left dirty (without it every
 // survivor fails with "Dirty database version N" until someone runs Force: a crash loop
-// in Kubernetes); use it when every migration runs in one transaction.
+// in Kubernetes); use it when every migration runs in one transaction. Open builds
+// golang-migrate's pgx/v5 driver so that it also works through a transaction pooler
+// (PgBouncer pool_mode=transaction) with the same DSN.
 func Example() {
 	ctx := context.Background()
 	dsn := os.Getenv("DATABASE_URL")
@@ -32,20 +32,12 @@ func Example() {
 	}
 	defer m.Close()
 
-	db, err := sql.Open("pgx/v5", dsn)
-	if err != nil {
-		log.Fatal(err)
-	}
-	driver, err := pgx.WithInstance(db, &pgx.Config{})
-	if err != nil {
-		log.Fatal(err)
-	}
 	src, err := (&file.File{}).Open("file://testdata/example") // read by WithRecoverDirty only
 	if err != nil {
 		log.Fatal(err)
 	}
 	defer src.Close()
-	locked, err := advmigrate.Wrap(driver, m, "myapp/migrations",
+	locked, err := advmigrate.Open(ctx, m, dsn, "myapp/migrations", &pgx.Config{},
 		advmigrate.WithWait(5*time.Minute), advmigrate.WithRecoverDirty(src))
 	if err != nil {
 		log.Fatal(err)
@@ -54,7 +46,7 @@ func Example() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	defer mg.Close()                 // closes the driver and db, not m
+	defer mg.Close()                 // closes the driver, not m
 	mg.LockTimeout = 6 * time.Minute // longer than the wrapper's wait
 
 	err = mg.Up()

@@ -34,6 +34,10 @@ func TestMain(m *testing.M) {
 	if os.Getenv(envHelper) != "" { // re-executed by TestSIGKILLedHolder as the holder
 		os.Exit(helperMain())
 	}
+	if os.Getenv(envExample) != "" { // re-executed by TestExampleThroughAPooler as a replica
+		Example()
+		os.Exit(0)
+	}
 	os.Exit(runTests(m))
 }
 

@@ -1,8 +1,11 @@
 package advmigrate_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"os"
+	"os/exec"
 	"testing"
 	"time"
 
@@ -142,4 +145,45 @@ func TestWrapRefusedBehindAPooler(t *testing.T) {
 	require.ErrorIs(t, err, advisory.ErrPooler)
 	_, _, err = d.Version()
 	assert.NoError(t, err, "the refused driver is still open")
+}
+
+// envExample makes the test binary run Example, with DATABASE_URL as it finds it.
+const envExample = "ADVMIGRATE_EXAMPLE"
+
+// TestExampleThroughAPooler (issue 43, item 9): the README's and docs/migrations.md's
+// snippet (the Example: TestDocsShowTheExample ties them) run verbatim by five processes
+// started at once, with DATABASE_URL a PgBouncer transaction pool's DSN and nothing added
+// for it. Each prints "migrated" and exits 0 within the bound, the migration is recorded
+// once and clean, and no advisory lock is left on a server connection. (The snippet's
+// earlier form, sql.Open and golang-migrate's WithInstance, failed there: pgx's prepared
+// statements, the constructor's session lock.)
+func TestExampleThroughAPooler(t *testing.T) {
+	t.Parallel()
+	conn, dsn := pooledDB(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	cmds := make([]*exec.Cmd, 5)
+	outs := make([]*bytes.Buffer, len(cmds))
+	began := time.Now()
+	for i := range cmds {
+		cmds[i] = exec.CommandContext(ctx, os.Args[0], "-test.run=^$")
+		cmds[i].Env = append(os.Environ(), envExample+"=1", "DATABASE_URL="+dsn)
+		outs[i] = new(bytes.Buffer)
+		cmds[i].Stdout, cmds[i].Stderr = outs[i], outs[i]
+		require.NoError(t, cmds[i].Start())
+	}
+	for i, cmd := range cmds {
+		err := cmd.Wait()
+		require.NoError(t, ctx.Err(), "replica %d still running after 90 s (hung): %s", i, outs[i])
+		require.NoError(t, err, "replica %d: %s", i, outs[i])
+		assert.Equal(t, "migrated\n", outs[i].String(), "replica %d", i)
+	}
+	took := time.Since(began)
+	var version int
+	var dirty bool
+	require.NoError(t, conn.QueryRow(ctxT(t), "SELECT version, dirty FROM schema_migrations").Scan(&version, &dirty))
+	assert.Equal(t, 1, version)
+	assert.False(t, dirty)
+	assert.Zero(t, advisoryLocks(t, conn), "advisory locks left on the database's server connections")
+	t.Logf("5 processes ran the Example through the pooler in %v", took.Round(time.Millisecond))
 }

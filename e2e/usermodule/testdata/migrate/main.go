@@ -4,7 +4,6 @@ package main
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"fmt"
 	"log"
@@ -14,7 +13,6 @@ import (
 	"github.com/golang-migrate/migrate/v4"
 	"github.com/golang-migrate/migrate/v4/database/pgx/v5"
 	"github.com/golang-migrate/migrate/v4/source/file"
-	_ "github.com/jackc/pgx/v5/stdlib" // the "pgx/v5" database/sql driver
 
 	"github.com/pgadvisory/advisory"
 	advmigrate "github.com/pgadvisory/advisory/contrib/migrate"
@@ -29,20 +27,12 @@ func main() {
 	}
 	defer m.Close()
 
-	db, err := sql.Open("pgx/v5", dsn)
-	if err != nil {
-		log.Fatal(err)
-	}
-	driver, err := pgx.WithInstance(db, &pgx.Config{})
-	if err != nil {
-		log.Fatal(err)
-	}
 	src, err := (&file.File{}).Open("file://migrations") // read by WithRecoverDirty only
 	if err != nil {
 		log.Fatal(err)
 	}
 	defer src.Close()
-	locked, err := advmigrate.Wrap(driver, m, "myapp/migrations",
+	locked, err := advmigrate.Open(ctx, m, dsn, "myapp/migrations", &pgx.Config{},
 		advmigrate.WithWait(5*time.Minute), advmigrate.WithRecoverDirty(src))
 	if err != nil {
 		log.Fatal(err)
@@ -51,7 +41,7 @@ func main() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	defer mg.Close()                 // closes the driver and db, not m
+	defer mg.Close()                 // closes the driver, not m
 	mg.LockTimeout = 6 * time.Minute // longer than the wrapper's wait
 
 	err = mg.Up()
