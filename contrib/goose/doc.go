@@ -34,18 +34,25 @@
 //
 // Behind a transaction pooler (PgBouncer pool_mode=transaction, Supabase's port 6543,
 // Neon's -pooler endpoints, RDS Proxy) the Manager holds the lock as one open
-// transaction (see advisory.WithHolding), and everything above works, but for one
-// thing: [Locker.SessionLock] does not tag goose's connection there. Through such a
-// pooler that connection is no server session of its own: a session setting made on it
-// would stay on a server session that other clients get next (and a later drain would
-// end their work as this holding's), and goose's next transaction may run on another
-// one. Nothing is lost for goose's SQL migrations, each of which runs in a transaction:
-// only goose could send its COMMIT, so a killed holder's half-done migration can never
-// commit; its backend keeps the migration's table locks until it next reads from or
-// writes to its socket (the end of a long statement), and the next holder's migration
-// waits for them. A migration marked NO TRANSACTION, and Go migrations' own connections,
-// get no such protection there unless their connections carry the holding's tag from
-// the start (advisory.Lock.WorkConnString, through [Locker.Held]).
+// transaction (see advisory.WithHolding). Open goose's *sql.DB with [OpenDB] (it is
+// sql.Open("pgx", dsn) in pgx's exec mode there): pgx's default statement cache fails
+// through such a pooler ("prepared statement ... already exists" or "does not exist"
+// from goose's version-table statements). Then the Locker works there as above, replicas
+// started at once migrate once, and a migration marked NO TRANSACTION, such as CREATE
+// INDEX CONCURRENTLY, runs: the holding keeps no snapshot once drained, so the index
+// build does not wait for it. One thing differs: [Locker.SessionLock] does not tag
+// goose's connection there. Through such a pooler that connection is no server session
+// of its own: a session setting made on it would stay on a server session that other
+// clients get next (and a later drain would end their work as this holding's), and
+// goose's next transaction may run on another one. Nothing is lost for goose's SQL
+// migrations that run in a transaction: only goose could send its COMMIT, so a killed
+// holder's half-done migration can never commit; its backend keeps the migration's
+// table locks until it next reads from or writes to its socket (the end of a long
+// statement), and the next holder's migration waits for them. A migration marked NO
+// TRANSACTION, and Go migrations' own connections, get no such protection there: the
+// drain does not see them, and a statement of a killed holder's NO TRANSACTION migration
+// runs on to its end, unless their connections carry the holding's tag from the start
+// (advisory.Lock.WorkConnString, through [Locker.Held]).
 //
 // # Loss stops the migration
 //

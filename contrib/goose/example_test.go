@@ -2,14 +2,12 @@ package advgoose_test
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"fmt"
 	"log"
 	"os"
 	"testing/fstest"
 
-	_ "github.com/jackc/pgx/v5/stdlib" // the "pgx" database/sql driver
 	"github.com/pressly/goose/v3"
 
 	"github.com/pgadvisory/advisory"
@@ -24,15 +22,18 @@ DROP TABLE advgoose_example_widgets;
 `)}}
 
 // Every replica runs this at start-up: one migrates, the others wait for the lock and
-// then find nothing left to do. A loss of the lock stops the migration in flight.
+// then find nothing left to do. A loss of the lock stops the migration in flight. The
+// same DSN works directly and through a transaction pooler (PgBouncer
+// pool_mode=transaction): OpenDB opens goose's *sql.DB fit for either.
 func Example() {
 	ctx := context.Background()
-	m, err := advisory.New(ctx, os.Getenv("DATABASE_URL"))
+	dsn := os.Getenv("DATABASE_URL")
+	m, err := advisory.New(ctx, dsn)
 	if err != nil {
 		log.Fatal(err)
 	}
 	defer m.Close()
-	db, err := sql.Open("pgx", os.Getenv("DATABASE_URL"))
+	db, err := advgoose.OpenDB(m, dsn) // sql.Open("pgx", dsn), in pgx's exec mode behind a transaction pooler
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -64,12 +65,13 @@ func Example() {
 // the package doc for what that gives up).
 func ExampleNew() {
 	ctx := context.Background()
-	m, err := advisory.New(ctx, os.Getenv("DATABASE_URL"))
+	dsn := os.Getenv("DATABASE_URL")
+	m, err := advisory.New(ctx, dsn)
 	if err != nil {
 		log.Fatal(err)
 	}
 	defer m.Close()
-	db, err := sql.Open("pgx", os.Getenv("DATABASE_URL"))
+	db, err := advgoose.OpenDB(m, dsn) // sql.Open("pgx", dsn), in pgx's exec mode behind a transaction pooler
 	if err != nil {
 		log.Fatal(err)
 	}

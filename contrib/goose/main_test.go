@@ -34,6 +34,10 @@ func TestMain(m *testing.M) {
 	if os.Getenv(envVictim) != "" { // re-executed by TestFiveProvidersOneSIGKILLed
 		os.Exit(victimMain())
 	}
+	if os.Getenv(envExample) != "" { // re-executed by TestExampleThroughAPooler as a replica
+		Example()
+		os.Exit(0)
+	}
 	os.Exit(runTests(m))
 }
 
