@@ -3,14 +3,12 @@ package main
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"fmt"
 	"log"
 	"os"
 	"testing/fstest"
 
-	_ "github.com/jackc/pgx/v5/stdlib" // the "pgx" database/sql driver
 	"github.com/pressly/goose/v3"
 
 	"github.com/pgadvisory/advisory"
@@ -26,12 +24,13 @@ DROP TABLE widgets;
 
 func main() {
 	ctx := context.Background()
-	m, err := advisory.New(ctx, os.Getenv("DATABASE_URL"))
+	dsn := os.Getenv("DATABASE_URL")
+	m, err := advisory.New(ctx, dsn)
 	if err != nil {
 		log.Fatal(err)
 	}
 	defer m.Close()
-	db, err := sql.Open("pgx", os.Getenv("DATABASE_URL"))
+	db, err := advgoose.OpenDB(m, dsn) // sql.Open("pgx", dsn), in pgx's exec mode behind a transaction pooler
 	if err != nil {
 		log.Fatal(err)
 	}
