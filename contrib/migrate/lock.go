@@ -25,7 +25,8 @@ var errClosed = errors.New("advmigrate: the driver is closed")
 // queued. Holding it, Lock drains the sessions of earlier holders' work (see
 // [advisory.Lock.Drain]) and tags the wrapped driver's session as this holding's work
 // (application_name and the settings of [advisory.Lock.WorkOptions], set with a
-// statement run through the driver's Run), so that a later holder drains it if this
+// statement run through the driver's Run; behind a transaction pooler each migration's own
+// transaction instead, see [Driver.Run]), so that a later holder drains it if this
 // process dies mid-migration; with [WithRecoverDirty] it then mends a dirty version. On
 // any error nothing is held. A second Lock before Unlock returns database.ErrLocked, as
 // the drivers do.

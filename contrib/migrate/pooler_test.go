@@ -15,8 +15,8 @@ import (
 
 // TestSIGKILLedHolderThroughAPooler is TestSIGKILLedHolder through a real PgBouncer in
 // transaction mode (issue 36): five replicas, the lock held by transaction, golang-migrate's
-// own connections through the pooler too (pgx in QueryExecModeExec, as a transaction
-// pooler needs). The wrapper tags no session there: each migration carries the holding's
+// own connections through the pooler too (the driver from advmigrate.Open, as Wrap refuses
+// golang-migrate's constructor there; pgx in QueryExecModeExec). The wrapper tags no session there: each migration carries the holding's
 // tag for its own transaction (a session setting would reach the pooler's other clients),
 // so the SIGKILLed holder's migration 2, still sleeping on its server session after
 // PgBouncer closed it, is found by the next holder's drain and rolled back before
