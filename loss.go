@@ -162,6 +162,8 @@ func lossCause(err error) (code, words string) {
 		return "terminated", "the server terminated the session (pg_terminate_backend or shutdown)"
 	case errors.As(err, &pgErr) && (pgErr.Code == "25P03" || pgErr.Code == "25P04" || idleTransactionTimeout(pgErr)):
 		return "timeout", timeoutWords(pgErr)
+	case errors.Is(err, errWorkEndedTx):
+		return "work_ended_tx", errWorkEndedTx.Error()
 	case errors.As(err, &pgErr):
 		return "server_closed", "the server ended the session"
 	case errors.As(err, new(*silentBeat)):
