@@ -198,7 +198,8 @@ func timeoutWords(e *pgconn.PgError) string {
 		return "the server's transaction_timeout ended the session"
 	}
 	return "the pooler ended the connection, idle in its transaction for longer than its idle_transaction_timeout " +
-		"(WithHeartbeat keeps a holding from looking idle)"
+		"(WithHeartbeat keeps a held lock from looking idle; fenced work (BeginFunc, DoTx) has the transaction " +
+		"meanwhile: keep its pauses between statements under that timeout)"
 }
 
 // lostError is a loss with its cause classified (see lossCause): it wraps ErrLockLost and
