@@ -29,6 +29,12 @@ import (
 // helperStart bounds the helper's start: a first image pull is slow.
 const helperStart = 5 * time.Minute
 
+// helperBuild bounds the helper's build (and so does the caller's ctx): the first one
+// compiles testcontainers-go and the Docker client (measured: 80 s of CPU, 6 min of wall
+// time on two cores shared with other builds); later ones relink from Go's build cache,
+// which also keeps the packages of a build cut short.
+const helperBuild = 30 * time.Minute
+
 // startContainer runs PostgreSQL in a container through the helper. Without a Docker
 // engine it fails at once, before building anything.
 func startContainer(ctx context.Context) (*Server, error) {
@@ -39,12 +45,12 @@ func startContainer(ctx context.Context) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	ctx, cancel := context.WithTimeout(ctx, helperStart)
-	defer cancel()
 	h, err := startHelper(ctx, dir)
 	if err != nil {
 		return nil, err
 	}
+	ctx, cancel := context.WithTimeout(ctx, helperStart)
+	defer cancel()
 	dsn, err := h.answer(ctx)
 	if err != nil {
 		h.close()
@@ -86,13 +92,16 @@ type helper struct {
 	done   chan struct{} // closed when the process has been waited for
 }
 
-// startHelper builds the helper from dir into a temporary directory and starts it.
+// startHelper builds the helper from dir into a temporary directory (bounded by ctx and
+// helperBuild) and starts it.
 func startHelper(ctx context.Context, dir string) (*helper, error) {
 	tmp, err := os.MkdirTemp("", "advisory-pgtest-tc-")
 	if err != nil {
 		return nil, err
 	}
 	bin := filepath.Join(tmp, "tc")
+	ctx, cancel := context.WithTimeout(ctx, helperBuild)
+	defer cancel()
 	build := exec.CommandContext(ctx, goTool(), "build", "-o", bin, ".")
 	build.Dir = dir
 	// The helper's module alone (no go.work), and none of the caller's flags (-race).
