@@ -6,7 +6,9 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -20,9 +22,19 @@ import (
 // is not exercised here. These tests cover what a machine without one meets, and the
 // helper's build, start and failure report.
 
-// isolateDocker points the container step at a socket in dir (DOCKER_HOST, which decides
-// alone when set) and TMPDIR at a directory of the test's own, which it returns.
+// isolateDocker points the container step at a socket in dir: DOCKER_HOST, with a HOME of
+// the test's own (no ~/.testcontainers.properties, whose tc.host would come first; the go
+// command keeps its caches and settings), and TMPDIR at a directory of the test's own,
+// which it returns.
 func isolateDocker(t *testing.T, dir string) (tmp string) {
+	out, err := exec.Command("go", "env", "GOCACHE", "GOMODCACHE", "GOPATH", "GOENV").Output()
+	require.NoError(t, err)
+	vals := strings.Split(strings.TrimSpace(string(out)), "\n")
+	require.Len(t, vals, 4)
+	for i, k := range []string{"GOCACHE", "GOMODCACHE", "GOPATH", "GOENV"} {
+		t.Setenv(k, vals[i])
+	}
+	t.Setenv("HOME", t.TempDir())
 	t.Setenv("DOCKER_HOST", "unix://"+filepath.Join(dir, "docker.sock"))
 	tmp = t.TempDir()
 	t.Setenv("TMPDIR", tmp)
@@ -74,6 +86,9 @@ func TestContainerStepReportsTheHelpersFailure(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	srv, startErr := pgtest.StartContainerForTest(ctx)
+	if srv != nil {
+		srv.Close()
+	}
 	require.Nil(t, srv)
 	require.ErrorContains(t, startErr, "the helper exited")
 	require.ErrorContains(t, startErr, "a test engine that runs no containers")

@@ -13,12 +13,9 @@ import (
 )
 
 // dockerAnswers reports (nil) whether a Docker engine answers, without a Docker client: it
-// sends GET /_ping and wants an HTTP 200 back, the test testcontainers-go itself makes
-// first. The endpoint is DOCKER_HOST when set, else docker.host of
-// ~/.testcontainers.properties, else the first of the usual sockets that exists
-// (/var/run/docker.sock, $XDG_RUNTIME_DIR/docker.sock, ~/.docker/run/docker.sock,
-// ~/.docker/desktop/docker.sock). It keeps a machine without Docker from building the
-// container helper at all.
+// sends GET /_ping to the endpoint testcontainers-go would use (dockerHost) and wants an
+// HTTP 200 back, the test testcontainers-go itself makes first. It keeps a machine
+// without Docker from building the container helper at all.
 func dockerAnswers(ctx context.Context) error {
 	host, err := dockerHost()
 	if err != nil {
@@ -34,47 +31,65 @@ func dockerAnswers(ctx context.Context) error {
 	return nil
 }
 
-// dockerHost returns the endpoint dockerAnswers tries, as a URL.
+// dockerHost returns, as a URL, the first endpoint set in testcontainers-go's order:
+// tc.host of ~/.testcontainers.properties, DOCKER_HOST, /var/run/docker.sock if it exists,
+// docker.host of the properties file, then the rootless sockets that exist
+// ($XDG_RUNTIME_DIR/docker.sock, ~/.docker/run/docker.sock,
+// ~/.docker/desktop/docker.sock, /run/user/UID/docker.sock).
 func dockerHost() (string, error) {
+	home, _ := os.UserHomeDir()
+	props := testcontainersProperties(filepath.Join(home, ".testcontainers.properties"))
+	if h := props["tc.host"]; h != "" {
+		return h, nil
+	}
 	if h := strings.TrimSpace(os.Getenv("DOCKER_HOST")); h != "" {
 		return h, nil
 	}
-	home, _ := os.UserHomeDir()
-	if h := testcontainersHost(filepath.Join(home, ".testcontainers.properties")); h != "" {
+	if fileExists("/var/run/docker.sock") {
+		return "unix:///var/run/docker.sock", nil
+	}
+	if h := props["docker.host"]; h != "" {
 		return h, nil
 	}
-	sockets := []string{"/var/run/docker.sock"}
+	var rootless []string
 	if d := os.Getenv("XDG_RUNTIME_DIR"); d != "" {
-		sockets = append(sockets, filepath.Join(d, "docker.sock"))
+		rootless = append(rootless, filepath.Join(d, "docker.sock"))
 	}
 	if home != "" {
-		sockets = append(sockets, filepath.Join(home, ".docker", "run", "docker.sock"),
+		rootless = append(rootless, filepath.Join(home, ".docker", "run", "docker.sock"),
 			filepath.Join(home, ".docker", "desktop", "docker.sock"))
 	}
-	for _, s := range sockets {
-		if _, err := os.Stat(s); err == nil {
+	rootless = append(rootless, fmt.Sprintf("/run/user/%d/docker.sock", os.Getuid()))
+	for _, s := range rootless {
+		if fileExists(s) {
 			return "unix://" + s, nil
 		}
 	}
 	return "", fmt.Errorf("no Docker engine here: DOCKER_HOST is not set and none of %s exists",
-		strings.Join(sockets, ", "))
+		strings.Join(append([]string{"/var/run/docker.sock"}, rootless...), ", "))
 }
 
-// testcontainersHost returns docker.host from testcontainers' properties file, if any.
-func testcontainersHost(path string) string {
+// fileExists reports whether path names something that exists.
+func fileExists(path string) bool {
+	_, err := os.Stat(path)
+	return err == nil
+}
+
+// testcontainersProperties returns the keys of testcontainers' properties file, if any.
+func testcontainersProperties(path string) map[string]string {
+	props := map[string]string{}
 	f, err := os.Open(path)
 	if err != nil {
-		return ""
+		return props
 	}
 	defer f.Close()
 	in := bufio.NewScanner(f)
 	for in.Scan() {
-		k, v, ok := strings.Cut(in.Text(), "=")
-		if ok && strings.TrimSpace(k) == "docker.host" {
-			return strings.TrimSpace(v)
+		if k, v, ok := strings.Cut(in.Text(), "="); ok {
+			props[strings.TrimSpace(k)] = strings.TrimSpace(v)
 		}
 	}
-	return ""
+	return props
 }
 
 // dockerAddr turns a Docker host URL (unix:///path, tcp://host:port) into a dial address.
