@@ -1,10 +1,14 @@
 package advmigrate
 
-import "testing"
+import (
+	"testing"
+
+	"github.com/pgadvisory/advisory/internal/sqlscan"
+)
 
 // TestStatements: the count runTagged decides by (one statement: run again untagged after
-// 25001), on golang-migrate's own example migration and the quotings that hide a
-// semicolon.
+// 25001; internal/sqlscan's), on golang-migrate's own example migration and the quotings
+// that hide a semicolon.
 func TestStatements(t *testing.T) {
 	for _, c := range []struct {
 		sql  string
@@ -20,8 +24,8 @@ func TestStatements(t *testing.T) {
 		{"CREATE FUNCTION f() RETURNS int LANGUAGE sql AS $body$ SELECT 1; $body$; CREATE INDEX CONCURRENTLY i ON t (a);", 2},
 		{"SELECT 'it''s; fine'", 1},
 	} {
-		if got := statements(c.sql); got != c.want {
-			t.Errorf("statements(%q) = %d, want %d", c.sql, got, c.want)
+		if got := len(sqlscan.Split(c.sql)); got != c.want {
+			t.Errorf("statements of %q: %d, want %d", c.sql, got, c.want)
 		}
 	}
 }
