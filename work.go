@@ -30,10 +30,16 @@ import (
 // work: the holding's tag, then a space and base (the name the program would use
 // otherwise; "" for none), cut to PostgreSQL's 63 bytes at a character boundary. The tag
 // comes first so that the cut never reaches it. It does not block.
-func (l *Lock) WorkAppName(base string) string {
+func (l *Lock) WorkAppName(base string) string { return l.workName(base, false) }
+
+// workName is WorkAppName, with the pooled mark (see pooledMark) after the tag if pooled.
+func (l *Lock) workName(base string, pooled bool) string {
 	name := l.s.workTag()
 	if l.sh != nil {
 		name = l.sh.workTag()
+	}
+	if pooled {
+		name += pooledMark
 	}
 	if base == "" {
 		return name
@@ -105,8 +111,9 @@ func (l *Lock) WorkEnv(environ []string) []string {
 			out = append(out, kv)
 		}
 	}
-	out = append(out, "PGAPPNAME="+l.WorkAppName(app))
-	if o := withOptions(l.optionsFor(envTarget(environ)), opts); o != "" {
+	target := envTarget(environ)
+	out = append(out, "PGAPPNAME="+l.workName(app, !l.directAt(target)))
+	if o := withOptions(l.optionsFor(target), opts); o != "" {
 		out = append(out, "PGOPTIONS="+o)
 	}
 	return out
@@ -124,7 +131,7 @@ func (l *Lock) WorkConnString(connString string) (string, error) {
 	if err != nil {
 		return "", parseError(connString, err)
 	}
-	app := l.WorkAppName(cfg.RuntimeParams["application_name"])
+	app := l.workName(cfg.RuntimeParams["application_name"], !l.directAt(cfg))
 	opts := withOptions(l.optionsFor(cfg), cfg.RuntimeParams["options"])
 	if strings.HasPrefix(connString, "postgres://") || strings.HasPrefix(connString, "postgresql://") {
 		return urlWith(connString, app, opts), nil
@@ -183,12 +190,12 @@ func (l *Lock) WorkConfig(cfg *pgconn.Config) {
 	if cfg.RuntimeParams == nil {
 		cfg.RuntimeParams = map[string]string{}
 	}
-	cfg.RuntimeParams["application_name"] = l.WorkAppName(cfg.RuntimeParams["application_name"])
+	cfg.RuntimeParams["application_name"] = l.workName(cfg.RuntimeParams["application_name"], true)
 	next := cfg.AfterConnect
 	cfg.AfterConnect = func(ctx context.Context, pg *pgconn.PgConn) error {
 		// The server first, then this process (see heldOnServer); the Lock's own end, if
 		// it has one, says more than the server's answer.
-		err := l.s.heldOnServer(ctx, pg, l.Key(), l.pairForm())
+		err := l.s.heldOnServerTagged(ctx, pg, l.Key(), l.pairForm(), l.workName("", false))
 		if lerr := l.Err(); lerr != nil {
 			err = lerr
 		}
@@ -226,7 +233,7 @@ func (l *Lock) Drain(ctx context.Context) (DrainReport, error) {
 	if err := l.usable("drain the work of"); err != nil {
 		return DrainReport{}, err
 	}
-	d := &drainer{s: l.s, prefix: l.s.workPrefix(), start: time.Now(), index: map[uint32]int{}}
+	d := &drainer{s: l.s, prefix: l.s.workPrefix(), start: time.Now(), index: map[sessionKey]int{}}
 	err := d.run(ctx)
 	return d.report, err
 }
