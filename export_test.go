@@ -41,3 +41,8 @@ func WithPrepareNamedAtForTest(n int) Option {
 
 // PrepareNamedAt is the use of a named statement on one connection at which it is prepared.
 const PrepareNamedAt = prepareNamedAt
+
+// PooledWorkAppNameForTest is the application_name that WorkConnString, WorkEnv and
+// WorkConfig give work that may reach its server through a transaction pooler: the
+// holding's tag with the pooled mark, then base.
+func PooledWorkAppNameForTest(l *Lock, base string) string { return l.workName(base, true) }
