@@ -69,6 +69,12 @@ const (
 	parkLongest = time.Second
 	parkShare   = 4
 	parkTick    = 8 * time.Millisecond
+	// parkPatience: a Lock parked this long asks, at its tries at most this often, whether
+	// a session waits in the server's queue for its key; if one does, it stops parking
+	// and waits on a session of its own, beyond WithWaitSessions' places. PostgreSQL
+	// refuses a try while any session waits for the key, so a parked Lock of a key that
+	// others hand over through the server's queue would otherwise never be granted.
+	parkPatience = time.Second
 )
 
 // parkPause is the pause, from now, of a Lock parked since parked: until the tick after
@@ -103,6 +109,7 @@ func (m *Manager) park(ctx context.Context, t target, start time.Time) (*Lock, c
 			slog.String("lock", describe(t.key, t.name, t.pair)), slog.Int("places", cap(places)))
 	}
 	parked := time.Now()
+	var asked time.Time // when it last asked whether a session waits for the key
 	timer := time.NewTimer(m.hosts.parkPause(parked, parked))
 	defer timer.Stop()
 	for {
@@ -124,8 +131,81 @@ func (m *Manager) park(ctx context.Context, t target, start time.Time) (*Lock, c
 		case err != nil && !errors.As(err, &locked):
 			return nil, nil, err
 		}
+		if now := time.Now(); now.Sub(parked) >= parkPatience && now.Sub(asked) >= parkPatience {
+			asked = now
+			if m.hosts.queued(t) {
+				m.overtaken(t, now.Sub(parked))
+				return nil, nil, nil // a wait on a session of its own, beyond the places
+			}
+		}
 		timer.Reset(m.hosts.parkPause(parked, time.Now()))
 	}
+}
+
+// overtaken logs a parked Lock that stops parking because a session waits in the
+// server's queue for its key (see parkPatience).
+func (m *Manager) overtaken(t target, parked time.Duration) {
+	if m.set.logger != nil {
+		m.set.logger.Debug("advisory: a parked lock waits on a session of its own, beyond WithWaitSessions' places: "+
+			"another session waits for the key, and a try is refused while one does",
+			slog.String("lock", describe(t.key, t.name, t.pair)), slog.Duration("parked", parked.Round(time.Millisecond)))
+	}
+}
+
+// queuedSQL reports whether a session waits in the server's queue for the advisory lock
+// $1 (its bigint form) of the current database.
+const queuedSQL = `SELECT EXISTS (SELECT FROM pg_catalog.pg_locks l
+WHERE l.locktype OPERATOR(pg_catalog.=) 'advisory' AND NOT l.granted AND l.objsubid OPERATOR(pg_catalog.=) 1
+  AND l.database OPERATOR(pg_catalog.=) (SELECT d.oid FROM pg_catalog.pg_database d
+    WHERE d.datname OPERATOR(pg_catalog.=) pg_catalog.current_database())
+  AND (l.classid::pg_catalog.int8 OPERATOR(pg_catalog.<<) 32 OPERATOR(pg_catalog.|) l.objid::pg_catalog.int8)
+    OPERATOR(pg_catalog.=) $1)`
+
+// queued reports whether a session waits in the server's queue for t's key, asked on one
+// of the Manager's shared sessions (a parked Lock keeps one open); false if none is open,
+// or the question failed.
+func (hs *hostSet) queued(t target) bool {
+	hs.mu.Lock()
+	var h *host
+	for _, c := range hs.hosts {
+		if !c.gone && c.s != nil {
+			h = c
+			break
+		}
+	}
+	if h != nil {
+		h.busy++ // not given back meanwhile
+	}
+	hs.mu.Unlock()
+	if h == nil {
+		return false
+	}
+	defer hs.done(h, gateKey{}, nil, false)
+	q, err := h.queued(t.key)
+	return err == nil && q
+}
+
+// queued runs queuedSQL for k on the host's turn, bounded by cleanupTimeout as its
+// batches are.
+func (h *host) queued(k Key) (bool, error) {
+	s := h.s
+	if err := s.enterCall(context.Background()); err != nil {
+		return false, err
+	}
+	defer s.leaveCall()
+	var q bool
+	err := s.op(context.Background(), func() error {
+		p := s.pin
+		conn := p.pg.Conn()
+		conn.SetDeadline(time.Now().Add(cleanupTimeout))
+		defer conn.SetDeadline(time.Time{})
+		err := p.pc.QueryRow(context.Background(), queuedSQL, int64(k)).Scan(&q)
+		if err != nil && !usable(p.pg, err) {
+			return &connFailure{err} // the host is lost
+		}
+		return err
+	})
+	return q, err
 }
 
 // park counts a parked Lock: while any is, the Manager keeps a shared session open for
