@@ -48,6 +48,12 @@ import (
 //   - Unlock runs in the session's next batch, bounded by 5 s whatever its ctx, as a
 //     [Session]'s Unlock.
 //
+// When every shared session is full and this Manager's locks and waits pin every pool
+// connection, a TryLock returns an error wrapping [ErrPoolExhausted] at once, and a Lock
+// (whose lock is free) waits until a shared session has room again (an Unlock on it) or
+// a connection frees, whichever comes first, and takes its lock there; its ctx bounds
+// that wait, and ends it with an error wrapping ErrPoolExhausted and ctx's error.
+//
 // perSession must be at least 1. The option cannot be combined with transaction holdings
 // ([WithHolding]; behind a transaction pooler): transaction-level locks cannot be released
 // one by one, and New fails with [ErrInvalidOption].

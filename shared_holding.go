@@ -126,20 +126,8 @@ func (m *Manager) takeOn(ctx context.Context, h *host, t target, open bool, room
 // close of room (see choose) moves the call: errMoved.
 func (h *host) take(ctx context.Context, m *Manager, t target, room <-chan struct{}) (l *Lock, got bool, err error) {
 	k := gateKey{t.key, t.pair}
-	select {
-	case <-h.ready:
-	case <-room:
-		if !isClosed(h.ready) {
-			m.hosts.done(h, k, nil, true)
-			return nil, false, errMoved
-		}
-	case <-ctx.Done():
-		m.hosts.done(h, k, nil, true)
-		if h.waits && !isClosed(h.ready) {
-			return nil, false, fmt.Errorf("%w: every shared session was full, and no connection freed: %w",
-				ErrPoolExhausted, ctx.Err())
-		}
-		return nil, false, ctx.Err()
+	if err := h.awaitOpen(ctx, m, k, room); err != nil {
+		return nil, false, err
 	}
 	if h.s == nil { // it failed to open
 		m.hosts.done(h, k, nil, true)
@@ -174,6 +162,30 @@ func (h *host) take(ctx context.Context, m *Manager, t target, room <-chan struc
 		return nil, false, h.lost()
 	}
 	return &Lock{s: s.pin, name: t.name, sh: sh}, true, nil
+}
+
+// awaitOpen waits until h has opened (or failed to), ctx ends, or, while h is not open,
+// room closes; in the last two cases the key reserved on h goes back, and the call's
+// error is returned: ctx's (with ErrPoolExhausted if h's opening waited for the pool), or
+// errMoved.
+func (h *host) awaitOpen(ctx context.Context, m *Manager, k gateKey, room <-chan struct{}) error {
+	select {
+	case <-h.ready:
+		return nil
+	case <-room:
+		if isClosed(h.ready) {
+			return nil
+		}
+		m.hosts.done(h, k, nil, true)
+		return errMoved
+	case <-ctx.Done():
+		m.hosts.done(h, k, nil, true)
+		if h.waits && !isClosed(h.ready) {
+			return fmt.Errorf("%w: every shared session was full, and no connection freed: %w",
+				ErrPoolExhausted, ctx.Err())
+		}
+		return ctx.Err()
+	}
 }
 
 // done records the end of a statement of a call chosen for h (see choose): the key is

@@ -42,35 +42,7 @@ func TestParkedLockIsNotStarvedByAQueue(t *testing.T) {
 	// one releases it, the other has waited in the server's queue for holdFor, and the
 	// first queues again long before the second releases it. The key is never free, and
 	// a try is always refused.
-	const holdFor = 20 * time.Millisecond
-	var handovers atomic.Int64
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	for range 2 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				l, err := other.Lock(ctx, hot)
-				if err != nil {
-					t.Errorf("the other Manager's Lock: %v", err)
-					return
-				}
-				handovers.Add(1)
-				time.Sleep(holdFor) // the other goroutine is queued in the server meanwhile
-				if err := l.Unlock(ctx); err != nil {
-					t.Errorf("the other Manager's Unlock: %v", err)
-					return
-				}
-			}
-		}()
-	}
-	defer func() { close(stop); wg.Wait() }()
+	handovers := handOver(t, other, hot, 20*time.Millisecond)
 	waitForWaiters(t, advisory.KeyOf(hot), 1) // one of the two always waits in the server's queue
 
 	lockCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
@@ -85,4 +57,39 @@ func TestParkedLockIsNotStarvedByAQueue(t *testing.T) {
 	requireHeldBy(t, l.Key(), l.PID())
 	require.NoError(t, l.Unlock(ctx))
 	require.NoError(t, lead.l.Unlock(ctx))
+}
+
+// handOver has two goroutines take name on m in turn, each holding it for holdFor, until
+// the test ends; it returns the count of grants.
+func handOver(t *testing.T, m *advisory.Manager, name string, holdFor time.Duration) *atomic.Int64 {
+	ctx := ctxT(t)
+	var handovers atomic.Int64
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				l, err := m.Lock(ctx, name)
+				if err != nil {
+					t.Errorf("the other Manager's Lock: %v", err)
+					return
+				}
+				handovers.Add(1)
+				time.Sleep(holdFor) // the other goroutine is queued in the server meanwhile
+				if err := l.Unlock(ctx); err != nil {
+					t.Errorf("the other Manager's Unlock: %v", err)
+					return
+				}
+			}
+		}()
+	}
+	t.Cleanup(func() { close(stop); wg.Wait() })
+	return &handovers
 }
