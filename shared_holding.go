@@ -180,7 +180,7 @@ func (h *host) awaitOpen(ctx context.Context, m *Manager, k gateKey, room <-chan
 		return errMoved
 	case <-ctx.Done():
 		m.hosts.done(h, k, nil, true)
-		if h.waits && !isClosed(h.ready) {
+		if h.waits && (!isClosed(h.ready) || h.s == nil) { // its opening waited for the pool until ctx ended
 			return fmt.Errorf("%w: every shared session was full, and no connection freed: %w",
 				ErrPoolExhausted, ctx.Err())
 		}
