@@ -32,8 +32,8 @@ import (
 // waits on a session of its own, as without the option. A session goes back to the pool
 // once it holds nothing. A shared session sends the tries and unlocks queued for it in
 // one statement, so a process needs one shared session per 64 calls in flight, plus one
-// connection per wait ([WithWaitSessions] bounds those), not one per held lock: see
-// docs/scale.md. It does not block.
+// connection per wait ([WithWaitSessions] bounds those on keys that are merely held),
+// not one per held lock: see docs/scale.md. It does not block.
 //
 // What sharing a session costs:
 //   - a shared fate: if the session is lost (terminated, cut off, its server restarted),
