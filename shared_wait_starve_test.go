@@ -16,7 +16,8 @@ import (
 // its one place kept by a long holding, for a key that another Manager hands over
 // between two goroutines (so a session always waits for it in the server's queue, and
 // every try is refused), stops parking after parkPatience and waits in the server's
-// queue on a session of its own: it is granted within its ctx.
+// queue on a session of its own: it is granted within its ctx. A Lock parked as long for
+// a key that is merely held (nobody queued) stays parked, and is granted by a try.
 func TestParkedLockIsNotStarvedByAQueue(t *testing.T) {
 	t.Parallel()
 	ctx := ctxT(t)
@@ -26,7 +27,7 @@ func TestParkedLockIsNotStarvedByAQueue(t *testing.T) {
 	m := newManager(t, nil, advisory.WithSharedSessions(16), advisory.WithWaitSessions(1),
 		advisory.WithParkCounterForTest(&parked))
 	name := t.Name()
-	busy, hot := name+"/busy", name+"/hot"
+	busy, hot, held := name+"/busy", name+"/hot", name+"/held"
 
 	// m's one place: a Lock that waited, and now holds busy on a session of its own.
 	first, err := holder.Lock(ctx, busy)
@@ -37,6 +38,11 @@ func TestParkedLockIsNotStarvedByAQueue(t *testing.T) {
 	lead := received(t, leader, 10*time.Second, "the Lock keeping m's place")
 	require.NoError(t, lead.err)
 	require.False(t, lead.l.SharesSession())
+	// A Lock of a key that is merely held (nobody queued for it) stays parked.
+	heldLock, err := holder.Lock(ctx, held)
+	require.NoError(t, err)
+	parkedSince := time.Now()
+	parkedCall := lockCall(ctx, m, held)
 
 	// Another Manager hands hot over between two goroutines, each holding it holdFor: when
 	// one releases it, the other has waited in the server's queue for holdFor, and the
@@ -56,6 +62,19 @@ func TestParkedLockIsNotStarvedByAQueue(t *testing.T) {
 	require.Positive(t, handed, "the key changed hands while the Lock waited")
 	requireHeldBy(t, l.Key(), l.PID())
 	require.NoError(t, l.Unlock(ctx))
+
+	// The Lock of the merely held key, parked past parkPatience, has not gone beyond the
+	// place: nobody waits for its key on the server, and its release goes to its try.
+	if d := time.Until(parkedSince.Add(1500 * time.Millisecond)); d > 0 {
+		time.Sleep(d) // tries past parkPatience (1 s), each followed by the question
+	}
+	requirePending(t, parkedCall, "the Lock of a merely held key")
+	require.Zero(t, waiters(t, advisory.KeyOf(held)), "a parked Lock of a key nobody queues for waits without a session")
+	require.NoError(t, heldLock.Unlock(ctx))
+	p := received(t, parkedCall, 10*time.Second, "the parked Lock of the held key")
+	require.NoError(t, p.err)
+	require.True(t, p.l.SharesSession(), "taken by a try on a shared session")
+	require.NoError(t, p.l.Unlock(ctx))
 	require.NoError(t, lead.l.Unlock(ctx))
 }
 
