@@ -23,7 +23,7 @@ const (
                       too many connections) for up to DURATION (default `
 	connectTimeoutTail = `;
                       0 tries once); a wrong password, an unknown role or database,
-                      a transaction pooler or a standby fail at once (69)
+                      a statement pooler or a standby fail at once (69)
 `
 )
 
