@@ -101,8 +101,8 @@ const (
 // logWait records a Lock still waiting, with the lock's holders: Info; Warn with
 // selfWaitHint if the holder is a holding this goroutine was given (a self-wait); Warn
 // with poolFullHint if, behind a transaction pooler, the holders could not be read for
-// want of a server connection. Waits for another goroutine's holding of this Manager are
-// ordinary contention: Info, with held_by_this_manager and ownWaitHint.
+// want of a server connection (see poolerFull). Waits for another goroutine's holding of
+// this Manager are ordinary contention: Info, with held_by_this_manager and ownWaitHint.
 func (p *pin) logWait(ctx context.Context, w *waitLog) {
 	pooled := p.m.proxy.txPooled.Load()
 	bound := holdersTimeout
@@ -131,11 +131,16 @@ func (p *pin) logWait(ctx context.Context, w *waitLog) {
 		return
 	}
 	attrs = append(attrs, slog.Duration("waited", time.Since(w.start).Round(time.Millisecond)))
+	var poolerFull bool
+	var full []slog.Attr
+	if pooled && err != nil && qctx.Err() != nil && ctx.Err() == nil {
+		poolerFull, full = p.m.poolerFull()
+	}
 	switch self, held := p.m.holdsKey(p, w.g); {
 	case self:
 		p.log(slog.LevelWarn, "advisory: waiting for a lock this Manager holds", append(attrs, slog.String("hint", selfWaitHint))...)
-	case pooled && err != nil && qctx.Err() != nil && ctx.Err() == nil:
-		p.log(slog.LevelWarn, "advisory: waiting for a server connection of the pooler", append(attrs, p.m.poolFull()...)...)
+	case poolerFull:
+		p.log(slog.LevelWarn, "advisory: waiting for a server connection of the pooler", append(attrs, full...)...)
 	case own || held: // held also when the holders could not be read
 		p.log(slog.LevelInfo, "advisory: waiting for lock", append(attrs, slog.Bool("held_by_this_manager", true),
 			slog.String("hint", ownWaitHint))...)

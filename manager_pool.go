@@ -71,12 +71,13 @@ func (m *Manager) holdsKey(p *pin, g uint64) (self, held bool) {
 	return self, held
 }
 
-// poolFull is what a Lock's wait record says when, behind a transaction pooler, no
-// server connection of the pooler could be had to read the lock's holders: the pooler's
-// pool is likely full of this and other clients' holdings and waits (each holds a server
-// connection while it lasts), and the work under them cannot run. It counts this
-// Manager's sessions and holdings, and gives the sizing rule and the cap.
-func (m *Manager) poolFull() []slog.Attr {
+// poolerFull says whether a Lock's holders query, behind a transaction pooler, that got
+// no answer within poolTimeout waited in the pooler's queue for a server connection
+// (full), and the record's attributes then: this Manager's sessions and holdings, its
+// cap and poolFullHint. It did not if this Manager's own sessions take every connection
+// of its pool (pool_max_conns): the query waited for one of those, which is this
+// Manager's cap doing its work (see the sizing rule), not the pooler's pool running out.
+func (m *Manager) poolerFull() (full bool, attrs []slog.Attr) {
 	m.mu.Lock()
 	sessions, held := len(m.sessions), 0
 	for s := range m.sessions {
@@ -85,11 +86,15 @@ func (m *Manager) poolFull() []slog.Attr {
 		}
 	}
 	m.mu.Unlock()
-	return []slog.Attr{slog.Int("sessions", sessions), slog.Int("held", held), slog.Int("pool_max_conns", m.maxConns),
-		slog.String("hint", poolFullHint)}
+	if sessions >= m.maxConns {
+		return false, nil
+	}
+	return true, []slog.Attr{slog.Int("sessions", sessions), slog.Int("held", held),
+		slog.Int("pool_max_conns", m.maxConns), slog.String("hint", poolFullHint)}
 }
 
-// poolFullHint is poolFull's advice (docs/guarantees.md, sizing behind a transaction pooler).
+// poolFullHint is the advice of poolerFull's record (docs/guarantees.md, sizing behind a
+// transaction pooler).
 const poolFullHint = "no server connection of the pooler's pool was free within 1s: behind a transaction pooler " +
 	"each held Lock keeps one server connection for as long as it is held and each waiting Lock one while it " +
 	"waits, so holdings and waits can take the whole pool and starve the work under them; make the pooler's pool " +

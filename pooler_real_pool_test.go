@@ -99,3 +99,53 @@ func clWaiting(t *testing.T, b *pgtest.PgBouncer) int {
 	}
 	return n
 }
+
+// TestACappedManagersWaitIsNotBlamedOnThePooler (issue 43, item 10): behind PgBouncer in
+// transaction mode with room to spare, a Manager capped at pool_max_conns=3 (the cap the
+// docs give for a pooler that cannot be resized) with two locks held and a third Lock
+// waiting for one of them takes every connection of its own pool, so its wait record
+// cannot read the holders; that is the cap at work and ordinary contention: Info
+// "waiting for lock", never the Warn that blames the pooler's pool or the nested-Lock
+// hint.
+func TestACappedManagersWaitIsNotBlamedOnThePooler(t *testing.T) {
+	t.Parallel()
+	pgtest.Need(t, srv, startErr)
+	b := pgtest.PgBouncerForTest(t, srv, pgtest.PoolTransaction, pgtest.WithPoolSize(6))
+	rec := &recorder{}
+	m, err := advisory.New(ctxT(t), b.DSN()+" pool_max_conns=3", advisory.WithLogger(slog.New(rec)))
+	require.NoError(t, err)
+	t.Cleanup(m.Close)
+	require.Equal(t, advisory.HoldingTransaction, m.Holding())
+	ctx, name := ctxT(t), t.Name()
+	held := make(chan *advisory.Lock, 2)
+	for _, n := range []string{name, name + "/other"} {
+		go func() {
+			l, err := m.Lock(ctx, n)
+			assert.NoError(t, err)
+			held <- l
+		}()
+	}
+	l1, l2 := <-held, <-held
+	require.NotNil(t, l1)
+	require.NotNil(t, l2)
+	waited := make(chan error, 1)
+	go func() {
+		l, err := m.Lock(ctx, name)
+		if err == nil {
+			err = l.Unlock(ctx)
+		}
+		waited <- err
+	}()
+	var got map[string]any
+	eventually(t, 15*time.Second, func() bool {
+		got = rec.find("advisory: waiting for lock")
+		return got != nil
+	}, "a wait record; records: %v", rec.messages())
+	assert.Equal(t, slog.LevelInfo, got["level"])
+	assert.Contains(t, got["holders_error"], "deadline", "its own pool was full: the holders could not be read")
+	assert.Nil(t, rec.find("advisory: waiting for a server connection of the pooler"), "not blamed on the pooler")
+	assert.Nil(t, rec.find("advisory: waiting for a lock this Manager holds"), "not the nested-Lock hint")
+	require.NoError(t, l1.Unlock(ctx))
+	require.NoError(t, <-waited)
+	require.NoError(t, l2.Unlock(ctx))
+}
