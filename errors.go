@@ -145,6 +145,15 @@ var (
 	// gone. Token then returns no token (the next call takes a new one); a transaction's
 	// writes must be treated as in doubt.
 	ErrCommitUnconfirmed = errors.New("advisory: commit not confirmed: committed locally, durability unknown")
+
+	// ErrFencedStatement means fenced work ([Lock.BeginFunc], [Manager.DoTx],
+	// [Session.BeginFunc]) sent a statement that would end or leave the fenced
+	// transaction (BEGIN, COMMIT, ROLLBACK, END, PREPARE TRANSACTION, a release of the
+	// library's savepoint), change the lock connection's session (a session-level SET,
+	// RESET, set_config(..., false), DISCARD), or release advisory locks
+	// (pg_advisory_unlock*). The statement was refused before it reached the server; the
+	// transaction counts as failed and is rolled back when fn returns; the lock is kept.
+	ErrFencedStatement = errors.New("advisory: fenced work may not run this statement")
 )
 
 // LockedError is returned by TryLock when another session holds the lock. It wraps

@@ -116,7 +116,7 @@ func (p *pin) beside(ctx context.Context, stmt func(c *pgxpool.Conn, vxid string
 		// lock; the read never waits on the server (as BEGIN, see pin.begin). Named, as
 		// every statement on the holding (see pin.named): it stays the holding's last
 		// statement in pg_stat_activity until the next.
-		err := p.pc.QueryRow(context.WithoutCancel(ctx), p.named(vxidSQL), pgx.QueryExecModeSimpleProtocol).Scan(&p.vxid)
+		err := p.pc.QueryRow(context.WithoutCancel(ctx), p.named(vxidSQL), p.snapshotFree()...).Scan(&p.vxid)
 		if err != nil {
 			return fmt.Errorf("advisory: read the lock's transaction id: %w", err)
 		}

@@ -41,6 +41,16 @@ func (txLease) beginFn(p *pin, ctx context.Context, opts pgx.TxOptions) (pgx.Tx,
 // commitFn releases fn's savepoint: its writes now wait in the holding's transaction for
 // the holding's COMMIT (see txLease.unlock). Nothing is committed yet.
 func (txLease) commitFn(p *pin, ctx context.Context, tx pgx.Tx) (bool, error) {
+	if p.pg.TxStatus() == 'E' {
+		// A statement of fn failed and fn returned nil. As pgx's Commit of a failed
+		// transaction does, roll fn's work back: to its savepoint, which keeps the holding
+		// and the writes of earlier BeginFuncs (the holding's transaction is usable again).
+		if err := tx.Rollback(context.WithoutCancel(ctx)); err != nil {
+			return false, err
+		}
+		return false, fmt.Errorf("advisory: a statement of the fenced work failed, and its work was rolled back "+
+			"to its savepoint (the lock and earlier writes are kept): %w", pgx.ErrTxCommitRollback)
+	}
 	if err := tx.Commit(context.WithoutCancel(ctx)); err != nil {
 		return false, err
 	}

@@ -56,15 +56,38 @@ func (p *pin) inTx(ctx context.Context, opts pgx.TxOptions, fn func(pgx.Tx) erro
 		return false, err
 	}
 	*txp = tx
-	if err := fn(tx); err != nil {
+	g := guard(tx)
+	if err := fn(g); err != nil {
 		rollback(tx)
 		return false, err
+	}
+	if p.pg.TxStatus() == 'I' { // ended through tx.Conn(): see endedByWork
+		*txp = nil
+		return false, p.endedByWork()
+	}
+	if err := g.failed(); err != nil {
+		rollback(tx)
+		return false, fmt.Errorf("advisory: the fenced work was rolled back (fn returned nil after a refused "+
+			"statement): %w", err)
 	}
 	if err := ctx.Err(); err != nil {
 		rollback(tx)
 		return false, err
 	}
 	return p.lease.commitFn(p, ctx, tx)
+}
+
+// endedByWork is inTx's error when fn's work ended the transaction itself, through
+// statements the guard could not read (tx.Conn()). On a transaction holding that ended
+// the lock: the error is the loss's cause (endTx finds the connection out of its holding
+// transaction and ends the holding). On a session holding the lock is kept, but the
+// statements fn sent after that end ran unfenced.
+func (p *pin) endedByWork() error {
+	if p.lease.kind() == HoldingTransaction {
+		return errWorkEndedTx
+	}
+	return errors.New("advisory: fenced work ended its transaction itself (a COMMIT or ROLLBACK sent through " +
+		"tx.Conn()): what it ran after that was not fenced")
 }
 
 // commit commits tx, a transaction of its own on the held session (see begin), and

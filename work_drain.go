@@ -133,7 +133,7 @@ func (d *drainer) list(ctx context.Context) ([]workSession, error) {
 		err := s.freshStats(sctx)
 		var rows pgx.Rows
 		if err == nil {
-			rows, err = s.pc.Query(sctx, s.named(drainListSQL), d.prefix, classid, objid, subid, s.m.set.workRoles)
+			rows, err = s.pc.Query(sctx, s.named(drainListSQL), s.snapshotFree(d.prefix, classid, objid, subid, s.m.set.workRoles)...)
 		}
 		if err == nil {
 			var holders []int32
@@ -241,7 +241,7 @@ func (d *drainer) terminate(ctx context.Context, live []workSession) error {
 	err := d.onLockConn(ctx, func(sctx context.Context) error {
 		err := d.s.freshStats(sctx)
 		if err == nil {
-			_, err = d.s.pc.Exec(sctx, d.s.named(drainTerminateSQL), pids, apps)
+			_, err = d.s.pc.Exec(sctx, d.s.named(drainTerminateSQL), d.s.snapshotFree(pids, apps)...)
 		}
 		if err != nil {
 			return d.terminateError(ctx, live, err)
