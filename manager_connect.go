@@ -109,6 +109,7 @@ func defaultApplicationName() string {
 }
 
 // configure sets cfg up for lock connections, and returns it: the dialer with keepalive,
+// cancel connections kept open until the server has answered (see cancelreq.Cancels),
 // the cancel handler, the notice recorder, the set-up of each new connection (setUp) and
 // the pool's health check.
 func configure(cfg *pgxpool.Config, set *settings, ps *proxyState) *pgxpool.Config {
@@ -116,7 +117,7 @@ func configure(cfg *pgxpool.Config, set *settings, ps *proxyState) *pgxpool.Conf
 	if cc.ConnectTimeout == 0 {
 		cc.ConnectTimeout = 10 * time.Second
 	}
-	cc.DialFunc = keepaliveDialer(cc.DialFunc, set.clientKeepalive)
+	cc.DialFunc = ps.cancels.Dial(keepaliveDialer(cc.DialFunc, set.clientKeepalive))
 	cc.BuildContextWatcherHandler = newCancelHandler(set.cancelGrace)
 	cc.OnNotice = noticeRecorder(cc.OnNotice)
 	// An idle pooled connection whose backend was terminated (or whose server went away)

@@ -55,6 +55,16 @@ func (b *PgBouncer) Start(ctx context.Context) error {
 	return nil
 }
 
+// PID returns the process id of the PgBouncer that runs, or 0 if none runs (it was
+// stopped, or it exited: PgBouncer 1.18 exits on an abandoned cancel request, logging
+// "bad client state"; see [PgBouncer.Log]).
+func (b *PgBouncer) PID() int {
+	if b.cmd == nil || !b.running() {
+		return 0
+	}
+	return b.cmd.Process.Pid
+}
+
 func (b *PgBouncer) running() bool {
 	select {
 	case <-b.exit:
