@@ -120,12 +120,20 @@ func (c *lingerConn) SyscallConn() (syscall.RawConn, error) {
 	return sc.SyscallConn()
 }
 
+// Write marks the connection as a cancel connection if its first write is a whole
+// CancelRequest, sent: one that was not sent (a deadline came first) or only in part
+// leaves the server waiting for the rest of a message, a state PgBouncer closes safely,
+// and the server would never close the connection by itself.
 func (c *lingerConn) Write(b []byte) (int, error) {
-	if !c.wrote.Load() && c.wrote.CompareAndSwap(false, true) && isCancelRequest(b) {
+	if c.wrote.Load() || !c.wrote.CompareAndSwap(false, true) || !isCancelRequest(b) {
+		return c.Conn.Write(b)
+	}
+	n, err := c.Conn.Write(b)
+	if n == len(b) {
 		c.owner.add()
 		c.cancel.Store(true)
 	}
-	return c.Conn.Write(b)
+	return n, err
 }
 
 // Close closes a connection that is not a cancel connection at once. A cancel
