@@ -65,6 +65,18 @@ func (b *PgBouncer) PID() int {
 	return b.cmd.Process.Pid
 }
 
+// Exited returns a channel closed when the PgBouncer process that runs now exits (closed
+// already if none runs). A supervisor waits on it, then calls [PgBouncer.Start]; it must
+// not run concurrently with Stop, Start or Close.
+func (b *PgBouncer) Exited() <-chan struct{} {
+	if b.cmd == nil {
+		done := make(chan struct{})
+		close(done)
+		return done
+	}
+	return b.exit
+}
+
 func (b *PgBouncer) running() bool {
 	select {
 	case <-b.exit:
