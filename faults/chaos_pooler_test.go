@@ -97,8 +97,8 @@ func (s *bouncerSupervisor) end(t *testing.T) int {
 				crash = append(crash, l.At.Format(time.RFC3339Nano)+" "+l.Text)
 			}
 		}
-		t.Logf("the pooler exited %d times and was restarted on its port each time (a crash of PgBouncer "+
-			"not the library's: its log says):\n%s", s.restarts, strings.Join(crash, "\n"))
+		t.Logf("the pooler exited %d time(s) and was restarted on its port each time; its log's FATAL lines "+
+			"(none for a SIGKILL):\n%s", s.restarts, strings.Join(crash, "\n"))
 	}
 	require.NoError(t, s.err, "restarting the pooler after it exited; its log:\n%s", s.b.Log())
 	return s.restarts
