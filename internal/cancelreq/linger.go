@@ -33,8 +33,9 @@ const cancelRequestCode = 80877102
 // peer that vanished).
 //
 // A connection is known for a cancel connection by its first write, which is a
-// CancelRequest: under TLS that message is encrypted and the connection is closed at once,
-// as pgx does. The zero Cancels is ready to use; it is safe for concurrent use.
+// CancelRequest; under TLS, where that message is encrypted, by never having been marked
+// as a connection of the protocol (see [Cancels.MarkMain]). The zero Cancels is ready to
+// use; it is safe for concurrent use.
 type Cancels struct {
 	mu   sync.Mutex
 	open int
@@ -98,13 +99,45 @@ func (c *Cancels) done() {
 	}
 }
 
+// What a lingerConn's first messages say it is.
+const (
+	unknown   int32 = iota // nothing written yet
+	plain                  // a connection of the protocol: closed at once
+	cancelled              // a CancelRequest sent in the clear
+	sslAsked               // an SSLRequest sent, its answer not read yet
+	encrypted              // TLS on: a cancel connection unless MarkMain said otherwise
+)
+
+// sslRequestCode is the code of an SSLRequest message, after its length.
+const sslRequestCode = 80877103
+
 // lingerConn is a connection made by Cancels.Dial.
 type lingerConn struct {
 	net.Conn
-	owner  *Cancels
-	wrote  atomic.Bool // the first write has been seen
-	cancel atomic.Bool // the first write was a CancelRequest
-	closed sync.Once
+	owner      *Cancels
+	kind       atomic.Int32 // unknown, plain, cancelled, sslAsked or encrypted
+	main       atomic.Bool  // see Cancels.MarkMain
+	readFailed atomic.Bool  // under TLS, a read failed (see writeEncrypted)
+	flights    atomic.Int32 // under TLS, whole writes (see cancelFlights)
+	closed     sync.Once
+}
+
+// MarkMain tells the Cancels that conn (made by its Dial, perhaps under TLS) carries a
+// connection of the protocol, not a cancel: pgconn.Config's AfterNetConnect, which pgx
+// calls for every connection it opens and never for a cancel connection, calls it. Under
+// TLS a cancel is known only so: its connection is one never marked.
+func (c *Cancels) MarkMain(conn net.Conn) {
+	for conn != nil {
+		if lc, ok := conn.(*lingerConn); ok {
+			lc.main.Store(true)
+			return
+		}
+		nc, ok := conn.(interface{ NetConn() net.Conn })
+		if !ok {
+			return
+		}
+		conn = nc.NetConn()
+	}
 }
 
 // NetConn returns the connection beneath, as tls.Conn's does (see sockfd).
@@ -120,18 +153,66 @@ func (c *lingerConn) SyscallConn() (syscall.RawConn, error) {
 	return sc.SyscallConn()
 }
 
-// Write marks the connection as a cancel connection if its first write is a whole
-// CancelRequest, sent: one that was not sent (a deadline came first) or only in part
-// leaves the server waiting for the rest of a message, a state PgBouncer closes safely,
-// and the server would never close the connection by itself.
+// Write tells the connection's kind by its first write. A CancelRequest counts only if
+// it was sent whole: one that was not (a deadline came first) leaves the server waiting
+// for the rest of a message, a state PgBouncer closes safely, and the server would never
+// close the connection by itself.
 func (c *lingerConn) Write(b []byte) (int, error) {
-	if c.wrote.Load() || !c.wrote.CompareAndSwap(false, true) || !isCancelRequest(b) {
+	if k := c.kind.Load(); k == encrypted && !c.main.Load() && len(b) > 0 {
+		return c.writeEncrypted(b)
+	} else if k != unknown || !c.kind.CompareAndSwap(unknown, plain) {
 		return c.Conn.Write(b)
 	}
 	n, err := c.Conn.Write(b)
-	if n == len(b) {
+	switch {
+	case isRequest(b, cancelRequestCode) && n == len(b):
 		c.owner.add()
-		c.cancel.Store(true)
+		c.kind.Store(cancelled)
+	case isRequest(b, sslRequestCode):
+		c.kind.Store(sslAsked)
+	case len(b) > 0 && b[0] == 0x16: // a TLS handshake at once (sslnegotiation=direct)
+		c.kind.Store(encrypted)
+	}
+	return n, err
+}
+
+// writeEncrypted writes to a TLS connection not (yet) marked as one of the protocol.
+// Once a read on it has failed (the caller's deadline cut its wait for the server's
+// answer, or the server closed it), the only write left is TLS's close_notify, which
+// tells the server the client is gone as surely as closing the socket would: PgBouncer
+// would then abandon the cancel (and 1.18 exit). It is not sent; the server's own close
+// ends the connection (see linger).
+func (c *lingerConn) writeEncrypted(b []byte) (int, error) {
+	if c.readFailed.Load() {
+		return len(b), nil
+	}
+	n, err := c.Conn.Write(b)
+	if n == len(b) {
+		c.flights.Add(1)
+	}
+	return n, err
+}
+
+// cancelFlights is how many whole writes a TLS cancel connection makes up to its
+// CancelRequest: the ClientHello, the client's last handshake flight (crypto/tls writes
+// each flight at once), then the CancelRequest's record. One that made fewer never sent
+// its cancel (a deadline cut the handshake short): it is closed at once, since the
+// server would wait for the rest of the handshake.
+const cancelFlights = 3
+
+// Read reads the server's answer to an SSLRequest ('S': TLS follows), and notes a
+// failed read under TLS (see writeEncrypted).
+func (c *lingerConn) Read(b []byte) (int, error) {
+	n, err := c.Conn.Read(b)
+	if err != nil && c.kind.Load() == encrypted && !c.main.Load() {
+		c.readFailed.Store(true)
+	}
+	if n > 0 && c.kind.Load() == sslAsked {
+		if b[0] == 'S' {
+			c.kind.Store(encrypted)
+		} else {
+			c.kind.Store(plain)
+		}
 	}
 	return n, err
 }
@@ -140,7 +221,18 @@ func (c *lingerConn) Write(b []byte) (int, error) {
 // connection's Close returns at once too, but the connection stays open until its server
 // closes it: then the cancel has been delivered (or refused), never abandoned.
 func (c *lingerConn) Close() error {
-	if !c.cancel.Load() {
+	switch c.kind.Load() {
+	case cancelled:
+	case encrypted:
+		if c.main.Load() || c.flights.Load() < cancelFlights {
+			return c.Conn.Close()
+		}
+		c.closed.Do(func() {
+			c.owner.add()
+			go c.linger()
+		})
+		return nil
+	default:
 		return c.Conn.Close()
 	}
 	c.closed.Do(func() { go c.linger() })
@@ -156,6 +248,8 @@ func (c *lingerConn) linger() {
 	c.Conn.Close()
 }
 
-func isCancelRequest(b []byte) bool {
-	return len(b) >= 8 && binary.BigEndian.Uint32(b[4:8]) == cancelRequestCode
+// isRequest reports whether b is a message without a type byte (CancelRequest,
+// SSLRequest) of the given code.
+func isRequest(b []byte, code uint32) bool {
+	return len(b) >= 8 && binary.BigEndian.Uint32(b[4:8]) == code
 }

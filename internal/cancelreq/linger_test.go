@@ -23,28 +23,44 @@ import (
 // until PgBouncer closes it, and PgBouncer survives every cancel.
 func TestCancelsNeverAbandonedThroughPgBouncer(t *testing.T) {
 	pgtest.Need(t, srv, startErr)
-	b := pgtest.PgBouncerForTest(t, srv, pgtest.PoolTransaction)
-	pid := b.PID()
-	var cancels cancelreq.Cancels
-	cfg, err := pgconn.ParseConfig(b.DSN())
-	require.NoError(t, err)
-	cfg.DialFunc = cancels.Dial((&net.Dialer{}).DialContext)
-
-	const workers, rounds = 4, 50
-	var wg sync.WaitGroup
-	for range workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			cancelWhileSleeping(t, cfg, rounds)
-		}()
+	for _, tc := range []struct {
+		name string
+		opts []pgtest.PgBouncerOption
+		dsn  string
+	}{
+		{"in the clear", nil, ""},
+		// Under TLS the CancelRequest is encrypted: its connection is told by never having
+		// been marked (MarkMain) as one of the protocol.
+		{"under TLS", []pgtest.PgBouncerOption{pgtest.WithClientTLS()}, " sslmode=require"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			b := pgtest.PgBouncerForTest(t, srv, pgtest.PoolTransaction, tc.opts...)
+			pid := b.PID()
+			var cancels cancelreq.Cancels
+			cfg, err := pgconn.ParseConfig(b.DSN() + tc.dsn)
+			require.NoError(t, err)
+			cfg.DialFunc = cancels.Dial((&net.Dialer{}).DialContext)
+			cfg.AfterNetConnect = func(_ context.Context, _ *pgconn.Config, conn net.Conn) (net.Conn, error) {
+				cancels.MarkMain(conn)
+				return conn, nil
+			}
+			const workers, rounds = 4, 50
+			var wg sync.WaitGroup
+			for range workers {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					cancelWhileSleeping(t, cfg, rounds)
+				}()
+			}
+			wg.Wait()
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			require.NoError(t, cancels.Wait(ctx), "every cancel answered")
+			assert.Zero(t, cancels.Open())
+			requirePgBouncerAlive(t, b, pid)
+		})
 	}
-	wg.Wait()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	require.NoError(t, cancels.Wait(ctx), "every cancel answered")
-	assert.Zero(t, cancels.Open())
-	requirePgBouncerAlive(t, b, pid)
 }
 
 // cancelWhileSleeping runs pg_sleep through one connection rounds times, each interrupted
