@@ -65,6 +65,15 @@ var (
 	// pg_catalog's in the role's search_path).
 	ErrUnsupportedServer = errors.New("advisory: unsupported server version")
 
+	// ErrServerChanged is returned by New when its self-test's two connections, made
+	// with the same connection string, reached two different servers (told apart by
+	// address, port and postmaster start time): a proxy in round-robin over several
+	// servers, or a proxy or multi-host string while a cluster switches over to a new
+	// primary. It is retryable: once the switchover is over, New succeeds. Through a
+	// proxy that spreads connections over independent servers no lock can be held:
+	// connect to the primary alone. (It is never reported as ErrUnsupportedServer.)
+	ErrServerChanged = errors.New("advisory: the connections reached different servers")
+
 	// ErrTransactionHolding means a call needs what only a lock held on a server session
 	// of its own can do, and the Manager holds its locks as transactions (see
 	// [WithHolding]): a [Session] cannot release one of its locks while it holds others

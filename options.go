@@ -127,7 +127,9 @@ func WithConnectionCheckInterval(d time.Duration) Option {
 // [ErrLockLost]). On a healthy server the confirmation takes about a millisecond; on a
 // starved one the CancelRequest, a new connection the server forks a process for, can
 // take longer. The default is 1s; it
-// must be from 10ms to 1m.
+// must be from 10ms to 1m. The grace bounds the caller's wait only: the CancelRequest's
+// own connection stays open until the server (or a pooler) closes it, never abandoned
+// (PgBouncer 1.18 exits on an abandoned cancel), and [Manager.Close] waits for it.
 func WithCancelGrace(d time.Duration) Option {
 	return option(func(s *settings) error {
 		if d < 10*time.Millisecond || d > time.Minute {

@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/pgadvisory/advisory/internal/cancelreq"
 	"github.com/pgadvisory/advisory/internal/sockfd"
 )
 
@@ -122,6 +123,9 @@ type proxyState struct {
 	txPooled atomic.Bool  // a transaction pooler: client connections share server sessions
 	chosen   atomic.Int32 // the Holding New chose, once chosen (0 before: HoldingAuto)
 	warn     sync.Once
+	// cancels keeps the Manager's cancel connections open until the server answers them:
+	// an abandoned cancel crashes PgBouncer 1.18 (see cancelreq.Cancels).
+	cancels cancelreq.Cancels
 }
 
 // probe tells a session pooler or TCP proxy, which gives each client connection a backend
