@@ -15,17 +15,46 @@ import (
 	"github.com/pgadvisory/advisory/internal/pgtest"
 )
 
-// TestHeartbeatOption: WithHeartbeat refuses a negative period or one under 100ms.
+// TestHeartbeatOption: WithHeartbeat refuses a negative period, one under 100ms, and
+// (issue 46, item 4) one over 24h, naming the bound: 720h passed New and then failed every
+// waiting Lock (lock_timeout "2592000000ms" is over PostgreSQL's 2147483647 ms).
 func TestHeartbeatOption(t *testing.T) {
 	t.Parallel()
-	for _, bad := range []time.Duration{-time.Second, time.Nanosecond, 99 * time.Millisecond} {
+	for _, bad := range []time.Duration{-time.Second, time.Nanosecond, 99 * time.Millisecond,
+		24*time.Hour + time.Nanosecond, 720 * time.Hour, 1<<63 - 1} {
 		_, err := advisory.New(context.Background(), "host=127.0.0.1 port=1", advisory.WithHeartbeat(bad))
 		require.ErrorIs(t, err, advisory.ErrInvalidOption, "%v", bad)
+		require.ErrorContains(t, err, "from 100ms to 24h0m0s", "%v", bad)
 	}
-	for _, good := range []time.Duration{0, 100 * time.Millisecond, time.Minute} {
+	for _, good := range []time.Duration{0, 100 * time.Millisecond, time.Minute, 24 * time.Hour} {
 		_, err := advisory.New(context.Background(), "host=127.0.0.1 port=1 connect_timeout=1", advisory.WithHeartbeat(good))
 		require.NotErrorIs(t, err, advisory.ErrInvalidOption, "%v", good)
 	}
+}
+
+// TestHeartbeatLongest (issue 46, item 4): the longest heartbeat New accepts (24h) works
+// for a waiting Lock, whose wait runs in slices under lock_timeout = the heartbeat: it
+// queues on the server behind a holder and is granted on its release.
+func TestHeartbeatLongest(t *testing.T) {
+	t.Parallel()
+	ctx := ctxT(t)
+	m := newManager(t, nil, advisory.WithHeartbeat(24*time.Hour))
+	holder := newManager(t, nil)
+	name := t.Name()
+	held, err := holder.Lock(ctx, name)
+	require.NoError(t, err)
+	got := make(chan error, 1)
+	var l *advisory.Lock
+	go func() {
+		var err error
+		l, err = m.Lock(ctx, name)
+		got <- err
+	}()
+	waitForWaiters(t, held.Key(), 1)
+	require.NoError(t, held.Unlock(ctx))
+	require.NoError(t, <-got)
+	requireHeldBy(t, l.Key(), l.PID())
+	require.NoError(t, l.Unlock(ctx))
 }
 
 // TestPgBouncerIdleReaper: PgBouncer's client_idle_timeout does not reap a client linked

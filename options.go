@@ -255,11 +255,15 @@ func WithoutNamesInActivity() Option {
 // semaphore's waiter) send SELECT 1 after d without a notification. A direct connection
 // needs none of it: the library sets idle_session_timeout to 0 on it. The default is 0,
 // off (no timer, nothing sent), but behind a transaction pooler, where it is 2s (see
-// [WithHolding]). d must be 0 or at least 100ms. See docs/guarantees.md.
+// [WithHolding]). d must be 0 or from 100ms to 24h (a sliced wait runs under lock_timeout d,
+// which PostgreSQL bounds at 24.8 days); New refuses others with ErrInvalidOption. See
+// docs/guarantees.md.
 func WithHeartbeat(d time.Duration) Option {
 	return option(func(s *settings) error {
-		if d != 0 && d < minHeartbeat {
-			return fmt.Errorf("%w: heartbeat %v; want 0 (off) or at least %v", ErrInvalidOption, d, minHeartbeat)
+		if d != 0 && (d < minHeartbeat || d > maxHeartbeat) {
+			return fmt.Errorf("%w: heartbeat %v; want 0 (off) or from %v to %v (a waiting Lock waits in slices "+
+				"under lock_timeout = the heartbeat, which PostgreSQL bounds at 24.8 days)",
+				ErrInvalidOption, d, minHeartbeat, maxHeartbeat)
 		}
 		s.heartbeat, s.heartbeatSet = d, true
 		return nil

@@ -17,6 +17,12 @@ import (
 // minHeartbeat is the shortest heartbeat period WithHeartbeat accepts.
 const minHeartbeat = 100 * time.Millisecond
 
+// maxHeartbeat is the longest. A sliced wait runs under lock_timeout = the heartbeat (see
+// pin_slices.go), and PostgreSQL refuses a lock_timeout over 2147483647 ms (24.8 days):
+// 720h passed New and then failed every waiting Lock. A day is far inside that bound, and
+// far longer than any idle limit a heartbeat is for.
+const maxHeartbeat = 24 * time.Hour
+
 // heartbeatSQL is the beat's statement: one simple-protocol round trip that never waits
 // on the server. It returns the backend's pid, which must be the holding's: a beat that
 // finds another (a transaction pooler that no longer keeps the client on the holding's
