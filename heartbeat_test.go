@@ -59,14 +59,15 @@ func TestHeartbeatLongest(t *testing.T) {
 
 // TestPgBouncerIdleReaper: PgBouncer's client_idle_timeout does not reap a client linked
 // to a server connection, which in session mode is every client: a lock held through it,
-// idle well past the timeout, stays held without a heartbeat.
+// idle well past the timeout, stays held without a heartbeat (WithHeartbeat(0): behind a
+// proxy the default is 2s).
 func TestPgBouncerIdleReaper(t *testing.T) {
 	t.Parallel()
 	pgtest.Need(t, srv, startErr)
 	b := pgtest.PgBouncerForTest(t, srv, pgtest.PoolSession, pgtest.WithClientIdleTimeout(2))
 	ctx := ctxT(t)
 	name, key := t.Name(), advisory.KeyOf(t.Name())
-	m, err := advisory.New(ctx, b.DSN())
+	m, err := advisory.New(ctx, b.DSN(), advisory.WithHeartbeat(0))
 	require.NoError(t, err)
 	t.Cleanup(m.Close)
 	l, err := m.Lock(ctx, name)
@@ -80,7 +81,7 @@ func TestPgBouncerIdleReaper(t *testing.T) {
 
 // TestHeartbeatIdleReaper: behind an idle reaper (pgtest.IdleProxy in front of a
 // session-mode PgBouncer, closing connections idle 2 s), a held lock without a heartbeat
-// is lost and its pg_locks row freed; with WithHeartbeat(500ms) a Lock and a Session stay
+// (WithHeartbeat(0)) is lost and its pg_locks row freed; with WithHeartbeat(500ms) a Lock and a Session stay
 // held through 5 s (a 4x margin on the beat), BeginFunc and Holders work between beats,
 // and Unlock and Close release them.
 func TestHeartbeatIdleReaper(t *testing.T) {
@@ -108,7 +109,7 @@ func TestHeartbeatIdleReaper(t *testing.T) {
 func heartbeatReaped(t *testing.T, dsn string) {
 	ctx := ctxT(t)
 	name, key := t.Name(), advisory.KeyOf(t.Name())
-	m, err := advisory.New(ctx, dsn)
+	m, err := advisory.New(ctx, dsn, advisory.WithHeartbeat(0)) // behind a proxy the default is 2s
 	require.NoError(t, err)
 	t.Cleanup(m.Close)
 	l, err := m.Lock(ctx, name)

@@ -71,6 +71,10 @@ func (p *pin) beatOnce() bool {
 	if err := p.beginTx(ctx); err != nil {
 		return p.endErr() == nil // not held after all (a release began): skip this beat
 	}
+	// A beat that got no answer in time ends the holding at once: no CancelRequest and
+	// its grace (see WithCancelGrace), which would tell the holder of a frozen server
+	// only after the grace too, later than Bounds.HeartbeatTold.
+	p.cancel.SetGentle(false)
 	rows, err := p.pg.Exec(ctx, p.named(heartbeatSQL)).ReadAll()
 	var pid uint32
 	if err == nil {

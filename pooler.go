@@ -251,9 +251,10 @@ func (ps *proxyState) noteProxy() {
 	}
 	ps.warn.Do(func() {
 		logAttrs(ps.logger, slog.LevelWarn,
-			"advisory: the connection goes through a proxy (session pooler or TCP proxy): the server-side "+
+			"advisory: the connection goes through a proxy (session pooler, TCP proxy or address translation): the server-side "+
 				"release bound no longer holds: how long a cut-off holder's lock stays depends on the proxy's "+
-				"keepalive toward its clients; the holder is still told within the client bound (see docs/guarantees.md)")
+				"keepalive toward its clients; the holder is still told within the client bound, and of a server that stops "+
+				"answering by the heartbeat, on by default behind a proxy (see docs/keepalive.md)")
 	})
 }
 
