@@ -177,7 +177,7 @@ func NewWithConfig(ctx context.Context, cfg *pgxpool.Config, opts ...Option) (*M
 // is set where the Manager beats (WithHeartbeat, and by default behind a proxy).
 func (m *Manager) Bounds() Bounds {
 	b := computeBounds(m.set.clientKeepalive, m.set.serverKeepalive)
-	b.Proxied = m.proxy.proxied.Load()
+	b.Proxied = m.proxy.inPath()
 	b.TransactionPooler = m.proxy.txPooled.Load()
 	if m.set.heartbeat > 0 {
 		b.HeartbeatTold = m.set.heartbeat + beatTimeout

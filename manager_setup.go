@@ -114,7 +114,7 @@ func notePath(pg *pgconn.PgConn, seen look, set *settings, ps *proxyState) {
 	case direct && !set.checkedOnly:
 		pg.CustomData()[directKey] = true
 	case !direct && pg.Conn().LocalAddr().Network() == "tcp":
-		ps.noteProxy()
+		ps.noteSpliced()
 	}
 }
 
