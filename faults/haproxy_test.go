@@ -2,10 +2,15 @@ package faults_test
 
 import (
 	"context"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/pgadvisory/advisory"
@@ -126,6 +131,59 @@ func waiterOf(t *testing.T, key advisory.Key) uint32 {
 		require.True(t, time.Now().Before(deadline), "no waiter for key %d within 20 s: %v", key, pids)
 		time.Sleep(10 * time.Millisecond)
 	}
+}
+
+// TestHAProxyShutdownSessions (issue 44, item 1, what held and should stay): with
+// on-marked-down shutdown-sessions and a check that sees a frozen server (pgsql-check), a
+// holder with WithHeartbeat(0), which New allows behind a TCP proxy, is told once HAProxy
+// marks the frozen primary down (its postmaster and the holding's backend stopped) and
+// closes the session: before ServerFreesAfter, with no heartbeat at all. The server is one
+// of the test's own, since its postmaster is frozen.
+func TestHAProxyShutdownSessions(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: the test starts a server of its own")
+	}
+	ctx := ctxT(t, 2*time.Minute)
+	own, err := pgtest.StartLocal(ctx, pgtest.Options{})
+	pgtest.Need(t, own, err)
+	t.Cleanup(func() { own.Close() })
+	cfg, err := pgx.ParseConfig(own.DSN())
+	require.NoError(t, err)
+	h := pgtest.HAProxyForTest(t, own, pgtest.HAProxyOptions{ShutdownSessions: true, CheckUser: cfg.User})
+	m, err := advisory.New(ctx, h.DSN(), advisory.WithHeartbeat(0))
+	require.NoError(t, err)
+	t.Cleanup(m.Close)
+	b := m.Bounds()
+	require.True(t, b.Proxied)
+	require.Zero(t, b.HeartbeatTold)
+	l, err := m.Lock(ctx, t.Name())
+	require.NoError(t, err)
+	freeze(t, parentOf(t, l.PID())) // the postmaster: the check's startups get no answer
+	freeze(t, l.PID())
+	frozen := time.Now()
+	select {
+	case <-l.Done():
+	case <-time.After(b.ServerFreesAfter):
+		t.Fatalf("not told within %v with shutdown-sessions:\n%s", b.ServerFreesAfter, h.Log())
+	}
+	require.ErrorIs(t, l.Err(), advisory.ErrLockLost)
+	t.Logf("told %v after the freeze, by HAProxy's shutdown-sessions: %v", time.Since(frozen).Round(time.Millisecond), l.Err())
+}
+
+// parentOf returns the parent pid of process pid (a backend's: its postmaster).
+func parentOf(t *testing.T, pid uint32) uint32 {
+	t.Helper()
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	require.NoError(t, err)
+	for _, line := range strings.Split(string(data), "\n") {
+		if v, ok := strings.CutPrefix(line, "PPid:"); ok {
+			n, err := strconv.ParseUint(strings.TrimSpace(v), 10, 32)
+			require.NoError(t, err)
+			return uint32(n)
+		}
+	}
+	t.Fatalf("no PPid in /proc/%d/status", pid)
+	return 0
 }
 
 // freeze stops the backend pid (SIGSTOP) and continues it when the test ends.

@@ -44,11 +44,15 @@ type HAProxyOptions struct {
 	// Timeout is HAProxy's timeout client and timeout server (an idle session is closed
 	// after it); 0 means Patroni's sample value, 30m.
 	Timeout time.Duration
+	// CheckUser, if set, makes the health check a PostgreSQL startup as that user
+	// (option pgsql-check), which a frozen postmaster fails, instead of a TCP connect,
+	// which its kernel still accepts.
+	CheckUser string
 }
 
 // StartHAProxy starts Debian's haproxy (`haproxy -f cfg -db`, in the foreground, as this
-// process's user) on a free loopback port in front of srv, in TCP mode, with a TCP health
-// check every second (fall 3, rise 2), and blocks until a query through it succeeds or ctx
+// process's user) on a free loopback port in front of srv, in TCP mode, with a health
+// check every second (fall 3, rise 2; see HAProxyOptions.CheckUser), and blocks until a query through it succeeds or ctx
 // ends. It returns an error wrapping [ErrUnavailable] when haproxy is not installed. On
 // error nothing is left running.
 func StartHAProxy(ctx context.Context, srv *Server, opts HAProxyOptions) (*HAProxy, error) {
@@ -115,10 +119,14 @@ func haproxyConfig(port int, up *pgconn.Config, opts HAProxyOptions) string {
 	if opts.ShutdownSessions {
 		down = " on-marked-down shutdown-sessions"
 	}
+	check := ""
+	if opts.CheckUser != "" {
+		check = "    option pgsql-check user " + opts.CheckUser + "\n"
+	}
 	ms := strconv.FormatInt(timeout.Milliseconds(), 10) + "ms"
 	return "global\n    maxconn 200\n\n" +
 		"defaults\n    mode tcp\n    timeout connect 5s\n    timeout client " + ms + "\n    timeout server " + ms + "\n\n" +
-		"listen primary\n    bind 127.0.0.1:" + strconv.Itoa(port) + "\n" +
+		"listen primary\n    bind 127.0.0.1:" + strconv.Itoa(port) + "\n" + check +
 		"    server pg " + server + " check inter 1s fall 3 rise 2" + down + "\n"
 }
 
