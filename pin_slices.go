@@ -83,14 +83,14 @@ func (p *pin) sliceContext(ctx context.Context) (context.Context, context.Cancel
 // silentWait is the error of a wait whose slice got no answer beatTimeout after its
 // lock_timeout: the server stopped answering (frozen, or cut off from a proxy in the path).
 // It does not wrap the slice's own error, whose deadline is the library's, not the
-// caller's ctx.
+// caller's ctx. It is always wrapped in the call's error, which says "advisory:".
 type silentWait struct {
 	slice time.Duration
 	err   error
 }
 
 func (e *silentWait) Error() string {
-	return fmt.Sprintf("advisory: the server did not end a wait slice (lock_timeout %v) within %v more: it "+
+	return fmt.Sprintf("the server did not end a wait slice (lock_timeout %v) within %v more: it "+
 		"stopped answering (frozen, or cut off from a proxy in the path); the wait was abandoned (%v)",
 		e.slice, beatTimeout, e.err)
 }

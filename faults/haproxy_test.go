@@ -59,32 +59,53 @@ func TestHAProxyFrozenHolder(t *testing.T) {
 }
 
 // TestHAProxyFrozenWaiter (issue 44, item 5): a wait is watched like a holding. Through
-// HAProxy, default options, a Lock waits (in slices of the heartbeat) for a lock held
-// elsewhere, and its backend is frozen (SIGSTOP): the Lock fails within the slice's
-// bound (heartbeat + 5 s + the 1 s cancel grace), not with ctx's error, and its
+// HAProxy, default options, a Lock (and a Session's Lock, the Session holding another)
+// waits (in slices of the heartbeat) for a lock held elsewhere, and its backend is
+// frozen (SIGSTOP): the call fails within the slice's bound (heartbeat + 5 s + the 1 s cancel grace), not with ctx's error, and its
 // connection is closed; once the holder lets go and the backend is continued, it is never
 // granted the lock (it sees its client gone), and the key is free for the next. Before,
 // the Lock stayed queued on the frozen server until its ctx ended, with WithHeartbeat too.
 func TestHAProxyFrozenWaiter(t *testing.T) {
 	pgtest.Need(t, srv, startErr)
 	h := pgtest.HAProxyForTest(t, srv, pgtest.HAProxyOptions{})
-	ctx := ctxT(t, time.Minute)
+	ctx := ctxT(t, 2*time.Minute)
 	m, err := advisory.New(ctx, h.DSN())
 	require.NoError(t, err)
 	t.Cleanup(m.Close)
 	holder, err := advisory.New(ctx, srv.DSN())
 	require.NoError(t, err)
 	t.Cleanup(holder.Close)
+	t.Run("Lock", func(t *testing.T) {
+		frozenWait(t, m, holder, func(name string) error {
+			l, err := m.Lock(ctx, name)
+			if l != nil {
+				l.Unlock(ctx)
+			}
+			return err
+		})
+	})
+	t.Run("Session", func(t *testing.T) { // its wait ends the Session, and the lock it held
+		S, err := m.Session(ctx)
+		require.NoError(t, err)
+		require.NoError(t, S.Lock(ctx, t.Name()+"/first"))
+		frozenWait(t, m, holder, func(name string) error { return S.Lock(ctx, name) })
+		<-S.Done()
+		require.ErrorIs(t, S.Err(), advisory.ErrLockLost)
+		next, err := holder.Lock(ctx, t.Name()+"/first")
+		require.NoError(t, err, "the Session's first lock is free")
+		require.NoError(t, next.Unlock(ctx))
+	})
+}
+
+// frozenWait: wait(name) waits through m for a lock holder holds; its backend is frozen;
+// wait must fail within the slice's bound, and the backend, continued once holder let
+// go, must not keep the lock.
+func frozenWait(t *testing.T, m, holder *advisory.Manager, wait func(name string) error) {
+	ctx := ctxT(t, time.Minute)
 	held, err := holder.Lock(ctx, t.Name())
 	require.NoError(t, err)
 	failed := make(chan error, 1)
-	go func() {
-		l, err := m.Lock(ctx, t.Name())
-		if l != nil {
-			l.Unlock(ctx)
-		}
-		failed <- err
-	}()
+	go func() { failed <- wait(t.Name()) }()
 	pid := waiterOf(t, held.Key())
 	freeze(t, pid)
 	frozen := time.Now()
@@ -92,12 +113,13 @@ func TestHAProxyFrozenWaiter(t *testing.T) {
 	select {
 	case err = <-failed:
 	case <-time.After(b.ServerFreesAfter):
-		t.Fatalf("a Lock waiting on a frozen backend still waited %v after the freeze", b.ServerFreesAfter)
+		t.Fatalf("a wait on a frozen backend still waited %v after the freeze", b.ServerFreesAfter)
 	}
 	took := time.Since(frozen)
 	require.Error(t, err)
 	require.NoError(t, ctx.Err())
 	require.NotErrorIs(t, err, context.DeadlineExceeded, "not the caller's ctx")
+	require.Equal(t, 1, strings.Count(err.Error(), "advisory:"), "one prefix: %v", err)
 	require.Less(t, took, b.HeartbeatTold+time.Second+5*time.Second, "within HeartbeatTold, the cancel grace and slack")
 	t.Logf("the wait failed %v after the freeze (HeartbeatTold %v): %v", took.Round(time.Millisecond), b.HeartbeatTold, err)
 
