@@ -177,11 +177,15 @@ func NewWithConfig(ctx context.Context, cfg *pgxpool.Config, opts ...Option) (*M
 
 // Bounds returns the loss-detection timings the Manager's keepalive settings give. Its
 // Proxied field is set once a connection of the Manager was found to go through a proxy,
-// TransactionPooler once that proxy was found to be a transaction pooler.
+// TransactionPooler once that proxy was found to be a transaction pooler; HeartbeatTold
+// is set where the Manager beats (WithHeartbeat, and by default behind a proxy).
 func (m *Manager) Bounds() Bounds {
 	b := computeBounds(m.set.clientKeepalive, m.set.serverKeepalive)
-	b.Proxied = m.proxy.proxied.Load()
+	b.Proxied = m.proxy.inPath()
 	b.TransactionPooler = m.proxy.txPooled.Load()
+	if m.set.heartbeat > 0 {
+		b.HeartbeatTold = m.set.heartbeat + beatTimeout
+	}
 	return b
 }
 

@@ -225,7 +225,7 @@ func openPool(ctx context.Context, cfg *pgxpool.Config, set *settings, ps *proxy
 			err = fmt.Errorf("%w"+sessionHint, err)
 		}
 		if err == nil {
-			err = set.forHolding(kind, ps.proxied.Load())
+			err = set.forHolding(kind, ps.inPath())
 		}
 		if err == nil {
 			err = set.forSharing(kind)
