@@ -71,7 +71,10 @@ var (
 	// servers, or a proxy or multi-host string while a cluster switches over to a new
 	// primary. It is retryable: once the switchover is over, New succeeds. Through a
 	// proxy that spreads connections over independent servers no lock can be held:
-	// connect to the primary alone. (It is never reported as ErrUnsupportedServer.)
+	// connect to the primary alone. (It is never reported as ErrUnsupportedServer.) Any
+	// call that opens a connection returns it for a primary on an older timeline than
+	// one the Manager has reached: a primary deposed by a promotion and writable again
+	// (a split brain), where a lock would exclude nobody locking on the new primary.
 	ErrServerChanged = errors.New("advisory: the connections reached different servers")
 
 	// ErrTransactionHolding means a call needs what only a lock held on a server session

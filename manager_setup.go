@@ -24,13 +24,14 @@ const ownerSetting = "advisory.owner"
 // lookSQL runs first on every new connection, before anything is changed on the server:
 // whose backend this is, whether it is a standby, whether another client already left a
 // token on it, the two ends of the TCP connection as the backend sees them (empty
-// and 0 over a Unix socket; see directPath), and the database's oid (for work tags, see
-// workTag).
+// and 0 over a Unix socket; see directPath), the database's oid (for work tags, see
+// workTag), and a primary's timeline (see proxyState.noteTimeline).
 const lookSQL = "SELECT pg_catalog.pg_backend_pid(), pg_catalog.pg_is_in_recovery(), " +
 	"coalesce(pg_catalog.current_setting('" + ownerSetting + "', true), ''), " +
 	"coalesce(pg_catalog.host(pg_catalog.inet_client_addr()), ''), coalesce(pg_catalog.inet_client_port(), 0), " +
 	"coalesce(pg_catalog.host(pg_catalog.inet_server_addr()), ''), coalesce(pg_catalog.inet_server_port(), 0), " +
-	"(SELECT oid FROM pg_catalog.pg_database WHERE datname OPERATOR(pg_catalog.=) pg_catalog.current_database())"
+	"(SELECT oid FROM pg_catalog.pg_database WHERE datname OPERATOR(pg_catalog.=) pg_catalog.current_database()), " +
+	"CASE WHEN pg_catalog.pg_is_in_recovery() THEN 0 ELSE " + timelineSQL + " END"
 
 // setUp prepares a new pool connection for locking. It refuses a standby. Before it
 // changes any setting on the server (which would leak to other clients of a shared
@@ -49,6 +50,9 @@ func setUp(ctx context.Context, conn *pgx.Conn, set *settings, ps *proxyState) e
 	}
 	seen, err := lookAt(ctx, pg, reported)
 	if err != nil {
+		return err
+	}
+	if err := ps.noteTimeline(seen.timeline); err != nil {
 		return err
 	}
 	var settings [][2]string
@@ -173,6 +177,7 @@ type look struct {
 	clientAddr, serverAddr string // "" over a Unix socket
 	clientPort, serverPort uint32 // 0 over a Unix socket
 	dbOID                  uint32 // the database's oid
+	timeline               uint32 // a primary's timeline (0 on a standby)
 }
 
 // directPath reports whether the backend's end of the connection is the very socket this
@@ -233,7 +238,7 @@ func applySQL(settings [][2]string, pid uint32) string {
 
 // parseLook reads lookSQL's one row.
 func parseLook(rows []*pgconn.Result) (look, error) {
-	row, err := onlyRow(rows, 8, lookSQL)
+	row, err := onlyRow(rows, 9, lookSQL)
 	if err != nil {
 		return look{}, err
 	}
@@ -248,6 +253,9 @@ func parseLook(rows []*pgconn.Result) (look, error) {
 		return look{}, err
 	}
 	if l.dbOID, err = parseUint32(row[7], "the database's oid"); err != nil {
+		return look{}, err
+	}
+	if l.timeline, err = parseUint32(row[8], "the timeline"); err != nil {
 		return look{}, err
 	}
 	return l, nil

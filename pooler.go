@@ -117,12 +117,13 @@ const probeRounds = 8
 // server. It is shared by every connection's setup and the Manager.
 type proxyState struct {
 	logger   *slog.Logger
-	holding  Holding      // what the Manager was asked for (WithHolding)
-	blind    bool         // tests only: the probe finds nothing (see export_test.go)
-	proxied  atomic.Bool  // a proxy that answers the startup with a BackendKeyData of its own
-	spliced  atomic.Bool  // a TCP proxy that passes the server's through (see notePath)
-	txPooled atomic.Bool  // a transaction pooler: client connections share server sessions
-	chosen   atomic.Int32 // the Holding New chose, once chosen (0 before: HoldingAuto)
+	holding  Holding       // what the Manager was asked for (WithHolding)
+	blind    bool          // tests only: the probe finds nothing (see export_test.go)
+	proxied  atomic.Bool   // a proxy that answers the startup with a BackendKeyData of its own
+	spliced  atomic.Bool   // a TCP proxy that passes the server's through (see notePath)
+	txPooled atomic.Bool   // a transaction pooler: client connections share server sessions
+	chosen   atomic.Int32  // the Holding New chose, once chosen (0 before: HoldingAuto)
+	timeline atomic.Uint32 // the newest primary timeline a connection reached (see noteTimeline)
 	warn     sync.Once
 	// cancels keeps the Manager's cancel connections open until the server answers them:
 	// an abandoned cancel crashes PgBouncer 1.18 (see cancelreq.Cancels).

@@ -2,6 +2,7 @@ package faults_test
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -69,6 +70,57 @@ func TestTokensNeverRepeatAcrossAnAsynchronousPromotion(t *testing.T) {
 	require.ErrorIs(t, checkOn(t, promoted, standby.DSN(), name, lost), advisory.ErrStaleToken)
 	next := takeToken(t, promoted, name)
 	require.Equal(t, fresh+1, next, "tokens of one timeline count by one")
+
+	// The old primary is still up and writable: a split brain. A Manager that has
+	// reached the new primary must never lock on it.
+	neverOnTheDeposed(t, standby.DSN(), primary.DSN(), name)
+}
+
+// neverOnTheDeposed: a Manager with a multi-host DSN (the promoted server first, the
+// deposed one second) locks on the promoted server, which then stops accepting
+// connections to its database; the pool's next connections reach the deposed primary,
+// on an older timeline, and every Lock there fails with ErrServerChanged (issue 44,
+// item 5: a Manager held a lock on a deposed primary while another held it on the new
+// one).
+func neverOnTheDeposed(t *testing.T, promotedDSN, deposedDSN, name string) {
+	ctx := ctxT(t, time.Minute)
+	m, err := advisory.New(ctx, multiHost(t, promotedDSN, deposedDSN)+" connect_timeout=5")
+	require.NoError(t, err)
+	defer m.Close()
+	l, err := m.Lock(ctx, name+"/promoted")
+	require.NoError(t, err)
+	defer l.Unlock(ctx)
+	require.Equal(t, []uint32{l.PID()}, holdersAt(t, promotedDSN, l.Key()))
+
+	db := parse(t, promotedDSN).Database
+	cfg, err := pgx.ParseConfig(promotedDSN)
+	require.NoError(t, err)
+	cfg.Database = "template1" // a database may not disallow connections to itself from a session of its own
+	admin, err := pgx.ConnectConfig(ctx, cfg)
+	require.NoError(t, err)
+	defer admin.Close(context.Background())
+	_, err = admin.Exec(ctx, "ALTER DATABASE "+pgx.Identifier{db}.Sanitize()+" ALLOW_CONNECTIONS false")
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		admin.Exec(context.Background(), "ALTER DATABASE "+pgx.Identifier{db}.Sanitize()+" ALLOW_CONNECTIONS true")
+	})
+	// The pool's idle connections to the promoted server go, so that the next Locks
+	// connect anew.
+	_, err = admin.Exec(ctx, "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE backend_type = "+
+		"'client backend' AND pid <> pg_backend_pid() AND pid <> $1", int32(l.PID()))
+	require.NoError(t, err)
+	key := advisory.KeyOf(name + "/deposed")
+	refused := false
+	for i := 0; i < 10 && !refused; i++ {
+		other, err := m.Lock(ctx, name+"/deposed")
+		require.Error(t, err, "a Lock was granted, on the deposed primary")
+		if other != nil {
+			other.Unlock(ctx)
+		}
+		refused = errors.Is(err, advisory.ErrServerChanged)
+	}
+	require.True(t, refused, "no Lock reached the deposed primary to be refused")
+	require.Empty(t, holdersAt(t, deposedDSN, key), "a lock was taken on the deposed primary")
 }
 
 // takeToken takes name's lock on m, its token, and unlocks.
