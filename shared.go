@@ -33,7 +33,11 @@ import (
 // once it holds nothing. A shared session sends the tries and unlocks queued for it in
 // one statement, so a process needs one shared session per 64 calls in flight, plus one
 // connection per wait ([WithWaitSessions] bounds those on keys that are merely held),
-// not one per held lock: see docs/scale.md. It does not block.
+// not one per held lock: see docs/scale.md. Connections follow the calls in flight, not
+// the holdings: a burst of Locks taken at once opens shared sessions as its calls queue
+// (up to the pool's pool_max_conns, the cap to set for bursts), and a session goes back
+// to the pool only once it holds nothing, so the holdings a burst leaves can stay spread
+// over the sessions it opened. It does not block.
 //
 // What sharing a session costs:
 //   - a shared fate: if the session is lost (terminated, cut off, its server restarted),
