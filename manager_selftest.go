@@ -170,7 +170,8 @@ func enforcedVerdict(both string, berr error, firstLost bool) error {
 }
 
 // secondTry tries the key on a new plain connection, and releases it at once if it got
-// it, in one statement: "t" if it got it, and the backend it ran on.
+// it, in one statement: "t" if it got it, "" if the statement ran on a standby, and the
+// backend it ran on.
 func secondTry(ctx context.Context, cc *pgconn.Config, key string) (string, uint32, error) {
 	other, err := pgconn.ConnectConfig(ctx, cc.Copy())
 	if err != nil {
@@ -178,8 +179,11 @@ func secondTry(ctx context.Context, cc *pgconn.Config, key string) (string, uint
 	}
 	defer other.Close(ctx)
 	var pid uint32
-	got, err := oneBoolOfLast(other.Exec(ctx, "SELECT pg_catalog.pg_backend_pid(), CASE WHEN pg_catalog.pg_try_advisory_lock("+
-		key+") THEN pg_catalog.pg_advisory_unlock("+key+") ELSE false END"), &pid)
+	// A standby grants the key locally: a load balancer (Pgpool-II) that sent the second
+	// session's statement there proves nothing, so the statement answers NULL there
+	// (inconclusive) and takes nothing.
+	got, err := oneBoolOfLast(other.Exec(ctx, "SELECT pg_catalog.pg_backend_pid(), CASE WHEN "+inRecovery+
+		" THEN NULL WHEN pg_catalog.pg_try_advisory_lock("+key+") THEN pg_catalog.pg_advisory_unlock("+key+") ELSE false END"), &pid)
 	return got, pid, err
 }
 
