@@ -154,3 +154,28 @@ func (c *pgpoolCount) managed(ctx context.Context, dsn, name string) {
 		}
 	}
 }
+
+// TestPgpoolRoutedToThePrimary: the fix docs/guarantees.md gives a Pgpool-II user whose
+// sessions' reads may go to a standby: app_name_redirect_preference_list sends every
+// statement of the client's application_name to the primary. With the function-list
+// configuration, where lock statements are otherwise balanced, every Manager and every
+// transaction lock then holds on the primary: no ErrStandby, nothing on the standby.
+func TestPgpoolRoutedToThePrimary(t *testing.T) {
+	pgtest.Need(t, srv, startErr)
+	pp, sb := pgtest.PgpoolForTest(t, srv, pgtest.PgpoolFunctionList,
+		"app_name_redirect_preference_list = 'locker:primary'")
+	ctx := ctxT(t)
+	standby, err := pgx.Connect(ctx, sb.DSN())
+	require.NoError(t, err)
+	defer standby.Close(context.Background())
+	c := &pgpoolCount{t: t, standby: standby}
+	dsn := pgtest.WithPairs(pp.DSN(), "application_name=locker")
+	for i := range pgpoolManagers / 2 {
+		name := fmt.Sprintf("%s/%d", t.Name(), i)
+		c.xact(ctx, dsn, name)
+		c.managed(ctx, dsn, name)
+	}
+	t.Logf("critical sections on the primary: %d", c.held)
+	assert.Zero(t, c.refused+c.newRefused, "lock statements sent to the standby")
+	assert.Equal(t, pgpoolManagers/2*(20+10), c.held)
+}

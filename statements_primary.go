@@ -43,6 +43,6 @@ const (
 func standbyError() error {
 	return fmt.Errorf("%w: the lock statement ran on a server in recovery and took nothing there: a load "+
 		"balancer in the path (Pgpool-II with load_balance_mode?) sent it to a standby; connect to the primary, or "+
-		"have the load balancer send this client's statements there (Pgpool-II: app_name_redirect_preference_list "+
-		"or write_function_list, see docs/guarantees.md)", ErrStandby)
+		"have the load balancer send this client's statements there (Pgpool-II: app_name_redirect_preference_list, "+
+		"see docs/guarantees.md)", ErrStandby)
 }

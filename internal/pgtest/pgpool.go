@@ -63,8 +63,9 @@ type Pgpool struct {
 // loopback ports for its listener and PCP) in front of primary and standby (a standby of
 // primary, see [StartStandby]), with conf. It blocks until Pgpool-II serves a query and
 // has found the primary among its backends, or ctx ends. It returns an error wrapping
-// [ErrUnavailable] when pgpool is not installed. On error nothing is left running.
-func StartPgpool(ctx context.Context, primary *Server, standby *Standby, conf PgpoolConfig) (*Pgpool, error) {
+// [ErrUnavailable] when pgpool is not installed. extra lines go at the end of pgpool.conf
+// (a later setting overrides an earlier one). On error nothing is left running.
+func StartPgpool(ctx context.Context, primary *Server, standby *Standby, conf PgpoolConfig, extra ...string) (*Pgpool, error) {
 	bin, err := pgpoolBinary()
 	if err != nil {
 		return nil, err
@@ -80,7 +81,7 @@ func StartPgpool(ctx context.Context, primary *Server, standby *Standby, conf Pg
 	var lastErr error
 	for try := 0; try < 3; try++ { // a free port may be taken before pgpool binds it
 		p := &Pgpool{user: up.User, db: up.Database}
-		if lastErr = p.start(ctx, bin, up, sb, conf); lastErr == nil {
+		if lastErr = p.start(ctx, bin, up, sb, conf, extra); lastErr == nil {
 			return p, nil
 		}
 		if !strings.Contains(lastErr.Error(), "Address already in use") {
@@ -100,7 +101,7 @@ func pgpoolBinary() (string, error) {
 	return "", fmt.Errorf("%w: pgpool is not installed (Debian: apt-get install pgpool2)", ErrUnavailable)
 }
 
-func (p *Pgpool) start(ctx context.Context, bin string, up, sb *pgconn.Config, conf PgpoolConfig) error {
+func (p *Pgpool) start(ctx context.Context, bin string, up, sb *pgconn.Config, conf PgpoolConfig, extra []string) error {
 	dir, err := os.MkdirTemp("/tmp", "pgp")
 	if err != nil {
 		return err
@@ -114,7 +115,7 @@ func (p *Pgpool) start(ctx context.Context, bin string, up, sb *pgconn.Config, c
 		p.pcp, err = pglocal.FreePort()
 	}
 	if err == nil {
-		err = p.writeConfig(up, sb, conf, cred)
+		err = p.writeConfig(up, sb, conf, extra, cred)
 	}
 	if err == nil {
 		err = p.run(bin, cred)

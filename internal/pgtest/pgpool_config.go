@@ -26,8 +26,9 @@ const PgpoolWriteFunctions = "nextval,setval"
 //     'transaction', statement_level_load_balance = off: a session's reads go to the
 //     backend chosen when it connected);
 //   - num_init_children = 32 (the default: at most 32 clients at once), max_pool = 1;
-//   - no pool_hba, no pool_passwd: the servers' trust authentication decides.
-func (p *Pgpool) writeConfig(up, sb *pgconn.Config, conf PgpoolConfig, cred *syscall.Credential) error {
+//   - no pool_hba, no pool_passwd: the servers' trust authentication decides;
+//   - then the caller's extra lines.
+func (p *Pgpool) writeConfig(up, sb *pgconn.Config, conf PgpoolConfig, extra []string, cred *syscall.Credential) error {
 	lines := []string{
 		"backend_clustering_mode = 'streaming_replication'",
 		"listen_addresses = '127.0.0.1'",
@@ -65,6 +66,7 @@ func (p *Pgpool) writeConfig(up, sb *pgconn.Config, conf PgpoolConfig, cred *sys
 	if conf == PgpoolFunctionList {
 		lines = append(lines, "write_function_list = '"+PgpoolWriteFunctions+"'", "allow_sql_comments = on")
 	}
+	lines = append(lines, extra...)
 	files := map[string]string{
 		"pgpool.conf":   strings.Join(lines, "\n") + "\n",
 		"pcp.conf":      "",
