@@ -29,9 +29,10 @@ const ownedBy = "pg_catalog.current_setting('" + ownerSetting + "', true) OPERAT
 // tryLock and unlock also take the connection's token as $2 and return, besides
 // pg_backend_pid(), NULL when the statement ran on a backend that is not the
 // connection's own (and so did nothing); lock and tryLock return pid 0 on a standby,
-// where they take nothing (see statements_primary.go). On a direct connection (see look.directPath)
-// they take only the key and return only the lock function's result: no other backend
-// can be reached there, and the check would cost the server work on every statement.
+// where they take nothing (see statements_primary.go). On a direct connection (see
+// look.directPath) they take only the key and return only the lock function's result: no
+// other backend can be reached there, and the check would cost the server work on every
+// statement.
 type statements struct {
 	lock, tryLock string // may carry the name comment (see nameComment)
 	unlock        string
