@@ -22,8 +22,12 @@ import (
 // primary. Like the other tests that start servers, these do not run in parallel.
 
 // pgpoolManagers is how many Managers (each its own Pgpool sessions, with their
-// load-balance node drawn at random: the standby for about one in two) a test makes.
-const pgpoolManagers = 12
+// load-balance node drawn at random: the standby for about one in two) a test makes, and
+// pgpoolRounds how many times each runs every form of lock.
+const (
+	pgpoolManagers = 12
+	pgpoolRounds   = 10
+)
 
 // TestPgpoolIsASessionProxy reproduces issue 44 item 6's misdetection: through Pgpool-II
 // with its defaults, the library took Pgpool for a transaction pooler in 7 of 13
@@ -120,7 +124,7 @@ func (c *pgpoolCount) xact(ctx context.Context, dsn, name string) {
 		"XactLock": advisory.XactLock, "TryXactLock": advisory.TryXactLock,
 		"XactLockShared": advisory.XactLockShared, "TryXactLockShared": advisory.TryXactLockShared,
 	}
-	for range 5 {
+	for range pgpoolRounds {
 		for form, lock := range forms {
 			tx, err := conn.Begin(ctx)
 			require.NoError(c.t, err)
@@ -130,9 +134,9 @@ func (c *pgpoolCount) xact(ctx context.Context, dsn, name string) {
 	}
 }
 
-// managed runs Lock, TryLock and a Session's lock through a fresh Manager: New refuses a
-// Pgpool session whose statements go to the standby (ErrStandby), or every lock holds
-// the key on the primary.
+// managed runs Lock, TryLock and a Session's Lock through a fresh Manager: New refuses a
+// Pgpool session whose statements go to the standby (ErrStandby), or it holds by session
+// (Pgpool is no transaction pooler) and every lock holds the key on the primary.
 func (c *pgpoolCount) managed(ctx context.Context, dsn, name string) {
 	m, err := advisory.New(ctx, dsn)
 	c.onStandby(ctx, "New")
@@ -142,8 +146,9 @@ func (c *pgpoolCount) managed(ctx context.Context, dsn, name string) {
 	}
 	require.NoError(c.t, err)
 	defer m.Close()
+	assert.Equal(c.t, advisory.HoldingSession, m.Holding(), "Pgpool-II is no transaction pooler")
 	key := advisory.KeyOf(name)
-	for range 5 {
+	for range pgpoolRounds {
 		l, err := m.Lock(ctx, name)
 		if c.settle(ctx, "Lock", key, err) {
 			require.NoError(c.t, l.Unlock(ctx))
@@ -151,6 +156,18 @@ func (c *pgpoolCount) managed(ctx context.Context, dsn, name string) {
 		l, err = m.TryLock(ctx, name)
 		if c.settle(ctx, "TryLock", key, err) {
 			require.NoError(c.t, l.Unlock(ctx))
+		}
+	}
+	s, err := m.Session(ctx)
+	if errors.Is(err, advisory.ErrStandby) {
+		c.refused++
+		return
+	}
+	require.NoError(c.t, err)
+	defer s.Close(ctx)
+	for range pgpoolRounds {
+		if c.settle(ctx, "Session.Lock", key, s.Lock(ctx, name)) {
+			require.NoError(c.t, s.Unlock(ctx, name))
 		}
 	}
 }
@@ -177,5 +194,5 @@ func TestPgpoolRoutedToThePrimary(t *testing.T) {
 	}
 	t.Logf("critical sections on the primary: %d", c.held)
 	assert.Zero(t, c.refused+c.newRefused, "lock statements sent to the standby")
-	assert.Equal(t, pgpoolManagers/2*(20+10), c.held)
+	assert.Equal(t, pgpoolManagers/2*pgpoolRounds*(4+3), c.held)
 }
