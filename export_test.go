@@ -69,6 +69,7 @@ func LockTextsForTest(key Key, token string) []LockTextForTest {
 			out = append(out,
 				LockTextForTest{"lock", st.lock, []any{int64(key), token}},
 				LockTextForTest{"tryLock", st.tryLock, []any{int64(key), token}},
+				LockTextForTest{"unlock", st.unlock, []any{int64(key), token}},
 				LockTextForTest{"tx lock", tx.lock, nil},
 				LockTextForTest{"tx tryLock", tx.tryLock, nil})
 		}

@@ -43,7 +43,7 @@ func checkEnforced(ctx context.Context, conn *pgxpool.Conn, cc *pgconn.Config, k
 	key := rand.Int64()
 	owned := "CASE WHEN pg_catalog.current_setting('" + ownerSetting + "', true) OPERATOR(pg_catalog.=) '" + token + "' THEN "
 	lit := strconv.FormatInt(key, 10)
-	got, err := oneBool(pg.Exec(ctx, "SELECT "+owned+"pg_catalog.pg_try_advisory_lock("+lit+") END").ReadAll())
+	got, err := oneBool(pg.Exec(ctx, "SELECT "+owned+"pg_catalog.pg_try_advisory_lock("+lit+") END, "+inRecovery).ReadAll())
 	switch {
 	case err != nil:
 		return fmt.Errorf("advisory: check that the server enforces advisory locks: %w", err)
@@ -54,7 +54,7 @@ func checkEnforced(ctx context.Context, conn *pgxpool.Conn, cc *pgconn.Config, k
 		return nil // held elsewhere: refused, which is enforcement enough
 	}
 	both, bpid, berr := secondTry(ctx, cc, lit)
-	released, uerr := oneBool(pg.Exec(ctx, "SELECT "+owned+"pg_catalog.pg_advisory_unlock("+lit+") END").ReadAll())
+	released, uerr := oneBool(pg.Exec(ctx, "SELECT "+owned+"pg_catalog.pg_advisory_unlock("+lit+") END, "+inRecovery).ReadAll())
 	switch {
 	case berr == nil && bpid == pid:
 		takeBack(ctx, conn, pid, token, key, logger)
@@ -202,15 +202,22 @@ func oneBoolOfLast(mrr *pgconn.MultiResultReader, pid *uint32) (string, error) {
 	return got, err
 }
 
-// oneBool returns the text of the single value a one-row query returned ("t", "f", or ""
-// for NULL).
+// oneBool returns the text of the first value a one-row self-test statement returned
+// ("t", "f", or "" for NULL). The second is pg_is_in_recovery(): a statement that a load
+// balancer (Pgpool-II, balancing each statement) sent to a standby, where the connection's
+// token is not, did nothing there and is no sign of sharing; it fails with ErrStandby.
 func oneBool(rows []*pgconn.Result, err error) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	row, err := onlyRow(rows, 1, "the self-test statement")
-	if err != nil {
+	row, err := onlyRow(rows, 2, "the self-test statement")
+	switch {
+	case err != nil:
 		return "", err
+	case string(row[1]) == "t":
+		return "", fmt.Errorf("%w: a self-test statement ran on a server in recovery: a load balancer in the path "+
+			"(Pgpool-II with load_balance_mode?) sends this connection's statements to a standby; connect to the "+
+			"primary, or have the load balancer send this client's statements there (see docs/guarantees.md)", ErrStandby)
 	}
 	return string(row[0]), nil
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/assert"
@@ -62,22 +63,30 @@ func TestPgpoolIsASessionProxy(t *testing.T) {
 // "held" the key there while it was held on the primary. Many critical sections through
 // Pgpool, with every form, must never see the key granted on the standby (its own
 // pg_locks, read directly); a lock statement that Pgpool sends to the standby fails with
-// ErrStandby, and one that reaches the primary holds the key there.
+// ErrStandby, and one that reaches the primary holds the key there. With
+// statement_level_load_balance, Pgpool chooses the server of each statement anew: a
+// Manager's lock statements then meet the standby after a set-up on the primary.
 func TestPgpoolNeverLocksOnTheStandby(t *testing.T) {
 	pgtest.Need(t, srv, startErr)
-	pp, sb := pgtest.PgpoolForTest(t, srv, pgtest.PgpoolFunctionList)
+	t.Run("session-level", func(t *testing.T) { pgpoolNeverOnTheStandby(t) })
+	t.Run("statement-level", func(t *testing.T) { pgpoolNeverOnTheStandby(t, "statement_level_load_balance = on") })
+}
+
+func pgpoolNeverOnTheStandby(t *testing.T, extra ...string) {
+	pp, sb := pgtest.PgpoolForTest(t, srv, pgtest.PgpoolFunctionList, extra...)
 	ctx := ctxT(t)
 	standby, err := pgx.Connect(ctx, sb.DSN())
 	require.NoError(t, err)
 	defer standby.Close(context.Background())
-	c := &pgpoolCount{t: t, standby: standby}
+	c := &pgpoolCount{t: t, standby: standby, perStatement: len(extra) > 0}
 	for i := range pgpoolManagers {
 		name := fmt.Sprintf("%s/%d", t.Name(), i)
 		c.xact(ctx, pp.DSN(), name)
 		c.managed(ctx, pp.DSN(), name)
 	}
 	t.Logf("critical sections on the primary: %d; lock statements refused with ErrStandby: %d; Managers refused "+
-		"by New with ErrStandby: %d", c.held, c.refused, c.newRefused)
+		"by New with ErrStandby: %d; unlocks refused with ErrStandby: %d", c.held, c.refused, c.newRefused, c.unlockRefused)
+
 	assert.Positive(t, c.held, "some sessions' lock statements reach the primary")
 	assert.Positive(t, c.refused+c.newRefused, "some sessions' lock statements are balanced to the standby")
 }
@@ -87,6 +96,24 @@ type pgpoolCount struct {
 	t                         *testing.T
 	standby                   *pgx.Conn // straight to the standby
 	held, refused, newRefused int
+	unlockRefused             int  // statement-level balancing: an unlock sent to the standby
+	perStatement              bool // Pgpool balances each statement (statement_level_load_balance)
+}
+
+// unlocked checks how an Unlock ended: nil, or, where Pgpool balances each statement,
+// ErrStandby or ErrPooler (an unlock or clean-up statement went to the standby and did
+// nothing there: the connection is closed, which releases the lock on the primary). It
+// reports whether the holder may go on; if not, it waits until the primary has freed key
+// (the closed connection's backend exits), so that the next try does not find it held.
+func (c *pgpoolCount) unlocked(err error, what string, key advisory.Key) bool {
+	c.t.Helper()
+	if c.perStatement && (errors.Is(err, advisory.ErrStandby) || errors.Is(err, advisory.ErrPooler)) {
+		c.unlockRefused++
+		eventually(c.t, 10*time.Second, func() bool { return len(lockRows(c.t, key)) == 0 }, "%s: key %d freed", what, key)
+		return false
+	}
+	require.NoError(c.t, err, what)
+	return true
 }
 
 // onStandby fails the test if the standby's pg_locks shows any advisory lock granted.
@@ -151,11 +178,11 @@ func (c *pgpoolCount) managed(ctx context.Context, dsn, name string) {
 	for range pgpoolRounds {
 		l, err := m.Lock(ctx, name)
 		if c.settle(ctx, "Lock", key, err) {
-			require.NoError(c.t, l.Unlock(ctx))
+			c.unlocked(l.Unlock(ctx), "Unlock", key)
 		}
 		l, err = m.TryLock(ctx, name)
 		if c.settle(ctx, "TryLock", key, err) {
-			require.NoError(c.t, l.Unlock(ctx))
+			c.unlocked(l.Unlock(ctx), "Unlock", key)
 		}
 	}
 	s, err := m.Session(ctx)
@@ -166,8 +193,8 @@ func (c *pgpoolCount) managed(ctx context.Context, dsn, name string) {
 	require.NoError(c.t, err)
 	defer s.Close(ctx)
 	for range pgpoolRounds {
-		if c.settle(ctx, "Session.Lock", key, s.Lock(ctx, name)) {
-			require.NoError(c.t, s.Unlock(ctx, name))
+		if c.settle(ctx, "Session.Lock", key, s.Lock(ctx, name)) && !c.unlocked(s.Unlock(ctx, name), "Session.Unlock", key) {
+			return
 		}
 	}
 }

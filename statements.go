@@ -28,8 +28,8 @@ const ownedBy = "pg_catalog.current_setting('" + ownerSetting + "', true) OPERAT
 // Each takes the key as $1. On a connection that may not go straight to its backend, lock,
 // tryLock and unlock also take the connection's token as $2 and return, besides
 // pg_backend_pid(), NULL when the statement ran on a backend that is not the
-// connection's own (and so did nothing); lock and tryLock return pid 0 on a standby,
-// where they take nothing (see statements_primary.go). On a direct connection (see
+// connection's own (and so did nothing); they return pid 0 on a standby, where they do
+// nothing (see statements_primary.go). On a direct connection (see
 // look.directPath) they take only the key and return only the lock function's result: no
 // other backend can be reached there, and the check would cost the server work on every
 // statement.
@@ -105,17 +105,17 @@ func buildStatements(shared, pair, direct bool) statements {
 	// CASE evaluates its THEN branch only when the condition holds (a volatile function is
 	// never evaluated ahead of time). lock, tryLock and unlock also return
 	// pg_backend_pid(): a different backend than the connection's own is a proxy, too.
-	// lock and tryLock also prove that they run on a primary (see statements_primary.go):
-	// their pid is 0 on a standby, where they take nothing.
-	when, end := "SELECT pg_catalog.pg_backend_pid(), CASE WHEN "+ownedBy+" THEN ", " END"
-	take := lockRowStart + "CASE WHEN " + ownedOnPrimary + " THEN "
+	// They also prove that they run on a primary (see statements_primary.go): their pid
+	// is 0 on a standby, where they do nothing (an unlock there would release nothing of
+	// ours: the caller hears ErrStandby and closes the connection, which does).
+	when, end := lockRowStart+"CASE WHEN "+ownedOnPrimary+" THEN ", " END"
 	if direct {
-		when, take, end = "SELECT ", "SELECT ", ""
+		when, end = "SELECT ", ""
 	}
 	return statements{
 		direct:  direct,
-		lock:    take + "pg_catalog.pg_advisory_lock" + suffix + args + " IS NOT NULL" + end,
-		tryLock: take + "pg_catalog.pg_try_advisory_lock" + suffix + args + end,
+		lock:    when + "pg_catalog.pg_advisory_lock" + suffix + args + " IS NOT NULL" + end,
+		tryLock: when + "pg_catalog.pg_try_advisory_lock" + suffix + args + end,
 		unlock:  when + "pg_catalog.pg_advisory_unlock" + suffix + args + end,
 		// Unlock the key if, and only if, this backend holds it: unlike a bare unlock it
 		// leaves no WARNING in the server log when it does not.

@@ -10,9 +10,10 @@ import "fmt"
 // write_function_list, as its docs show, takes pg_advisory_xact_lock for a read and may
 // send it to a standby. So every lock statement that can reach a server other than the
 // one its connection's set-up checked proves, in the same statement, that it runs on a
-// primary: it takes nothing where pg_is_in_recovery() is true, and says so by returning
-// 0 as its backend pid (a backend's pid is never 0), which the library turns into
-// ErrStandby. The proof costs no round trip.
+// primary: it takes nothing where pg_is_in_recovery() is true (a session holding's
+// unlock releases nothing there either: the caller closes the connection, which does),
+// and says so by returning 0 as its backend pid (a backend's pid is never 0), which the
+// library turns into ErrStandby. The proof costs no round trip.
 //
 // A direct connection (see look.directPath) needs none: its socket ends at the very
 // backend its set-up found out of recovery, and a server never goes back into recovery
