@@ -65,6 +65,15 @@ var (
 	// pg_catalog's in the role's search_path).
 	ErrUnsupportedServer = errors.New("advisory: unsupported server version")
 
+	// ErrServerChanged is returned by New when its self-test's two connections, made
+	// with the same connection string, reached two different servers (told apart by
+	// address, port and postmaster start time): a proxy in round-robin over several
+	// servers, or a proxy or multi-host string while a cluster switches over to a new
+	// primary. It is retryable: once the switchover is over, New succeeds. Through a
+	// proxy that spreads connections over independent servers no lock can be held:
+	// connect to the primary alone. (It is never reported as ErrUnsupportedServer.)
+	ErrServerChanged = errors.New("advisory: the connections reached different servers")
+
 	// ErrTransactionHolding means a call needs what only a lock held on a server session
 	// of its own can do, and the Manager holds its locks as transactions (see
 	// [WithHolding]): a [Session] cannot release one of its locks while it holds others
@@ -145,6 +154,15 @@ var (
 	// gone. Token then returns no token (the next call takes a new one); a transaction's
 	// writes must be treated as in doubt.
 	ErrCommitUnconfirmed = errors.New("advisory: commit not confirmed: committed locally, durability unknown")
+
+	// ErrFencedStatement means fenced work ([Lock.BeginFunc], [Manager.DoTx],
+	// [Session.BeginFunc]) sent a statement that would end or leave the fenced
+	// transaction (BEGIN, COMMIT, ROLLBACK, END, PREPARE TRANSACTION, a release of the
+	// library's savepoint), change the lock connection's session (a session-level SET,
+	// RESET, set_config(..., false), DISCARD), or release advisory locks
+	// (pg_advisory_unlock*). The statement was refused before it reached the server; the
+	// transaction counts as failed and is rolled back when fn returns; the lock is kept.
+	ErrFencedStatement = errors.New("advisory: fenced work may not run this statement")
 )
 
 // LockedError is returned by TryLock when another session holds the lock. It wraps

@@ -87,3 +87,8 @@ func LockTextsForTest(key Key, token string) []LockTextForTest {
 		LockTextForTest{"tx Session lockAll", "BEGIN; " + txKeysSQL(m, ts, false), nil},
 		LockTextForTest{"tx Session tryLockAll", "BEGIN; " + txKeysSQL(m, ts, true), nil})
 }
+
+// PooledWorkAppNameForTest is the application_name that WorkConnString, WorkEnv and
+// WorkConfig give work that may reach its server through a transaction pooler: the
+// holding's tag with the pooled mark, then base.
+func PooledWorkAppNameForTest(l *Lock, base string) string { return l.workName(base, true) }

@@ -13,12 +13,18 @@ import (
 //
 // It blocks until fn has returned and the transaction has ended. ctx governs the
 // transaction: if it ends before fn runs, fn is not run; if it ends while fn runs, the
-// transaction is rolled back; the lock is kept either way. Once fn has returned nil with
+// transaction is rolled back; the lock is kept either way, unless the server does not
+// answer within the cancel grace ([WithCancelGrace]) after ctx ends: then the
+// connection is closed and the lock lost, and nothing of fn's commits. Once fn has returned nil with
 // ctx live, COMMIT is sent and not interrupted. It returns nil if the commit is confirmed,
 // an error wrapping [ErrCommitUnconfirmed] if the server could not confirm it, fn's error
 // (rolled back), or an error wrapping [ErrLockLost] (nothing committed) or [ErrNotHeld]. A
-// panic in fn rolls back, keeps the lock and goes on. fn must not keep tx, begin on
-// tx.Conn(), or call this Lock's Unlock, Token or BeginFunc. On a re-entered Lock it runs
+// panic in fn rolls back, keeps the lock and goes on. tx refuses, unsent, statements that
+// would end the transaction, change the session or release advisory locks
+// ([ErrFencedStatement]); such a refusal, or a failed statement fn ignored
+// (pgx.ErrTxCommitRollback), rolls fn's work back and keeps the lock. fn must not keep tx,
+// send such statements through tx.Conn(), or call this Lock's Unlock, Token or
+// BeginFunc. On a re-entered Lock it runs
 // on the holding's connection, and fails at once with [ErrNotReentrant] while a
 // BeginFunc of the holding runs fn (it would wait for that transaction).
 func (l *Lock) BeginFunc(ctx context.Context, fn func(pgx.Tx) error) error {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strconv"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
 )
@@ -108,6 +109,19 @@ func (txLease) unlock(p *pin, ctx context.Context, keep bool) error {
 }
 
 func (txLease) idle() byte { return 'T' }
+
+// snapshotFree returns args, preceded by pgx's simple-protocol mode when the connection
+// is inside a transaction (a transaction holding's): a statement sent in the extended
+// protocol leaves its unnamed portal open until the next statement or the transaction's
+// end, and the portal keeps its snapshot, so the idle holding would show a backend_xmin
+// that makes CREATE INDEX CONCURRENTLY wait for it and holds back vacuum. The simple
+// protocol leaves no portal.
+func (p *pin) snapshotFree(args ...any) []any {
+	if p.pg.TxStatus() == 'I' {
+		return args
+	}
+	return append([]any{pgx.QueryExecModeSimpleProtocol}, args...)
+}
 
 // keeps: writes made in the holding transaction belong to the holding that made them,
 // which commits them at its Unlock; the transaction cannot pass on to another.

@@ -53,7 +53,8 @@ type LockEvent struct {
 	// "canceled" (ctx ended), "pool_exhausted", "pooler", "standby", "closed" or "error";
 	// or why a lock ended (Ended): "released", or for a loss "terminated", "server_closed",
 	// "keepalive", "reset", "timeout" (an idle or transaction timeout of the server or a
-	// pooler; the error names the setting), "manager_closed" or "connection_failed".
+	// pooler; the error names the setting), "work_ended_tx" (fenced work ended the
+	// holding's transaction through tx.Conn()), "manager_closed" or "connection_failed".
 	Reason string
 	// Err is the error returned (NotAcquired) or the loss (Ended); nil otherwise.
 	Err error

@@ -162,6 +162,8 @@ func lossCause(err error) (code, words string) {
 		return "terminated", "the server terminated the session (pg_terminate_backend or shutdown)"
 	case errors.As(err, &pgErr) && (pgErr.Code == "25P03" || pgErr.Code == "25P04" || idleTransactionTimeout(pgErr)):
 		return "timeout", timeoutWords(pgErr)
+	case errors.Is(err, errWorkEndedTx):
+		return "work_ended_tx", errWorkEndedTx.Error()
 	case errors.As(err, &pgErr):
 		return "server_closed", "the server ended the session"
 	case errors.As(err, new(*silentBeat)):
@@ -196,7 +198,8 @@ func timeoutWords(e *pgconn.PgError) string {
 		return "the server's transaction_timeout ended the session"
 	}
 	return "the pooler ended the connection, idle in its transaction for longer than its idle_transaction_timeout " +
-		"(WithHeartbeat keeps a holding from looking idle)"
+		"(WithHeartbeat keeps a held lock from looking idle; fenced work (BeginFunc, DoTx) has the transaction " +
+		"meanwhile: keep its pauses between statements under that timeout)"
 }
 
 // lostError is a loss with its cause classified (see lossCause): it wraps ErrLockLost and

@@ -96,10 +96,26 @@ func setUp(ctx context.Context, conn *pgx.Conn, set *settings, ps *proxyState) e
 	pg.CustomData()[tokenKey] = token
 	pg.CustomData()[fdKey] = sockfd.FD(pg.Conn())
 	pg.CustomData()[dbOIDKey] = seen.dbOID
-	if !set.checkedOnly && seen.pid == pg.PID() && seen.directPath(pg.Conn()) {
-		pg.CustomData()[directKey] = true
+	if seen.pid == pg.PID() {
+		notePath(pg, seen, set, ps)
 	}
 	return nil
+}
+
+// notePath records what a connection whose startup named its own backend found about
+// its path. One that goes straight to its backend is marked direct (see isDirect). One
+// over TCP that does not is spliced by a TCP proxy (HAProxy in front of a Patroni
+// cluster, a userland port forwarder) or translated: the proxy passes the server's
+// BackendKeyData through, so only the two views of the connection's ends tell it, and
+// the client's keepalives may reach only the proxy, which answers them (see
+// settings.forHolding).
+func notePath(pg *pgconn.PgConn, seen look, set *settings, ps *proxyState) {
+	switch direct := seen.directPath(pg.Conn()); {
+	case direct && !set.checkedOnly:
+		pg.CustomData()[directKey] = true
+	case !direct && pg.Conn().LocalAddr().Network() == "tcp":
+		ps.noteSpliced()
+	}
 }
 
 // txPooledConn records what the set-up of a connection through a transaction pooler found.

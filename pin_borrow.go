@@ -178,6 +178,9 @@ func (p *pin) hungUp() {
 	cause := sockfd.Err(p.txFD)
 	if cause == nil {
 		cause = errPeerClosed
+		if e := pendingError(p.txFD); e != nil { // why the peer closed, if it said (see loss_peek.go)
+			cause = e
+		}
 	}
 	sockfd.Shutdown(p.txFD)
 	p.err = p.lossError(cause, " (seen during a transaction)")

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -56,15 +58,38 @@ func (p *pin) inTx(ctx context.Context, opts pgx.TxOptions, fn func(pgx.Tx) erro
 		return false, err
 	}
 	*txp = tx
-	if err := fn(tx); err != nil {
+	g := guard(tx)
+	if err := fn(g); err != nil {
 		rollback(tx)
 		return false, err
+	}
+	if p.pg.TxStatus() == 'I' { // ended through tx.Conn(): see endedByWork
+		*txp = nil
+		return false, p.endedByWork()
+	}
+	if err := g.failed(); err != nil {
+		rollback(tx)
+		return false, fmt.Errorf("advisory: the fenced work was rolled back (fn returned nil after a refused "+
+			"statement): %w", err)
 	}
 	if err := ctx.Err(); err != nil {
 		rollback(tx)
 		return false, err
 	}
 	return p.lease.commitFn(p, ctx, tx)
+}
+
+// endedByWork is inTx's error when fn's work ended the transaction itself, through
+// statements the guard could not read (tx.Conn()). On a transaction holding that ended
+// the lock: the error is the loss's cause (endTx finds the connection out of its holding
+// transaction and ends the holding). On a session holding the lock is kept, but the
+// statements fn sent after that end ran unfenced.
+func (p *pin) endedByWork() error {
+	if p.lease.kind() == HoldingTransaction {
+		return errWorkEndedTx
+	}
+	return errors.New("advisory: fenced work ended its transaction itself (a COMMIT or ROLLBACK sent through " +
+		"tx.Conn()): what it ran after that was not fenced")
 }
 
 // commit commits tx, a transaction of its own on the held session (see begin), and
@@ -101,9 +126,12 @@ func (p *pin) begin(ctx context.Context, opts pgx.TxOptions) (pgx.Tx, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	// BEGIN never waits on the server; a stalled network fails it within the keepalive
-	// bound. So no timer: an uncancellable ctx also spares pgx's context watcher.
-	tx, err := p.pc.BeginTx(context.WithoutCancel(ctx), opts)
+	// BEGIN never waits on a healthy server; a stalled network fails it within the
+	// keepalive bound; a hung server (a frozen backend, or one behind a proxy that answers
+	// the keepalives) is bounded by ctx plus the cancel grace (see afterGrace).
+	bctx, stop := p.afterGrace(ctx)
+	tx, err := p.pc.BeginTx(bctx, opts)
+	stop()
 	if err != nil {
 		return nil, err
 	}
@@ -111,6 +139,34 @@ func (p *pin) begin(ctx context.Context, opts pgx.TxOptions) (pgx.Tx, error) {
 		return nil, errors.Join(err, rollback(tx))
 	}
 	return tx, nil
+}
+
+// afterGrace returns the context for a statement that must not be interrupted when ctx
+// ends (BEGIN, a savepoint's; see begin), but must not outlive it on a hung server
+// either: it ends the cancel grace (WithCancelGrace) after ctx ends, as a statement
+// interrupted by ctx would (see pin_lock.go's cancel handler), and never if ctx cannot
+// end. stop releases it.
+func (p *pin) afterGrace(ctx context.Context) (context.Context, func()) {
+	if ctx.Done() == nil {
+		return ctx, func() {}
+	}
+	gctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	var timer *time.Timer
+	var mu sync.Mutex
+	after := context.AfterFunc(ctx, func() {
+		mu.Lock()
+		timer = time.AfterFunc(p.m.set.cancelGrace, cancel)
+		mu.Unlock()
+	})
+	return gctx, func() {
+		after()
+		mu.Lock()
+		if timer != nil {
+			timer.Stop()
+		}
+		mu.Unlock()
+		cancel()
+	}
 }
 
 // withCtxErr makes err, the error of a statement that failed after ctx ended (the server

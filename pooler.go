@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/pgadvisory/advisory/internal/cancelreq"
 	"github.com/pgadvisory/advisory/internal/sockfd"
 )
 
@@ -118,12 +119,16 @@ const probeRounds = 8
 // server. It is shared by every connection's setup and the Manager.
 type proxyState struct {
 	logger   *slog.Logger
-	holding  Holding // what the Manager was asked for (WithHolding)
-	blind    bool    // tests only: the probe finds nothing (see export_test.go)
-	proxied  atomic.Bool
+	holding  Holding      // what the Manager was asked for (WithHolding)
+	blind    bool         // tests only: the probe finds nothing (see export_test.go)
+	proxied  atomic.Bool  // a proxy that answers the startup with a BackendKeyData of its own
+	spliced  atomic.Bool  // a TCP proxy that passes the server's through (see notePath)
 	txPooled atomic.Bool  // a transaction pooler: client connections share server sessions
 	chosen   atomic.Int32 // the Holding New chose, once chosen (0 before: HoldingAuto)
 	warn     sync.Once
+	// cancels keeps the Manager's cancel connections open until the server answers them:
+	// an abandoned cancel crashes PgBouncer 1.18 (see cancelreq.Cancels).
+	cancels cancelreq.Cancels
 }
 
 // probe tells a session pooler or TCP proxy, which gives each client connection a backend
@@ -265,18 +270,35 @@ func (ps *proxyState) noteTxPooler() {
 	ps.txPooled.Store(true)
 }
 
+// inPath reports whether any proxy was found in the path: one with a BackendKeyData of
+// its own, or a TCP proxy that splices the connection (see Bounds.Proxied).
+func (ps *proxyState) inPath() bool { return ps.proxied.Load() || ps.spliced.Load() }
+
 // noteProxy records that the path to the server goes through a proxy, and says once, at
 // Warn, what that means for the release bound.
 func (ps *proxyState) noteProxy() {
 	ps.proxied.Store(true)
+	ps.warnProxy()
+}
+
+// noteSpliced records that the path goes through a TCP proxy that passes the server's
+// BackendKeyData through (see notePath), and warns as noteProxy does. The connection is
+// still taken for its backend's own, as before: only the heartbeat and Bounds change.
+func (ps *proxyState) noteSpliced() {
+	ps.spliced.Store(true)
+	ps.warnProxy()
+}
+
+func (ps *proxyState) warnProxy() {
 	if ps.logger == nil {
 		return
 	}
 	ps.warn.Do(func() {
 		logAttrs(ps.logger, slog.LevelWarn,
-			"advisory: the connection goes through a proxy (session pooler or TCP proxy): the server-side "+
+			"advisory: the connection goes through a proxy (session pooler, TCP proxy or address translation): the server-side "+
 				"release bound no longer holds: how long a cut-off holder's lock stays depends on the proxy's "+
-				"keepalive toward its clients; the holder is still told within the client bound (see docs/guarantees.md)")
+				"keepalive toward its clients; the holder is still told within the client bound, and of a server that stops "+
+				"answering by the heartbeat, on by default behind a proxy (see docs/keepalive.md)")
 	})
 }
 

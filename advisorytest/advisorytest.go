@@ -31,7 +31,11 @@
 //     URL or keyword/value form: an existing server, which must let that role create
 //     databases (CREATEDB); nothing is started;
 //  2. testcontainers-go's postgres module (image postgres:16-alpine) when a Docker engine
-//     answers; testcontainers' reaper removes the container when the test binary exits;
+//     answers, run in a helper process that the go command builds from the module
+//     internal/pgtest/tc of the library's source tree (a clone your module points at), so
+//     that testcontainers-go stays out of your module's go.sum; the helper terminates the
+//     container when the test binary exits (testcontainers' reaper, if the helper is
+//     killed);
 //  3. a throwaway cluster from the local PostgreSQL server binaries (initdb and postgres
 //     from PATH, else the newest /usr/lib/postgresql/N/bin, or the directory named by
 //     ADVISORY_TEST_PGBIN), in a temporary directory, on a free loopback port, with

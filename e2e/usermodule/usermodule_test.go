@@ -32,7 +32,7 @@ var adapters = map[string]string{
 func TestRecipeFromAClone(t *testing.T) {
 	root, err := filepath.Abs("../..")
 	require.NoError(t, err)
-	lib, adapter := recipe(t, root)
+	lib, adapter, after := recipe(t, root)
 	dir := t.TempDir()
 	goCmd(t, dir, "mod", "init", "example.com/app")
 	run(t, dir, "sh", "-c", lib)
@@ -41,7 +41,9 @@ func TestRecipeFromAClone(t *testing.T) {
 	}
 	require.NoError(t, os.CopyFS(filepath.Join(dir, "cmd"), os.DirFS("testdata")))
 	require.NoError(t, os.Rename(filepath.Join(dir, "cmd", "migrate", "migrations"), filepath.Join(dir, "migrations")))
-	goCmd(t, dir, "mod", "tidy")
+	for _, cmd := range after { // the README's go mod tidy, once the code is there
+		run(t, dir, "sh", "-c", cmd)
+	}
 	goCmd(t, dir, "vet", "./...")
 	for prog, want := range adapters {
 		t.Run(prog, func(t *testing.T) { runProgram(t, dir, prog, want) })
@@ -50,23 +52,35 @@ func TestRecipeFromAClone(t *testing.T) {
 }
 
 // recipe returns the README's `go mod edit` lines for the library and for an adapter
-// (golang-migrate's, the README's example of one), with root for /src/advisory.
-func recipe(t *testing.T, root string) (lib, adapter string) {
+// (golang-migrate's, the README's example of one), with root for /src/advisory, and the
+// commands after them, which the README runs once the code that imports the packages is
+// written (a go mod tidy before it would drop every require the edits added).
+func recipe(t *testing.T, root string) (lib, adapter string, after []string) {
 	t.Helper()
 	b, err := os.ReadFile(filepath.Join(root, "README.md"))
 	require.NoError(t, err)
 	block := regexp.MustCompile("(?s)<!-- clone-recipe -->\n```sh\n(.*?)```").FindSubmatch(b)
 	require.NotNil(t, block, "the README's clone-recipe block")
 	var edits []string
-	for _, cmd := range strings.Split(strings.ReplaceAll(string(block[1]), "\\\n", ""), "\n") {
-		cmd, _, _ = strings.Cut(cmd, "#")
-		if strings.HasPrefix(strings.TrimSpace(cmd), "go mod edit") {
+	codeWritten := false
+	for _, line := range strings.Split(strings.ReplaceAll(string(block[1]), "\\\n", ""), "\n") {
+		cmd, comment, _ := strings.Cut(line, "#")
+		cmd = strings.TrimSpace(cmd)
+		switch {
+		case strings.HasPrefix(cmd, "go mod edit"):
+			require.False(t, codeWritten, "a go mod edit line after the code: %q", line)
 			edits = append(edits, strings.ReplaceAll(cmd, "/src/advisory", root))
+		case cmd == "" && len(edits) == 2 && strings.Contains(comment, "write the code"):
+			codeWritten = true
+		case cmd != "" && len(edits) > 0:
+			require.True(t, codeWritten, "%q runs before the code that imports the packages is written", line)
+			after = append(after, cmd)
 		}
 	}
 	require.Len(t, edits, 2, "a line for the library, one for an adapter: %q", block[1])
 	require.Contains(t, edits[1], "contrib/migrate")
-	return edits[0], edits[1]
+	require.Equal(t, []string{"go mod tidy"}, after, "the README's commands once the code is written")
+	return edits[0], edits[1], after
 }
 
 // runProgram builds and runs ./cmd/prog of the module in dir with a database of its own,
@@ -107,13 +121,16 @@ var linkedWithPgxOnly = []string{"github.com/jackc/pgpassfile", "github.com/jack
 	"golang.org/x/sync", "golang.org/x/text"}
 
 // TestWhatAUserModuleGets: what the README says a module that uses only the library gets.
-// Its program links pgx/v5 and pgx's own dependencies, nothing else; `go mod tidy` also
-// records the checksums of the library's test dependencies (testify, testcontainers-go
-// and theirs), because the library's tests import them. The counts are logged.
+// Its program links pgx/v5 and pgx's own dependencies, nothing else; and `go mod tidy`,
+// which also records the checksums of the test dependencies of the packages a module
+// imports, records nothing beyond what it records for a module that uses pgx and testify
+// (at the versions the library requires): none of testcontainers-go, moby or docker, which
+// the harness's container step keeps in a module of its own (internal/pgtest/tc). The
+// counts are logged.
 func TestWhatAUserModuleGets(t *testing.T) {
 	root, err := filepath.Abs("../..")
 	require.NoError(t, err)
-	lib, _ := recipe(t, root)
+	lib, _, _ := recipe(t, root)
 	dir := t.TempDir()
 	goCmd(t, dir, "mod", "init", "example.com/app")
 	run(t, dir, "sh", "-c", lib)
@@ -130,12 +147,88 @@ func TestWhatAUserModuleGets(t *testing.T) {
 		}
 	}
 	assert.ElementsMatch(t, linkedWithPgxOnly, linked, "the modules the program links")
-	sum, err := os.ReadFile(filepath.Join(dir, "go.sum"))
+	sum := goSum(t, dir)
+	for line := range sum {
+		for _, bad := range []string{"testcontainers", "moby", "docker", "containerd"} {
+			assert.NotContains(t, line, bad, "the user's go.sum")
+		}
+	}
+	pgxSum := goSum(t, pgxAndTestifyModule(t, root))
+	var beyond []string
+	for line := range sum {
+		if !pgxSum[line] {
+			beyond = append(beyond, line)
+		}
+	}
+	assert.Empty(t, beyond, "go.sum lines a module using pgx and testify does not get")
+	t.Logf("go.sum: %d lines, %d modules (a module using pgx and testify: %d lines, %d modules); "+
+		"the program links %d modules", len(sum), len(sumModules(sum)), len(pgxSum), len(sumModules(pgxSum)), len(linked))
+}
+
+// pgxAndTestifyModule makes and tidies a module whose program uses pgxpool and whose test
+// uses testify, both at the versions the library's go.mod (in root) requires; it returns
+// its directory.
+func pgxAndTestifyModule(t *testing.T, root string) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(root, "go.mod"))
 	require.NoError(t, err)
+	dir := t.TempDir()
+	goCmd(t, dir, "mod", "init", "example.com/pgxapp")
+	for _, mod := range []string{"github.com/jackc/pgx/v5", "github.com/stretchr/testify"} {
+		m := regexp.MustCompile(`(?m)^\s*` + regexp.QuoteMeta(mod) + ` (v\S+)`).FindSubmatch(b)
+		require.NotNil(t, m, "the library requires %s", mod)
+		goCmd(t, dir, "mod", "edit", "-require="+mod+"@"+string(m[1]))
+	}
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "main.go"), []byte(pgxMain), 0o644))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "main_test.go"), []byte(testifyTest), 0o644))
+	goCmd(t, dir, "mod", "tidy")
+	return dir
+}
+
+const pgxMain = `package main
+
+import (
+	"context"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+func main() {
+	pool, err := pgxpool.New(context.Background(), "")
+	if err == nil {
+		pool.Close()
+	}
+}
+`
+
+const testifyTest = `package main
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+)
+
+func TestNothing(t *testing.T) { assert.True(t, true) }
+`
+
+// goSum returns the lines of the go.sum in dir.
+func goSum(t *testing.T, dir string) map[string]bool {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(dir, "go.sum"))
+	require.NoError(t, err)
+	lines := map[string]bool{}
+	for _, l := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		lines[l] = true
+	}
+	return lines
+}
+
+// sumModules returns the module paths of go.sum lines.
+func sumModules(sum map[string]bool) map[string]bool {
 	modules := map[string]bool{}
-	for _, l := range strings.Split(strings.TrimSpace(string(sum)), "\n") {
+	for l := range sum {
 		modules[strings.Fields(l)[0]] = true
 	}
-	t.Logf("go.sum: %d lines, %d modules; testcontainers-go among them: %v; the program links %d modules",
-		strings.Count(string(sum), "\n"), len(modules), modules["github.com/testcontainers/testcontainers-go"], len(linked))
+	return modules
 }

@@ -7,7 +7,11 @@
 //
 //  1. the DSN in the environment variable ADVISORY_TEST_DSN (an existing server; nothing is
 //     started), in keyword/value or URL form;
-//  2. testcontainers-go's postgres module, when a Docker engine answers;
+//  2. testcontainers-go's postgres module, when a Docker engine answers (GET /_ping on
+//     DOCKER_HOST or the usual sockets); it runs in a helper process, the command of the
+//     module internal/pgtest/tc, built with the go command from this source tree, so that
+//     testcontainers-go and the Docker client stay out of the library's go.mod and out of
+//     the go.sum of every module that imports the library;
 //  3. a throwaway cluster built with the local PostgreSQL binaries (initdb + postgres), run as the
 //     postgres OS user when the caller is root, in a temporary directory on a free loopback port,
 //     with fsync off.

@@ -65,6 +65,21 @@ func peekPending(fd int) bool {
 	return errno != syscall.EAGAIN
 }
 
+// Peek copies into buf what the socket fd has received and nobody has read yet, without
+// consuming it or blocking, and returns how many bytes it copied (0 if none, or on any
+// error; always 0 off Linux).
+func Peek(fd int, buf []byte) int {
+	if len(buf) == 0 {
+		return 0
+	}
+	n, _, errno := syscall.Syscall6(syscall.SYS_RECVFROM, uintptr(fd), uintptr(unsafe.Pointer(&buf[0])),
+		uintptr(len(buf)), syscall.MSG_PEEK|syscall.MSG_DONTWAIT, 0, 0)
+	if errno != 0 {
+		return 0
+	}
+	return int(n)
+}
+
 // Shutdown shuts a socket down both ways, through any descriptor of it: the peer sees the
 // connection end at once, and every read or write of it fails from then on, whoever does
 // it. It does nothing off Linux.

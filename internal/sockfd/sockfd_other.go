@@ -22,6 +22,9 @@ func Dup(net.Conn) (int, error) {
 // Pending reports false off Linux: the caller cannot tell, and proceeds.
 func Pending(net.Conn, int) bool { return false }
 
+// Peek copies nothing off Linux.
+func Peek(int, []byte) int { return 0 }
+
 // Shutdown does nothing off Linux.
 func Shutdown(int) {}
 
