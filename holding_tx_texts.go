@@ -60,7 +60,8 @@ func txSettings(set *settings, serverVersion int) [][2]string {
 // the holding transaction and take the lock in it, in one round trip, and return the
 // backend's pid and the lock function's result (the pid is the holding's: behind a pooler
 // it is known only once the transaction runs). On a standby they take nothing and return
-// pid 0 and NULL (see statements_primary.go). A name's comment comes first, as in
+// NULL for the lock (see statements_primary.go): pg_is_in_recovery() is asked once, as
+// the statement is parsed and planned at each use (it carries its key). A name's comment comes first, as in
 // statementsFor, so that Holders reads it. Unlock is the transaction's COMMIT (see
 // txLease.unlock), which needs no text of the lock.
 func txStatements(begin, name string, key Key, shared, pair bool) statements {
@@ -74,7 +75,7 @@ func txStatements(begin, name string, key Key, shared, pair bool) statements {
 		pp := pairOf(key)
 		args = "(" + strconv.Itoa(int(pp.Class)) + ", " + strconv.Itoa(int(pp.Object)) + ")"
 	}
-	start := begin + lockRowStart + "CASE WHEN " + onPrimary + " THEN "
+	start := begin + "SELECT pg_catalog.pg_backend_pid(), CASE WHEN " + onPrimary + " THEN "
 	if name != "" {
 		start = nameComment(name) + start
 	}
