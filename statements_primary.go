@@ -12,8 +12,10 @@ import "fmt"
 // one its connection's set-up checked proves, in the same statement, that it runs on a
 // primary: it takes nothing where pg_is_in_recovery() is true (a session holding's
 // unlock releases nothing there either: the caller closes the connection, which does),
-// and says so by returning 0 as its backend pid (a backend's pid is never 0), which the
-// library turns into ErrStandby. The proof costs no round trip.
+// and says so by returning 0 as its backend pid (a backend's pid is never 0; a statement
+// whose lock result cannot otherwise be NULL, a transaction holding's or XactLock's,
+// returns NULL there instead, asking pg_is_in_recovery() once), which the library turns
+// into ErrStandby. The proof costs no round trip.
 //
 // A direct connection (see look.directPath) needs none: its socket ends at the very
 // backend its set-up found out of recovery, and a server never goes back into recovery
