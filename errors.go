@@ -55,7 +55,9 @@ var (
 	// taken there are local to that standby and exclude nobody on the primary or other
 	// standbys, so New, and any later connection of the Manager's pool, refuse it. Connect
 	// to the primary, for example with a multi-host connection string and
-	// target_session_attrs=read-write.
+	// target_session_attrs=read-write. Behind a load balancer (Pgpool-II) a lock call, or
+	// XactLock and TryXactLock, returns it when its statement was sent to a standby: that
+	// statement took nothing there (see docs/guarantees.md, "Load balancers and standbys").
 	ErrStandby = errors.New("advisory: the server is a hot standby; advisory locks there are local to it")
 
 	// ErrUnsupportedServer is returned by New, and by any call that opens a connection,

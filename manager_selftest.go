@@ -42,7 +42,7 @@ func checkEnforced(ctx context.Context, conn *pgxpool.Conn, cc *pgconn.Config, k
 	key := rand.Int64()
 	owned := "CASE WHEN pg_catalog.current_setting('" + ownerSetting + "', true) OPERATOR(pg_catalog.=) '" + token + "' THEN "
 	lit := strconv.FormatInt(key, 10)
-	got, err := oneBool(pg.Exec(ctx, "SELECT "+owned+"pg_catalog.pg_try_advisory_lock("+lit+") END").ReadAll())
+	got, err := oneBool(pg.Exec(ctx, "SELECT "+owned+"pg_catalog.pg_try_advisory_lock("+lit+") END, "+inRecovery).ReadAll())
 	switch {
 	case err != nil:
 		return fmt.Errorf("advisory: check that the server enforces advisory locks: %w", err)
@@ -54,7 +54,7 @@ func checkEnforced(ctx context.Context, conn *pgxpool.Conn, cc *pgconn.Config, k
 	}
 	both, bpid, theirs, berr := secondTry(ctx, cc, lit, nil)
 	changed := otherServer(ctx, pg, both, berr, theirs)
-	released, uerr := oneBool(pg.Exec(ctx, "SELECT "+owned+"pg_catalog.pg_advisory_unlock("+lit+") END").ReadAll())
+	released, uerr := oneBool(pg.Exec(ctx, "SELECT "+owned+"pg_catalog.pg_advisory_unlock("+lit+") END, "+inRecovery).ReadAll())
 	switch {
 	case berr == nil && bpid == pid:
 		takeBack(ctx, conn, pid, token, key, logger)
@@ -172,8 +172,9 @@ func enforcedVerdict(both string, berr error, firstLost bool) error {
 }
 
 // secondTry tries the key on a new plain connection, and releases it at once if it got
-// it, in one statement: "t" if it got it, the backend it ran on, and the server's
-// identity (see serverOfSQL). It closes connected, if not nil, once connected.
+// it, in one statement: "t" if it got it, "" if the statement ran on a standby, the
+// backend it ran on, and the server's identity (see serverOfSQL). It closes connected,
+// if not nil, once connected.
 func secondTry(ctx context.Context, cc *pgconn.Config, key string, connected chan<- struct{}) (
 	got string, pid uint32, server string, err error) {
 	other, err := pgconn.ConnectConfig(ctx, cc.Copy())
@@ -184,8 +185,12 @@ func secondTry(ctx context.Context, cc *pgconn.Config, key string, connected cha
 	if connected != nil {
 		close(connected)
 	}
-	err = lastRow(other.Exec(ctx, "SELECT pg_catalog.pg_backend_pid(), CASE WHEN pg_catalog.pg_try_advisory_lock("+
-		key+") THEN pg_catalog.pg_advisory_unlock("+key+") ELSE false END, "+serverOfSQL), func(v [][]byte) error {
+	// A standby grants the key locally: a load balancer (Pgpool-II) that sent the second
+	// session's statement there proves nothing, so the statement answers NULL there
+	// (inconclusive) and takes nothing.
+	err = lastRow(other.Exec(ctx, "SELECT pg_catalog.pg_backend_pid(), CASE WHEN "+inRecovery+" THEN NULL WHEN "+
+		"pg_catalog.pg_try_advisory_lock("+key+") THEN pg_catalog.pg_advisory_unlock("+key+") ELSE false END, "+
+		serverOfSQL), func(v [][]byte) error {
 		if len(v) != 3 {
 			return errNotOneRow
 		}
@@ -211,15 +216,22 @@ func oneBoolOfLast(mrr *pgconn.MultiResultReader, pid *uint32) (string, error) {
 	return got, err
 }
 
-// oneBool returns the text of the single value a one-row query returned ("t", "f", or ""
-// for NULL).
+// oneBool returns the text of the first value a one-row self-test statement returned
+// ("t", "f", or "" for NULL). The second is pg_is_in_recovery(): a statement that a load
+// balancer (Pgpool-II, balancing each statement) sent to a standby, where the connection's
+// token is not, did nothing there and is no sign of sharing; it fails with ErrStandby.
 func oneBool(rows []*pgconn.Result, err error) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	row, err := onlyRow(rows, 1, "the self-test statement")
-	if err != nil {
+	row, err := onlyRow(rows, 2, "the self-test statement")
+	switch {
+	case err != nil:
 		return "", err
+	case string(row[1]) == "t":
+		return "", fmt.Errorf("%w: a self-test statement ran on a server in recovery: a load balancer in the path "+
+			"(Pgpool-II with load_balance_mode?) sends this connection's statements to a standby; connect to the "+
+			"primary, or have the load balancer send this client's statements there (see docs/guarantees.md)", ErrStandby)
 	}
 	return string(row[0]), nil
 }

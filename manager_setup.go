@@ -157,13 +157,29 @@ var errNotApplied = fmt.Errorf("%w: the connection's setup statement did not run
 	"or found another client's token there; it changed nothing", ErrPooler)
 
 // apply stores settings on the backend pid in one statement (see applySQL), or fails
-// with errNotApplied if the statement ran on another backend or found a token there.
+// with errNotApplied if the statement ran on another backend or found a token there. A
+// statement that ran on a standby is no sign of sharing: a load balancer sent it there
+// (Pgpool-II sends lookSQL, which reads a system catalog, to the primary, and a statement
+// that reads none and calls no function it counts as a write to the session's
+// load-balance node), so this connection's lock statements would go there too: it
+// fails with ErrStandby.
 func apply(ctx context.Context, pg *pgconn.PgConn, settings [][2]string, pid uint32, reported string) error {
 	rows, err := pg.Exec(ctx, applySQL(settings, pid)).ReadAll()
 	if err != nil {
 		return setupError(err, reported)
 	}
-	if got, err := oneNumber(rows, "the settings statement"); err != nil || got != uint32(len(settings)) {
+	row, err := onlyRow(rows, 2, "the settings statement")
+	if err != nil {
+		return err
+	}
+	got, err := parseUint32(row[0], "the settings statement")
+	switch {
+	case err == nil && string(row[1]) == "t":
+		return fmt.Errorf("%w: the connection's set-up statement ran on a server in recovery: a load balancer in "+
+			"the path (Pgpool-II with load_balance_mode?) sends this connection's statements to a standby, where "+
+			"locks are local to it; connect to the primary, or have the load balancer send this client's statements "+
+			"there (Pgpool-II: app_name_redirect_preference_list, see docs/guarantees.md)", ErrStandby)
+	case err != nil || got != uint32(len(settings)):
 		return fmt.Errorf("%w (pid %d)", errNotApplied, pid)
 	}
 	return nil
@@ -219,11 +235,11 @@ func sameEnd(a *net.TCPAddr, host string, port uint32) bool {
 // while no ownership token is there. A statement that a pooler sends to another backend
 // changes nothing there. The token comes last: the condition is evaluated for each row in
 // turn, and must still find the slot empty for every setting before it. It returns the
-// number of settings applied. Names and values are the library's own (digits, and the
-// hex token): no quoting is needed.
+// number of settings applied, and whether it ran on a standby (see apply). Names and
+// values are the library's own (digits, and the hex token): no quoting is needed.
 func applySQL(settings [][2]string, pid uint32) string {
 	var b strings.Builder
-	b.WriteString("SELECT pg_catalog.count(pg_catalog.set_config(name, value, false)) FROM (VALUES ")
+	b.WriteString("SELECT pg_catalog.count(pg_catalog.set_config(name, value, false)), " + inRecovery + " FROM (VALUES ")
 	for i, kv := range settings {
 		if i > 0 {
 			b.WriteString(", ")

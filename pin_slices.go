@@ -146,7 +146,7 @@ func (p *pin) sliceRow(ctx context.Context, sql string) (uint32, *bool, error) {
 // own, and fn's savepoint clears it (see beginFn). A plain transaction holding's lock
 // statement has the slice in its BEGIN's settings (see txSettings).
 func txSliceText(sql string, slice time.Duration) string {
-	i := strings.LastIndex(sql, "SELECT pg_catalog.pg_backend_pid(), ")
+	i := strings.LastIndex(sql, lockRowStart)
 	return sql[:i] + "SET LOCAL lock_timeout = '" + sliceMillis(slice) + "'; " + sql[i:]
 }
 

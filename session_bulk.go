@@ -113,7 +113,7 @@ func (s *Session) settleTake(ctx context.Context, ts []target, sent bool, pid ui
 		return &LockedError{Key: ts[0].key, Name: ts[0].name}
 	}
 	// Not all held by the caller: make sure none is, whatever the server granted.
-	if !usable(p.pg, err) || errors.Is(err, ErrPooler) {
+	if !usable(p.pg, err) || errors.Is(err, ErrPooler) || errors.Is(err, ErrStandby) {
 		return &connFailure{err}
 	}
 	if rerr := p.lease.clearKeys(p, keysOf(ts), sent); rerr != nil {
