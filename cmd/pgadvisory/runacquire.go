@@ -39,7 +39,7 @@ func (r *runner) acquire(ctx context.Context, m *advisory.Manager) (*advisory.Lo
 	}
 	done := make(chan lockResult, 1)
 	go func() {
-		l, err := r.lockCall(wctx, m)
+		l, err := r.waitOut(wctx, m) // rides out a lost connection (runrewait.go)
 		done <- lockResult{l, err}
 	}()
 	return r.awaitLock(ctx, m, done)
