@@ -120,6 +120,9 @@ func notUpYet(err error) (reason string, ok bool) {
 	case errors.As(err, &pgErr):
 		// Not %q: display escapes the message once, and %q's escapes would be escaped again.
 		return fmt.Sprintf("the server says \"%s\" (SQLSTATE %s)", pgErr.Message, pgErr.Code), retriedCodes[pgErr.Code]
+	case errors.Is(err, pgconn.ErrReadOnlyConnection), errors.Is(err, pgconn.ErrStandbyConnection):
+		// target_session_attrs=read-write or primary, and no host is one: a failover under way.
+		return "no server accepts writes yet (target_session_attrs)", true
 	case errors.As(err, &dnsErr):
 		return fmt.Sprintf("host %s not found (DNS)", dnsErr.Name), true
 	case errors.Is(err, syscall.ECONNREFUSED):

@@ -42,6 +42,11 @@ func TestNotUpYet(t *testing.T) {
 		{fmt.Errorf("%w: %w", advisory.ErrStandby, io.EOF), false, ""},
 		{wrap(advisory.ErrUnsupportedServer), false, ""},
 		{wrap(errors.New("tls: failed to verify certificate")), false, ""},
+		// A multi-host string with target_session_attrs=read-write during a failover: no
+		// host accepts writes yet (issue 44 item 7).
+		{wrap(errors.Join(refused, fmt.Errorf("ValidateConnect failed: %w", pgconn.ErrReadOnlyConnection))), true, "no server accepts writes yet"},
+		{wrap(fmt.Errorf("ValidateConnect failed: %w", pgconn.ErrReadOnlyConnection)), true, "no server accepts writes yet"},
+		{wrap(fmt.Errorf("ValidateConnect failed: %w", pgconn.ErrStandbyConnection)), true, "no server accepts writes yet"},
 	} {
 		reason, retry := notUpYet(tc.err)
 		assert.Equal(t, tc.retry, retry, "%v", tc.err)

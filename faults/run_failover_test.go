@@ -1,0 +1,94 @@
+package faults_test
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/pgadvisory/advisory"
+	"github.com/pgadvisory/advisory/internal/pgtest"
+)
+
+// TestRunWaitRidesOutAFailover (issue 44 item 7): `pgadvisory run` waiting for a lock
+// through a multi-host connection string (target_session_attrs=read-write) exited 69 when
+// a failover cut its wait. A real primary with a streaming standby; a Manager holds the
+// lock on the primary and run waits for it. The primary is stopped (fast shutdown, as a
+// failover manager does) and the standby promoted: run must say that its wait lost its
+// connection, reconnect within --connect-timeout, take the lock on the new primary and run
+// its command there (exit 0).
+func TestRunWaitRidesOutAFailover(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: the failover test starts two servers")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	primary, err := pgtest.StartLocal(ctx, pgtest.Options{})
+	pgtest.Need(t, primary, err)
+	defer primary.Close()
+	standby, err := pgtest.StartStandby(ctx, primary)
+	pgtest.Need(t, standbyServer(standby), err)
+	defer standby.Close()
+	cli := buildCLI(t)
+
+	both := multiHost(t, primary.DSN(), standby.DSN())
+	name := t.Name()
+	m, err := advisory.New(ctx, both)
+	require.NoError(t, err)
+	defer m.Close()
+	l, err := m.Lock(ctx, name)
+	require.NoError(t, err)
+	dir := t.TempDir()
+	started, finish := filepath.Join(dir, "started"), filepath.Join(dir, "finish")
+	h := startMerged(t, []string{"DATABASE_URL="}, cli, "run", "--dsn", both, "--name", name,
+		"--holder-name", name, "--connect-timeout", "60s", "--",
+		"sh", "-c", `touch "$1"; while [ ! -e "$2" ]; do sleep 0.05; done; echo ran`, "sh", started, finish)
+	waitForWaiterOf(t, m, name)
+
+	failed := time.Now()
+	require.NoError(t, primary.Close()) // fast shutdown: every session is terminated
+	select {
+	case <-l.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("the holder was not told within 10s of the primary's shutdown")
+	}
+	require.NoError(t, standby.Promote(ctx))
+	promoted := time.Since(failed)
+
+	h.expectContaining(t, "lost the connection while waiting for lock", 30*time.Second)
+	require.Eventually(t, func() bool { _, err := os.Stat(started); return err == nil }, 60*time.Second,
+		10*time.Millisecond, "run never started its command after the failover")
+	ran := time.Since(failed)
+	pids := holdersAt(t, standby.DSN(), advisory.KeyOf(name))
+	require.Len(t, pids, 1, "run holds the lock on the new primary while its command runs")
+	require.NoError(t, os.WriteFile(finish, nil, 0o644))
+	h.expectContaining(t, "ran", 30*time.Second)
+	select {
+	case <-h.exit:
+	case <-time.After(30 * time.Second):
+		t.Fatal("run did not exit after its command")
+	}
+	assert.Equal(t, 0, h.cmd.ProcessState.ExitCode(), "run's exit code: its command's")
+	t.Logf("primary stopped and standby promoted in %v; run's command started %v after the primary stopped",
+		promoted.Round(time.Millisecond), ran.Round(time.Millisecond))
+}
+
+// waitForWaiterOf waits until a session with application_name name waits for the lock
+// name.
+func waitForWaiterOf(t *testing.T, m *advisory.Manager, name string) {
+	t.Helper()
+	require.Eventually(t, func() bool {
+		hs, err := m.Holders(context.Background(), name)
+		require.NoError(t, err)
+		for _, h := range hs {
+			if !h.Granted && h.ApplicationName == name {
+				return true
+			}
+		}
+		return false
+	}, 30*time.Second, 10*time.Millisecond, "run never waited for %q", name)
+}
