@@ -92,3 +92,41 @@ func waitForWaiterOf(t *testing.T, m *advisory.Manager, name string) {
 		return false
 	}, 30*time.Second, 10*time.Millisecond, "run never waited for %q", name)
 }
+
+// TestRunWaitGivesUpWhenTheServerStaysDown: the server stops for good while run waits;
+// run retries for --connect-timeout, counted from the loss, then exits 69 and says so.
+func TestRunWaitGivesUpWhenTheServerStaysDown(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: starts a server of its own")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	server, err := pgtest.StartLocal(ctx, pgtest.Options{})
+	pgtest.Need(t, server, err)
+	defer server.Close()
+	cli := buildCLI(t)
+	name := t.Name()
+	m, err := advisory.New(ctx, server.DSN())
+	require.NoError(t, err)
+	defer m.Close()
+	_, err = m.Lock(ctx, name)
+	require.NoError(t, err)
+	h := startMerged(t, []string{"DATABASE_URL="}, cli, "run", "--dsn", server.DSN(), "--name", name,
+		"--holder-name", name, "--connect-timeout", "3s", "--", "sh", "-c", "echo ran")
+	waitForWaiterOf(t, m, name)
+
+	stopped := time.Now()
+	require.NoError(t, server.Close())
+	h.expectContaining(t, "reconnecting for up to 3s (--connect-timeout)", 30*time.Second)
+	h.expectContaining(t, "still failing after 3s of retries, --connect-timeout", 30*time.Second)
+	select {
+	case <-h.exit:
+	case <-time.After(30 * time.Second):
+		t.Fatal("run did not exit after --connect-timeout")
+	}
+	took := time.Since(stopped)
+	assert.Equal(t, 69, h.cmd.ProcessState.ExitCode())
+	assert.GreaterOrEqual(t, took, 3*time.Second, "retried for --connect-timeout")
+	assert.Less(t, took, 20*time.Second)
+	t.Logf("run exited 69 %v after the server stopped", took.Round(time.Millisecond))
+}

@@ -117,7 +117,7 @@ func (r *runner) awaitLock(ctx context.Context, m *advisory.Manager, done <-chan
 			}
 			return res.l, r.lockFailure(res.err)
 		case <-tick.C:
-			if r.quiet {
+			if r.quiet || r.cut.Load() { // reconnecting says so itself
 				continue
 			}
 			desc, who := r.holders(ctx, m)

@@ -56,6 +56,8 @@ func (r *runner) rewait(ctx context.Context, m *advisory.Manager, err error) (*a
 	c := r.conn.attempts()
 	r.say("lost the connection while waiting for %s: %s; reconnecting for up to %v (--connect-timeout)",
 		r.lock.label(), connstr.Scrub(reason, []string{password}), c.timeout)
+	r.cut.Store(true)
+	defer r.cut.Store(false)
 	start := time.Now()
 	var l *advisory.Lock
 	gaveUp, err := c.retry(ctx, target(cfg), password, func(actx context.Context) error {
