@@ -129,7 +129,8 @@ func notUpYet(err error) (reason string, ok bool) {
 		return "connection refused", true
 	case errors.Is(err, syscall.ENOENT):
 		return "no server socket yet", true
-	case errors.Is(err, syscall.ECONNRESET), errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
+	case errors.Is(err, syscall.ECONNRESET), errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF),
+		errors.Is(err, pgconn.ErrConnClosed):
 		return "the server closed the connection", true
 	case errors.Is(err, syscall.EHOSTUNREACH), errors.Is(err, syscall.ENETUNREACH):
 		return "host or network unreachable", true

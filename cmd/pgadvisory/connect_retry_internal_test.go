@@ -31,6 +31,7 @@ func TestNotUpYet(t *testing.T) {
 		{wrap(refused), true, "connection refused"},
 		{wrap(&net.DNSError{Err: "no such host", Name: "db", IsNotFound: true}), true, "host db not found (DNS)"},
 		{wrap(io.ErrUnexpectedEOF), true, "the server closed the connection"},
+		{wrap(fmt.Errorf("lock: %w", pgconn.ErrConnClosed)), true, "the server closed the connection"},
 		{wrap(context.DeadlineExceeded), true, "no answer (timeout)"},
 		{pg("57P03"), true, `the server says "m" (SQLSTATE 57P03)`},
 		{pg("53300"), true, "SQLSTATE 53300"},

@@ -32,13 +32,14 @@ func (r *runner) waitOut(ctx context.Context, m *advisory.Manager) (*advisory.Lo
 }
 
 // waitCut says whether err, which ended a wait while ctx was alive, is a lost connection
-// that a reconnect may cure: not the Manager's Close, not a refusal time will not fix.
+// that a reconnect may cure (ErrLockLost: the wait's session ended, though it held
+// nothing yet): not the Manager's Close, not a refusal time will not fix.
 func (r *runner) waitCut(err error) bool {
 	if errors.Is(err, advisory.ErrClosed) || r.conn.attempts().timeout == 0 {
 		return false
 	}
 	_, transient := notUpYet(err)
-	return transient
+	return transient || errors.Is(err, advisory.ErrLockLost)
 }
 
 // rewait reconnects after the wait's connection was lost (err): it tries the lock at
@@ -53,6 +54,9 @@ func (r *runner) rewait(ctx context.Context, m *advisory.Manager, err error) (*a
 	}
 	password := cfg.ConnConfig.Password
 	reason, _ := notUpYet(err)
+	if reason == "" {
+		reason = connectReason(err, password)
+	}
 	c := r.conn.attempts()
 	r.say("lost the connection while waiting for %s: %s; reconnecting for up to %v (--connect-timeout)",
 		r.lock.label(), connstr.Scrub(reason, []string{password}), c.timeout)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -68,6 +69,33 @@ func TestRunWaitRidesOutAServerRestart(t *testing.T) {
 	assert.Equal(t, "ran\n", r.stdout)
 	assert.Contains(t, r.stderr, "lost the connection while waiting for lock \""+t.Name()+"\"")
 	t.Logf("CMD ran %v after the restart began; stderr:\n%s", time.Since(restarted).Round(time.Millisecond), r.stderr)
+}
+
+// TestRunWaitRidesOutAPoolerRestart: run waits through PgBouncer (session mode) for a
+// lock held directly; PgBouncer is stopped (SIGTERM: every connection closed at once) and
+// started again on its port. run says that the wait lost its connection, retries until
+// PgBouncer is back, waits again behind the same holder, and runs CMD once it releases.
+func TestRunWaitRidesOutAPoolerRestart(t *testing.T) {
+	t.Parallel()
+	m, l := holdLock(t, t.Name(), "")
+	b := pgtest.PgBouncerForTest(t, srv, pgtest.PoolSession)
+	p := startEnv(t, []string{"DATABASE_URL=" + b.DSN()}, "run", "--name", t.Name(), "--holder-name", t.Name(),
+		"--connect-timeout", "30s", "--", "sh", "-c", "echo ran")
+	first := waitingPID(t, m, t.Name(), t.Name(), 0)
+
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	require.NoError(t, b.Stop(ctx, syscall.SIGTERM))
+	p.stderr.waitFor(t, "lost the connection while waiting for lock \""+t.Name()+"\"", 30*time.Second)
+	require.NoError(t, b.Start(ctx))
+	p.stderr.waitFor(t, "waiting for lock \""+t.Name()+"\" again", 30*time.Second)
+	waitingPID(t, m, t.Name(), t.Name(), first)
+
+	require.NoError(t, l.Unlock(context.Background()))
+	r := wait(t, p)
+	require.Equal(t, 0, r.code, r.stderr)
+	assert.Equal(t, "ran\n", r.stdout)
+	t.Logf("stderr:\n%s", r.stderr)
 }
 
 // TestRunWaitGivesUpAfterConnectTimeout: with --connect-timeout 0 (one attempt), a lost
