@@ -18,9 +18,9 @@ import (
 // through a multi-host connection string (target_session_attrs=read-write) exited 69 when
 // a failover cut its wait. A real primary with a streaming standby; a Manager holds the
 // lock on the primary and run waits for it. The primary is stopped (fast shutdown, as a
-// failover manager does) and the standby promoted: run must say that its wait lost its
-// connection, reconnect within --connect-timeout, take the lock on the new primary and run
-// its command there (exit 0).
+// failover manager does); once run says that its wait lost its connection, the standby is
+// promoted: run must reconnect within --connect-timeout, take the lock on the new primary
+// and run its command there (exit 0).
 func TestRunWaitRidesOutAFailover(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short: the failover test starts two servers")
@@ -56,10 +56,12 @@ func TestRunWaitRidesOutAFailover(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("the holder was not told within 10s of the primary's shutdown")
 	}
+	// Promoted once run was told: its wait's connection, and the library's one more try,
+	// failed (no host accepts writes), so run itself must reconnect across the promotion.
+	h.expectContaining(t, "lost the connection while waiting for lock", 30*time.Second)
 	require.NoError(t, standby.Promote(ctx))
 	promoted := time.Since(failed)
 
-	h.expectContaining(t, "lost the connection while waiting for lock", 30*time.Second)
 	require.Eventually(t, func() bool { _, err := os.Stat(started); return err == nil }, 60*time.Second,
 		10*time.Millisecond, "run never started its command after the failover")
 	ran := time.Since(failed)
