@@ -56,3 +56,19 @@ func TestNotUpYet(t *testing.T) {
 		}
 	}
 }
+
+// TestTargetNamesEveryHost: a multi-host string is named by all its hosts, each once
+// (sslmode=prefer lists each twice), so that a failover's retries name the promoted
+// primary too (issue 44 item 7).
+func TestTargetNamesEveryHost(t *testing.T) {
+	t.Parallel()
+	for dsn, want := range map[string]string{
+		"host=a,b port=5432,5433 user=u dbname=d sslmode=prefer": "a:5432,b:5433 (user u, database d)",
+		"postgres://u:secret@a:6543/d?sslmode=disable":           "a:6543 (user u, database d)",
+	} {
+		cfg, err := pgconn.ParseConfig(dsn)
+		if assert.NoError(t, err) {
+			assert.Equal(t, want, targetOf(cfg), dsn)
+		}
+	}
+}
