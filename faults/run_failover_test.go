@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"syscall"
 	"testing"
 	"time"
 
@@ -131,4 +132,52 @@ func TestRunWaitGivesUpWhenTheServerStaysDown(t *testing.T) {
 	assert.GreaterOrEqual(t, took, 3*time.Second, "retried for --connect-timeout")
 	assert.Less(t, took, 20*time.Second)
 	t.Logf("run exited 69 %v after the server stopped", took.Round(time.Millisecond))
+}
+
+// TestRunLostWaitEndsOnASignalOrItsWait: while run reconnects a lost wait (the server
+// stopped for good, --connect-timeout 60s), SIGTERM still ends it at once (143, the
+// command not started), and --wait still bounds the whole wait (75).
+func TestRunLostWaitEndsOnASignalOrItsWait(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: starts a server of its own")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	server, err := pgtest.StartLocal(ctx, pgtest.Options{})
+	pgtest.Need(t, server, err)
+	defer server.Close()
+	cli := buildCLI(t)
+	m, err := advisory.New(ctx, server.DSN())
+	require.NoError(t, err)
+	defer m.Close()
+	start := func(name string, extra ...string) *helper {
+		_, err := m.Lock(ctx, name)
+		require.NoError(t, err)
+		argv := append([]string{cli, "run", "--dsn", server.DSN(), "--name", name, "--holder-name", name,
+			"--connect-timeout", "60s"}, extra...)
+		h := startMerged(t, []string{"DATABASE_URL="}, append(argv, "--", "sh", "-c", "echo ran")...)
+		waitForWaiterOf(t, m, name)
+		return h
+	}
+	signalled := start(t.Name() + "/signal")
+	bounded := start(t.Name()+"/wait", "--wait", "5s")
+
+	stopped := time.Now()
+	require.NoError(t, server.Close())
+	signalled.expectContaining(t, "reconnecting for up to 1m0s (--connect-timeout)", 30*time.Second)
+	require.NoError(t, signalled.cmd.Process.Signal(syscall.SIGTERM))
+	signalled.expectContaining(t, "interrupted by SIGTERM while waiting for lock", 30*time.Second)
+	bounded.expectContaining(t, "gave up on lock", 30*time.Second)
+	for _, h := range []*helper{signalled, bounded} {
+		select {
+		case <-h.exit:
+		case <-time.After(30 * time.Second):
+			t.Fatal("run did not exit")
+		}
+	}
+	took := time.Since(stopped)
+	assert.Equal(t, 143, signalled.cmd.ProcessState.ExitCode())
+	assert.Equal(t, 75, bounded.cmd.ProcessState.ExitCode())
+	assert.Less(t, took, 30*time.Second, "well before --connect-timeout")
+	t.Logf("both ended %v after the server stopped", took.Round(time.Millisecond))
 }
