@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/pgadvisory/advisory"
@@ -37,7 +38,8 @@ type runner struct {
 	argv     []string
 	stderr   io.Writer
 	sigs     chan os.Signal
-	phase    string // what run is doing, for the message if a signal interrupts it
+	phase    string      // what run is doing, for the message if a signal interrupts it
+	cut      atomic.Bool // the wait lost its connection and run is reconnecting (runrewait.go)
 }
 
 func runCommand(args []string, global connFlags, stdout, stderr io.Writer) int {

@@ -44,7 +44,7 @@ CMD's exit code. Flags (exactly one of --name and --key):
   --quiet                report neither the lock taken nor who holds it while waiting
   --dsn DSN              connection string (default $DATABASE_URL, else PG* variables)
   --connect-timeout DURATION
-                         retry a server that is not up yet (default 30s; 0 tries once)
+                         retry a server not up yet, or a lost wait (default 30s; 0: once)
 
 ` + exitCodesHelp + `
 Signals are forwarded to CMD's process group; before CMD starts they end the wait. CMD
