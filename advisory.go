@@ -4,12 +4,15 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"sync"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/pgadvisory/advisory/internal/cancelreq"
 	"github.com/pgadvisory/advisory/internal/sockwatch"
 )
 
@@ -148,6 +151,7 @@ func NewWithConfig(ctx context.Context, cfg *pgxpool.Config, opts ...Option) (*M
 	ps := &proxyState{logger: set.logger, holding: set.holding, blind: set.blindProbe}
 	pool, kind, version, err := openPool(ctx, cfg, &set, ps)
 	if err != nil {
+		awaitCancels(&ps.cancels, set.logger)
 		return nil, err
 	}
 	p, err := sockwatch.New()
@@ -173,11 +177,15 @@ func NewWithConfig(ctx context.Context, cfg *pgxpool.Config, opts ...Option) (*M
 
 // Bounds returns the loss-detection timings the Manager's keepalive settings give. Its
 // Proxied field is set once a connection of the Manager was found to go through a proxy,
-// TransactionPooler once that proxy was found to be a transaction pooler.
+// TransactionPooler once that proxy was found to be a transaction pooler; HeartbeatTold
+// is set where the Manager beats (WithHeartbeat, and by default behind a proxy).
 func (m *Manager) Bounds() Bounds {
 	b := computeBounds(m.set.clientKeepalive, m.set.serverKeepalive)
-	b.Proxied = m.proxy.proxied.Load()
+	b.Proxied = m.proxy.inPath()
 	b.TransactionPooler = m.proxy.txPooled.Load()
+	if m.set.heartbeat > 0 {
+		b.HeartbeatTold = m.set.heartbeat + beatTimeout
+	}
 	return b
 }
 
@@ -188,7 +196,8 @@ func (m *Manager) Stat() *pgxpool.Stat { return m.pool.Stat() }
 // Close releases every lock the Manager holds, ends every Lock call still waiting (they
 // return an error wrapping [ErrClosed]), and closes the pool. It blocks until that is
 // done: normally milliseconds; a lock whose release cannot be confirmed within 5 s has its
-// connection closed, which frees it on the server. Later calls return at once; calls on
+// connection closed, which frees it on the server; a cancel request still unanswered is
+// waited for (up to 15 s: see [WithCancelGrace]). Later calls return at once; calls on
 // the Manager then return [ErrClosed]. Locks ended by Close report [ErrLockLost]; on a
 // transaction holding, the writes [Lock.BeginFunc] left waiting for the Unlock are rolled back.
 func (m *Manager) Close() {
@@ -216,7 +225,25 @@ func (m *Manager) Close() {
 		m.poller.Stop()
 	}
 	m.pool.Close()
+	awaitCancels(&m.proxy.cancels, m.set.logger)
 	close(m.closeDone)
+}
+
+// cancelsWait bounds how long Close waits for the server to answer the cancel requests
+// still in flight. PgBouncer gives up on a cancel after its cancel_wait_timeout (10 s by
+// default) and closes it.
+const cancelsWait = 15 * time.Second
+
+// awaitCancels waits, bounded by cancelsWait, until the server has answered every cancel
+// request of c (a Manager's connections'): a program that exits right after Close would
+// otherwise abandon them, and PgBouncer 1.18 exits on an abandoned cancel.
+func awaitCancels(c *cancelreq.Cancels, logger *slog.Logger) {
+	ctx, cancel := context.WithTimeout(context.Background(), cancelsWait)
+	defer cancel()
+	if c.Wait(ctx) != nil {
+		logAttrs(logger, slog.LevelWarn, "advisory: closed with cancel requests still unanswered by the server",
+			slog.Int("open", c.Open()), slog.Duration("waited", cancelsWait))
+	}
 }
 
 func (m *Manager) isClosed() bool {

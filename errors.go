@@ -55,7 +55,9 @@ var (
 	// taken there are local to that standby and exclude nobody on the primary or other
 	// standbys, so New, and any later connection of the Manager's pool, refuse it. Connect
 	// to the primary, for example with a multi-host connection string and
-	// target_session_attrs=read-write.
+	// target_session_attrs=read-write. Behind a load balancer (Pgpool-II) a lock call, or
+	// XactLock and TryXactLock, returns it when its statement was sent to a standby: that
+	// statement took nothing there (see docs/guarantees.md, "Load balancers and standbys").
 	ErrStandby = errors.New("advisory: the server is a hot standby; advisory locks there are local to it")
 
 	// ErrUnsupportedServer is returned by New, and by any call that opens a connection,
@@ -64,6 +66,18 @@ var (
 	// stubs, YugabyteDB's no-op setting, or a pg_try_advisory_lock placed ahead of
 	// pg_catalog's in the role's search_path).
 	ErrUnsupportedServer = errors.New("advisory: unsupported server version")
+
+	// ErrServerChanged is returned by New when its self-test's two connections, made
+	// with the same connection string, reached two different servers (told apart by
+	// address, port and postmaster start time): a proxy in round-robin over several
+	// servers, or a proxy or multi-host string while a cluster switches over to a new
+	// primary. It is retryable: once the switchover is over, New succeeds. Through a
+	// proxy that spreads connections over independent servers no lock can be held:
+	// connect to the primary alone. (It is never reported as ErrUnsupportedServer.) Any
+	// call that opens a connection returns it for a primary on an older timeline than
+	// one the Manager has reached: a primary deposed by a promotion and writable again
+	// (a split brain), where a lock would exclude nobody locking on the new primary.
+	ErrServerChanged = errors.New("advisory: the connections reached different servers")
 
 	// ErrTransactionHolding means a call needs what only a lock held on a server session
 	// of its own can do, and the Manager holds its locks as transactions (see

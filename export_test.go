@@ -1,6 +1,9 @@
 package advisory
 
-import "sync/atomic"
+import (
+	"sync/atomic"
+	"time"
+)
 
 // WithCheckedStatementsForTest makes every connection of the Manager keep the
 // per-statement ownership check, as a connection through a proxy does, so that tests
@@ -41,3 +44,51 @@ func WithPrepareNamedAtForTest(n int) Option {
 
 // PrepareNamedAt is the use of a named statement on one connection at which it is prepared.
 const PrepareNamedAt = prepareNamedAt
+
+// LockTextForTest is one lock statement the library sends where a connection may reach
+// another server than its set-up checked: its text and its arguments (none: a
+// simple-protocol Query, its arguments written in). Its first column is the backend's
+// pid: 0 where it ran on a standby.
+type LockTextForTest struct {
+	Name string
+	SQL  string
+	Args []any
+}
+
+// LockTextsForTest returns every such lock statement for key, on a connection whose
+// ownership token is token (see ownedBy): the session holding's lock and try in each
+// mode (and a slice of a wait), the bulk ones, a shared session's batch, a transaction
+// holding's and a transaction Session's takes.
+func LockTextsForTest(key Key, token string) []LockTextForTest {
+	var out []LockTextForTest
+	lit := keyLiteral(key)
+	for _, shared := range []bool{false, true} {
+		for _, pair := range []bool{false, true} {
+			st := statementsFor("standby", shared, pair, false)
+			tx := txStatements("BEGIN; ", "standby", key, shared, pair)
+			out = append(out,
+				LockTextForTest{"lock", st.lock, []any{int64(key), token}},
+				LockTextForTest{"tryLock", st.tryLock, []any{int64(key), token}},
+				LockTextForTest{"unlock", st.unlock, []any{int64(key), token}},
+				LockTextForTest{"tx lock", tx.lock, nil},
+				LockTextForTest{"tx tryLock", tx.tryLock, nil})
+		}
+	}
+	keys := []int64{int64(key), int64(key) + 1}
+	ts := []target{{key: key, name: "standby"}, {key: key + 1}}
+	m := &Manager{}
+	return append(out,
+		LockTextForTest{"slice", sliceText(statementsFor("standby", false, false, false).lock, lit, token, time.Second), nil},
+		LockTextForTest{"lockAll", lockAllSQL, []any{keys, token}},
+		LockTextForTest{"tryLockAll", tryLockAllSQL, []any{keys, token}},
+		LockTextForTest{"host batch", hostBatchSQL, []any{keys, token, []int32{1, 2}}},
+		LockTextForTest{"tx Session lock", "BEGIN; " + txKeysSQL(m, ts[:1], false), nil},
+		LockTextForTest{"tx Session tryLock", "BEGIN; " + txKeysSQL(m, ts[:1], true), nil},
+		LockTextForTest{"tx Session lockAll", "BEGIN; " + txKeysSQL(m, ts, false), nil},
+		LockTextForTest{"tx Session tryLockAll", "BEGIN; " + txKeysSQL(m, ts, true), nil})
+}
+
+// PooledWorkAppNameForTest is the application_name that WorkConnString, WorkEnv and
+// WorkConfig give work that may reach its server through a transaction pooler: the
+// holding's tag with the pooled mark, then base.
+func PooledWorkAppNameForTest(l *Lock, base string) string { return l.workName(base, true) }

@@ -30,15 +30,18 @@ import (
 // them.
 const tokenSQL = `WITH flush AS (SELECT pg_catalog.set_config('synchronous_commit', 'on', true))
 INSERT INTO %[1]s AS f (key, pair, token)
-SELECT $1, $3, 1 OPERATOR(pg_catalog.+) coalesce((SELECT k.token FROM %[1]s k
-	WHERE $3 AND k.key OPERATOR(pg_catalog.=) $1 AND NOT k.pair), 0)
+SELECT $1, $3, GREATEST(1 OPERATOR(pg_catalog.+) coalesce((SELECT k.token FROM %[1]s k
+	WHERE $3 AND k.key OPERATOR(pg_catalog.=) $1 AND NOT k.pair), 0), ` + timelineFloor + `)
 FROM flush WHERE ` + ownedBy + `
-ON CONFLICT (key, pair) DO UPDATE SET token = f.token OPERATOR(pg_catalog.+) 1, taken_at = pg_catalog.now()
+ON CONFLICT (key, pair) DO UPDATE SET token = GREATEST(f.token OPERATOR(pg_catalog.+) 1, ` + timelineFloor + `),
+	taken_at = pg_catalog.now()
 RETURNING token`
 
-// checkSQL reads the lock's current token and locks its row until the writer's
-// transaction ends, so that no newer token can be taken before the write commits.
-const checkSQL = `SELECT token FROM %s WHERE key OPERATOR(pg_catalog.=) $1 AND pair OPERATOR(pg_catalog.=) $2 FOR SHARE`
+// checkSQL reads the lock's current token and the server's timeline floor (see
+// fence_timeline.go), and locks the token's row until the writer's transaction ends, so
+// that no newer token can be taken before the write commits.
+const checkSQL = `SELECT token, ` + timelineFloor + ` FROM %s WHERE key OPERATOR(pg_catalog.=) $1 ` +
+	`AND pair OPERATOR(pg_catalog.=) $2 FOR SHARE`
 
 // CreateFenceTable creates the fencing table (see [WithFenceTable]) if it does not
 // exist, one row per lock that took a token: key bigint, pair boolean (true for a
@@ -76,8 +79,9 @@ func (m *Manager) CreateFenceTable(ctx context.Context) error {
 }
 
 // Token returns the lock's fencing token: a number greater than every token an earlier
-// holder of the same key took, in any process, across restarts and crashes (and failovers
-// with synchronous replication). Hand it to every write the lock protects;
+// holder of the same key took, in any process, across restarts, crashes and promotions
+// (a promoted server's tokens start above its old timeline's, synchronous replication or
+// not: see docs/fencing.md, "Failover"). Hand it to every write the lock protects;
 // [Manager.CheckToken] refuses a stale one in this database. docs/fencing.md has the full
 // contract.
 //
@@ -186,8 +190,8 @@ func (m *Manager) CheckTokenPair(ctx context.Context, tx pgx.Tx, p Pair, token i
 
 // checkToken is CheckToken, CheckTokenKey and CheckTokenPair for the lock t.
 func (m *Manager) checkToken(ctx context.Context, tx pgx.Tx, t target, token int64) error {
-	var current int64
-	err := tx.QueryRow(ctx, fmt.Sprintf(checkSQL, m.set.fenceTable), int64(t.key), t.pair).Scan(&current)
+	var current, floor int64
+	err := tx.QueryRow(ctx, fmt.Sprintf(checkSQL, m.set.fenceTable), int64(t.key), t.pair).Scan(&current, &floor)
 	what := describe(t.key, t.name, t.pair)
 	switch ferr := fenceTableError(m.set.fenceTable, err); {
 	case ferr != nil:
@@ -199,6 +203,10 @@ func (m *Manager) checkToken(ctx context.Context, tx pgx.Tx, t target, token int
 	case current != token:
 		return fmt.Errorf("%w: %s: token %s, newest %s", ErrStaleToken, what,
 			strconv.FormatInt(token, 10), strconv.FormatInt(current, 10))
+	case token < floor:
+		return fmt.Errorf("%w: %s: token %s was taken on timeline %d, before the promotion of this server "+
+			"(timeline %d): its lock was on the old primary", ErrStaleToken, what, strconv.FormatInt(token, 10),
+			timelineOf(token), timelineOf(floor))
 	}
 	return nil
 }

@@ -13,7 +13,9 @@ import (
 //
 // It blocks until fn has returned and the transaction has ended. ctx governs the
 // transaction: if it ends before fn runs, fn is not run; if it ends while fn runs, the
-// transaction is rolled back; the lock is kept either way. Once fn has returned nil with
+// transaction is rolled back; the lock is kept either way, unless the server does not
+// answer within the cancel grace ([WithCancelGrace]) after ctx ends: then the
+// connection is closed and the lock lost, and nothing of fn's commits. Once fn has returned nil with
 // ctx live, COMMIT is sent and not interrupted. It returns nil if the commit is confirmed,
 // an error wrapping [ErrCommitUnconfirmed] if the server could not confirm it, fn's error
 // (rolled back), or an error wrapping [ErrLockLost] (nothing committed) or [ErrNotHeld]. A

@@ -4,6 +4,9 @@ import (
 	"go/ast"
 	"go/parser"
 	"go/token"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -39,5 +42,20 @@ func TestNamesakeFiles(t *testing.T) {
 	}
 	for ident, file := range want {
 		assert.Equal(t, file, got[ident], "the file that declares %s", ident)
+	}
+}
+
+// TestFilingTableListsEveryRootFile: CONTRIBUTING.md's filing table is the map of the
+// root package; a file missing from it is a room the map does not show (issue 45).
+func TestFilingTableListsEveryRootFile(t *testing.T) {
+	t.Parallel()
+	doc, err := os.ReadFile("CONTRIBUTING.md")
+	require.NoError(t, err)
+	files, err := filepath.Glob("*.go")
+	require.NoError(t, err)
+	for _, f := range files {
+		if !strings.HasSuffix(f, "_test.go") {
+			assert.Contains(t, string(doc), "`"+f+"`", "CONTRIBUTING.md's filing table does not list %s", f)
+		}
 	}
 }

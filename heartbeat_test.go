@@ -15,29 +15,59 @@ import (
 	"github.com/pgadvisory/advisory/internal/pgtest"
 )
 
-// TestHeartbeatOption: WithHeartbeat refuses a negative period or one under 100ms.
+// TestHeartbeatOption: WithHeartbeat refuses a negative period, one under 100ms, and
+// (issue 46, item 4) one over 24h, naming the bound: 720h passed New and then failed every
+// waiting Lock (lock_timeout "2592000000ms" is over PostgreSQL's 2147483647 ms).
 func TestHeartbeatOption(t *testing.T) {
 	t.Parallel()
-	for _, bad := range []time.Duration{-time.Second, time.Nanosecond, 99 * time.Millisecond} {
+	for _, bad := range []time.Duration{-time.Second, time.Nanosecond, 99 * time.Millisecond,
+		24*time.Hour + time.Nanosecond, 720 * time.Hour, 1<<63 - 1} {
 		_, err := advisory.New(context.Background(), "host=127.0.0.1 port=1", advisory.WithHeartbeat(bad))
 		require.ErrorIs(t, err, advisory.ErrInvalidOption, "%v", bad)
+		require.ErrorContains(t, err, "from 100ms to 24h0m0s", "%v", bad)
 	}
-	for _, good := range []time.Duration{0, 100 * time.Millisecond, time.Minute} {
+	for _, good := range []time.Duration{0, 100 * time.Millisecond, time.Minute, 24 * time.Hour} {
 		_, err := advisory.New(context.Background(), "host=127.0.0.1 port=1 connect_timeout=1", advisory.WithHeartbeat(good))
 		require.NotErrorIs(t, err, advisory.ErrInvalidOption, "%v", good)
 	}
 }
 
+// TestHeartbeatLongest (issue 46, item 4): the longest heartbeat New accepts (24h) works
+// for a waiting Lock, whose wait runs in slices under lock_timeout = the heartbeat: it
+// queues on the server behind a holder and is granted on its release.
+func TestHeartbeatLongest(t *testing.T) {
+	t.Parallel()
+	ctx := ctxT(t)
+	m := newManager(t, nil, advisory.WithHeartbeat(24*time.Hour))
+	holder := newManager(t, nil)
+	name := t.Name()
+	held, err := holder.Lock(ctx, name)
+	require.NoError(t, err)
+	got := make(chan error, 1)
+	var l *advisory.Lock
+	go func() {
+		var err error
+		l, err = m.Lock(ctx, name)
+		got <- err
+	}()
+	waitForWaiters(t, held.Key(), 1)
+	require.NoError(t, held.Unlock(ctx))
+	require.NoError(t, <-got)
+	requireHeldBy(t, l.Key(), l.PID())
+	require.NoError(t, l.Unlock(ctx))
+}
+
 // TestPgBouncerIdleReaper: PgBouncer's client_idle_timeout does not reap a client linked
 // to a server connection, which in session mode is every client: a lock held through it,
-// idle well past the timeout, stays held without a heartbeat.
+// idle well past the timeout, stays held without a heartbeat (WithHeartbeat(0): behind a
+// proxy the default is 2s).
 func TestPgBouncerIdleReaper(t *testing.T) {
 	t.Parallel()
 	pgtest.Need(t, srv, startErr)
 	b := pgtest.PgBouncerForTest(t, srv, pgtest.PoolSession, pgtest.WithClientIdleTimeout(2))
 	ctx := ctxT(t)
 	name, key := t.Name(), advisory.KeyOf(t.Name())
-	m, err := advisory.New(ctx, b.DSN())
+	m, err := advisory.New(ctx, b.DSN(), advisory.WithHeartbeat(0))
 	require.NoError(t, err)
 	t.Cleanup(m.Close)
 	l, err := m.Lock(ctx, name)
@@ -51,7 +81,7 @@ func TestPgBouncerIdleReaper(t *testing.T) {
 
 // TestHeartbeatIdleReaper: behind an idle reaper (pgtest.IdleProxy in front of a
 // session-mode PgBouncer, closing connections idle 2 s), a held lock without a heartbeat
-// is lost and its pg_locks row freed; with WithHeartbeat(500ms) a Lock and a Session stay
+// (WithHeartbeat(0)) is lost and its pg_locks row freed; with WithHeartbeat(500ms) a Lock and a Session stay
 // held through 5 s (a 4x margin on the beat), BeginFunc and Holders work between beats,
 // and Unlock and Close release them.
 func TestHeartbeatIdleReaper(t *testing.T) {
@@ -79,7 +109,7 @@ func TestHeartbeatIdleReaper(t *testing.T) {
 func heartbeatReaped(t *testing.T, dsn string) {
 	ctx := ctxT(t)
 	name, key := t.Name(), advisory.KeyOf(t.Name())
-	m, err := advisory.New(ctx, dsn)
+	m, err := advisory.New(ctx, dsn, advisory.WithHeartbeat(0)) // behind a proxy the default is 2s
 	require.NoError(t, err)
 	t.Cleanup(m.Close)
 	l, err := m.Lock(ctx, name)

@@ -37,8 +37,15 @@ func (txLease) take(p *pin, ctx context.Context, try bool) (uint32, *bool, error
 	return p.txRow(ctx, sql)
 }
 
-// check records the holding's backend: the pid the lock statement reported.
+// check records the holding's backend: the pid the lock statement reported. A lock
+// result of NULL (or pid 0, a transaction Session's take) is a standby's (see
+// statements_primary.go): the statement took nothing, and the connection, its
+// transaction begun, goes.
 func (txLease) check(p *pin, pid uint32, got *bool, err error) error {
+	if err == nil && (pid == 0 || got == nil) {
+		p.discard()
+		return standbyError()
+	}
 	if err == nil && got != nil {
 		p.pid, p.vxid = pid, ""
 	}

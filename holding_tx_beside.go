@@ -99,6 +99,10 @@ func (txLease) withdraw(p *pin, ctx context.Context, sql string) error {
 	return err
 }
 
+// vxidSQL reads the holding transaction's virtual id, on the holding's connection.
+const vxidSQL = "SELECT virtualtransaction FROM pg_catalog.pg_locks WHERE locktype " +
+	"OPERATOR(pg_catalog.=) 'virtualxid' AND pid OPERATOR(pg_catalog.=) pg_catalog.pg_backend_pid()"
+
 // beside runs stmt on another connection of the Manager's pool, with the holding
 // transaction's virtual id (read once, on the holding's connection, which the caller has
 // borrowed). ctx governs getting the connection and stmt. As on the holding's own
@@ -109,10 +113,10 @@ func (txLease) withdraw(p *pin, ctx context.Context, sql string) error {
 func (p *pin) beside(ctx context.Context, stmt func(c *pgxpool.Conn, vxid string) error) error {
 	if p.vxid == "" {
 		// Not under ctx: a cancel would fail the holding's transaction, and so lose the
-		// lock; the read never waits on the server (as BEGIN, see pin.begin).
-		err := p.pc.QueryRow(context.WithoutCancel(ctx), "SELECT virtualtransaction FROM pg_catalog.pg_locks WHERE locktype "+
-			"OPERATOR(pg_catalog.=) 'virtualxid' AND pid OPERATOR(pg_catalog.=) pg_catalog.pg_backend_pid()",
-			p.snapshotFree()...).Scan(&p.vxid)
+		// lock; the read never waits on the server (as BEGIN, see pin.begin). Named, as
+		// every statement on the holding (see pin.named): it stays the holding's last
+		// statement in pg_stat_activity until the next.
+		err := p.pc.QueryRow(context.WithoutCancel(ctx), p.named(vxidSQL), p.snapshotFree()...).Scan(&p.vxid)
 		if err != nil {
 			return fmt.Errorf("advisory: read the lock's transaction id: %w", err)
 		}

@@ -26,12 +26,14 @@ func (txLease) beginFn(p *pin, ctx context.Context, opts pgx.TxOptions) (pgx.Tx,
 	}
 	// pgx's transaction object, begun with the savepoint instead of BEGIN: its statements
 	// and its nested savepoints (tx.Begin) are pgx's; only its end is ours (see
-	// savepointTx). Not under ctx, as begin's BEGIN (see pin.begin).
+	// savepointTx). Not under ctx, as begin's BEGIN, but bounded as it is (see pin.begin).
 	begin := "SAVEPOINT " + fnSavepoint
 	if p.sliced() > 0 { // the holding's waits set lock_timeout to their slice: fn's has none
 		begin += "; SET LOCAL lock_timeout = 0"
 	}
-	tx, err := p.pc.BeginTx(context.WithoutCancel(ctx), pgx.TxOptions{BeginQuery: begin})
+	bctx, stop := p.afterGrace(ctx)
+	tx, err := p.pc.BeginTx(bctx, pgx.TxOptions{BeginQuery: begin})
+	stop()
 	if err != nil {
 		return nil, err
 	}
@@ -45,13 +47,16 @@ func (txLease) commitFn(p *pin, ctx context.Context, tx pgx.Tx) (bool, error) {
 		// A statement of fn failed and fn returned nil. As pgx's Commit of a failed
 		// transaction does, roll fn's work back: to its savepoint, which keeps the holding
 		// and the writes of earlier BeginFuncs (the holding's transaction is usable again).
-		if err := tx.Rollback(context.WithoutCancel(ctx)); err != nil {
+		if err := rollback(tx); err != nil {
 			return false, err
 		}
 		return false, fmt.Errorf("advisory: a statement of the fenced work failed, and its work was rolled back "+
 			"to its savepoint (the lock and earlier writes are kept): %w", pgx.ErrTxCommitRollback)
 	}
-	if err := tx.Commit(context.WithoutCancel(ctx)); err != nil {
+	// RELEASE, not under ctx (fn returned nil with ctx live), bounded as a COMMIT is.
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+	defer cancel()
+	if err := tx.Commit(cctx); err != nil {
 		return false, err
 	}
 	p.dirty = true

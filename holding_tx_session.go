@@ -72,22 +72,24 @@ func txKeysSQL(m *Manager, ts []target, try bool) string {
 	if try {
 		fn = "pg_catalog.pg_try_advisory_xact_lock"
 	}
-	sql := "SAVEPOINT " + takeSavepoint + "; SELECT pg_catalog.pg_backend_pid(), "
+	// Each form takes nothing on a standby and returns pid 0 there (see
+	// statements_primary.go).
+	sql := "SAVEPOINT " + takeSavepoint + "; " + lockRowStart
 	if len(ts) == 1 {
-		sql += fn + "(" + keyLiteral(ts[0].key) + ")"
+		sql += "CASE WHEN " + onPrimary + " THEN " + fn + "(" + keyLiteral(ts[0].key) + ")"
 		if name := m.activityName(ts[0].name); name != "" {
 			sql = nameComment(name) + sql
 		}
 		if !try {
 			sql += " IS NOT NULL"
 		}
-		return sql
+		return sql + " END"
 	}
 	keys := make([]string, len(ts))
 	for i, t := range ts {
 		keys[i] = strconv.FormatInt(int64(t.key), 10)
 	}
-	from := " FROM pg_catalog.unnest('{" + strings.Join(keys, ",") + "}'::bigint[]) AS t(k)"
+	from := " FROM pg_catalog.unnest('{" + strings.Join(keys, ",") + "}'::bigint[]) AS t(k) WHERE " + onPrimary
 	if !try {
 		return sql + "pg_catalog.count(" + fn + "(k))" + from
 	}

@@ -59,7 +59,9 @@ func txSettings(set *settings, serverVersion int) [][2]string {
 // txStatements are the statements of one lock held by transaction: lock and tryLock begin
 // the holding transaction and take the lock in it, in one round trip, and return the
 // backend's pid and the lock function's result (the pid is the holding's: behind a pooler
-// it is known only once the transaction runs). A name's comment comes first, as in
+// it is known only once the transaction runs). On a standby they take nothing and return
+// NULL for the lock (see statements_primary.go): pg_is_in_recovery() is asked once, as
+// the statement is parsed and planned at each use (it carries its key). A name's comment comes first, as in
 // statementsFor, so that Holders reads it. Unlock is the transaction's COMMIT (see
 // txLease.unlock), which needs no text of the lock.
 func txStatements(begin, name string, key Key, shared, pair bool) statements {
@@ -73,9 +75,9 @@ func txStatements(begin, name string, key Key, shared, pair bool) statements {
 		pp := pairOf(key)
 		args = "(" + strconv.Itoa(int(pp.Class)) + ", " + strconv.Itoa(int(pp.Object)) + ")"
 	}
-	start := begin + "SELECT pg_catalog.pg_backend_pid(), "
+	start := begin + "SELECT pg_catalog.pg_backend_pid(), CASE WHEN " + onPrimary + " THEN "
 	if name != "" {
 		start = nameComment(name) + start
 	}
-	return statements{lock: start + fn + args + " IS NOT NULL", tryLock: start + try + args, keyInText: true}
+	return statements{lock: start + fn + args + " IS NOT NULL END", tryLock: start + try + args + " END", keyInText: true}
 }

@@ -112,6 +112,13 @@ type Bounds struct {
 	// Manager holds its locks as transactions there (see [WithHolding]), and a session
 	// setting made on one of its connections would reach other clients.
 	TransactionPooler bool
+	// HeartbeatTold is the latest a holder is told that the server stopped answering
+	// while its connection stays open, which no keepalive sees where a proxy answers them
+	// (a frozen primary behind HAProxy, a server cut off from the proxy): the heartbeat
+	// period plus the beat's 5 s timeout. 0 without a heartbeat (see [WithHeartbeat]: on
+	// by default behind a proxy). New refuses a heartbeat behind a proxy unless
+	// HeartbeatTold + the minimum margin is at most ServerFreesAfter.
+	HeartbeatTold time.Duration
 }
 
 func computeBounds(client, server TCPKeepalive) Bounds {

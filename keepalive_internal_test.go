@@ -58,7 +58,11 @@ func TestKeepaliveIsAppliedOnBothEnds(t *testing.T) {
 		assert.Equal(t, value, got, "SHOW %s", name)
 	}
 
-	tcp, ok := pc.Conn().PgConn().Conn().(*net.TCPConn)
+	conn := pc.Conn().PgConn().Conn()
+	if nc, ok := conn.(interface{ NetConn() net.Conn }); ok { // the cancel-keeping wrapper (cancelreq.Cancels)
+		conn = nc.NetConn()
+	}
+	tcp, ok := conn.(*net.TCPConn)
 	require.True(t, ok, "lock connections are TCP here")
 	raw, err := tcp.SyscallConn()
 	require.NoError(t, err)

@@ -206,7 +206,8 @@ func (m *Manager) LockKeyShared(ctx context.Context, key Key) (*Lock, error) {
 // TryLock takes the lock with the given name if no other session holds it, without
 // waiting for it. If it is held elsewhere, TryLock returns a *[LockedError] wrapping
 // [ErrLocked]. It does not wait for a pool connection either when this Manager's locks and
-// waits pin all of them: it returns an error wrapping [ErrPoolExhausted]. ctx governs
+// waits pin all of them: it returns an error wrapping [ErrPoolExhausted] at once (under
+// [WithSharedSessions] too, when every shared session is full as well). ctx governs
 // connecting and the round trip; if ctx ends during the round trip the statement is
 // cancelled, as a Lock's wait is, and the lock is not held when TryLock returns: a grant
 // that raced the cancel is released first. Invalid names and a closed Manager fail as for

@@ -6,6 +6,8 @@ import (
 	"log/slog"
 	"sync"
 	"time"
+
+	"github.com/pgadvisory/advisory/internal/goid"
 )
 
 // A gate queues a Manager's exclusive Lock calls for one key. Three rules, so that N
@@ -75,7 +77,8 @@ func (gs *gates) enter(ctx context.Context, t target, closed <-chan struct{}) (*
 	w := &waiter{turn: make(chan struct{}), t: t, handoff: t.eligible()}
 	g.queue = append(g.queue, w)
 	if h := g.holder; h != nil && h.m.set.logger != nil {
-		warn := time.AfterFunc(waitLogAfter, func() { gs.warnSelfWait(k, w, h) })
+		me := goid.ID()
+		warn := time.AfterFunc(waitLogAfter, func() { gs.warnSelfWait(k, w, h, me) })
 		defer warn.Stop()
 	}
 	gs.mu.Unlock()
@@ -111,17 +114,24 @@ func (gs *gates) enter(ctx context.Context, t target, closed <-chan struct{}) (*
 	return nil, err
 }
 
-// warnSelfWait records, at Warn, a call still queued behind the same holding of this
-// Manager that it queued behind (see selfWaitHint): a holder that may hand the lock on
-// keeps the queue in the process, where no server wait reports it.
-func (gs *gates) warnSelfWait(k gateKey, w *waiter, h *pin) {
+// warnSelfWait records a call still queued behind the same holding of this Manager that
+// it queued behind: a holder that may hand the lock on keeps the queue in the process,
+// where no server wait reports it. At Warn with selfWaitHint if that holding was given
+// to the queued call's goroutine g (it waits for itself); else at Info, as the server
+// wait's record of ordinary contention (see logWait).
+func (gs *gates) warnSelfWait(k gateKey, w *waiter, h *pin, g uint64) {
 	gs.mu.Lock()
-	g := gs.m[k]
-	still := g != nil && g.holder == h && !isClosed(w.turn)
+	gt := gs.m[k]
+	still := gt != nil && gt.holder == h && !isClosed(w.turn)
 	gs.mu.Unlock()
-	if still {
+	switch {
+	case !still:
+	case g != 0 && h.holderG.Load() == g:
 		h.log(slog.LevelWarn, "advisory: waiting for a lock this Manager holds", slog.Bool("queued", true),
 			slog.Duration("waited", waitLogAfter), slog.String("hint", selfWaitHint))
+	default:
+		h.log(slog.LevelInfo, "advisory: waiting for lock", slog.Bool("queued", true),
+			slog.Duration("waited", waitLogAfter), slog.Bool("held_by_this_manager", true), slog.String("hint", ownWaitHint))
 	}
 }
 

@@ -128,3 +128,47 @@ func TestWaitForItsOwnManagersHoldingIsWarned(t *testing.T) {
 		})
 	}
 }
+
+// TestContentionBetweenGoroutinesIsNotAWarning (issue 46, item 6): three goroutines of one
+// Manager (with one ctx) taking turns at a lock for 1.5 s each wait more than a second for
+// each other; that is ordinary contention, recorded at Info as "waiting for lock" with
+// held_by_this_manager, never as the Warn of a Lock waiting for its own goroutine's
+// holding.
+func TestContentionBetweenGoroutinesIsNotAWarning(t *testing.T) {
+	t.Parallel()
+	rec := &recorder{}
+	m := newManager(t, nil, advisory.WithLogger(slog.New(rec)))
+	ctx, name := ctxT(t), t.Name()
+	var wg sync.WaitGroup
+	for range 3 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			l, err := m.Lock(ctx, name)
+			if !assert.NoError(t, err) {
+				return
+			}
+			time.Sleep(1500 * time.Millisecond) // the holder's work
+			assert.NoError(t, l.Unlock(ctx))
+		}()
+	}
+	wg.Wait()
+	assert.Nil(t, rec.find("advisory: waiting for a lock this Manager holds"), "contention is not a self-wait")
+	w := rec.find("advisory: waiting for lock")
+	require.NotNil(t, w, "the waits were recorded")
+	assert.Equal(t, slog.LevelInfo, w["level"])
+	assert.Equal(t, true, w["held_by_this_manager"])
+}
+
+// messages returns the records' messages and attributes, for failure messages.
+func (r *recorder) messages() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []string
+	for _, rec := range r.records {
+		s := rec.Level.String() + " " + rec.Message
+		rec.Attrs(func(a slog.Attr) bool { s += " " + a.String(); return true })
+		out = append(out, s)
+	}
+	return out
+}

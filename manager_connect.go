@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -14,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/pgadvisory/advisory/internal/cancelreq"
 	"github.com/pgadvisory/advisory/internal/connstr"
 	"github.com/pgadvisory/advisory/internal/sockfd"
 )
@@ -109,6 +111,7 @@ func defaultApplicationName() string {
 }
 
 // configure sets cfg up for lock connections, and returns it: the dialer with keepalive,
+// cancel connections kept open until the server has answered (see cancelreq.Cancels),
 // the cancel handler, the notice recorder, the set-up of each new connection (setUp) and
 // the pool's health check.
 func configure(cfg *pgxpool.Config, set *settings, ps *proxyState) *pgxpool.Config {
@@ -116,7 +119,8 @@ func configure(cfg *pgxpool.Config, set *settings, ps *proxyState) *pgxpool.Conf
 	if cc.ConnectTimeout == 0 {
 		cc.ConnectTimeout = 10 * time.Second
 	}
-	cc.DialFunc = keepaliveDialer(cc.DialFunc, set.clientKeepalive)
+	cc.DialFunc = ps.cancels.Dial(keepaliveDialer(cc.DialFunc, set.clientKeepalive))
+	cc.AfterNetConnect = markMain(&ps.cancels, cc.AfterNetConnect)
 	cc.BuildContextWatcherHandler = newCancelHandler(set.cancelGrace)
 	cc.OnNotice = noticeRecorder(cc.OnNotice)
 	// An idle pooled connection whose backend was terminated (or whose server went away)
@@ -144,6 +148,20 @@ func configure(cfg *pgxpool.Config, set *settings, ps *proxyState) *pgxpool.Conf
 		return nil
 	}
 	return cfg
+}
+
+// markMain wraps next (pgconn.Config's AfterNetConnect, nil for none) so that every
+// connection pgx opens is marked as one of the protocol, which under TLS is how its
+// cancel connections are told from it (see cancelreq.Cancels.MarkMain).
+func markMain(c *cancelreq.Cancels, next func(context.Context, *pgconn.Config, net.Conn) (net.Conn, error)) func(
+	context.Context, *pgconn.Config, net.Conn) (net.Conn, error) {
+	return func(ctx context.Context, cfg *pgconn.Config, conn net.Conn) (net.Conn, error) {
+		c.MarkMain(conn)
+		if next != nil {
+			return next(ctx, cfg, conn)
+		}
+		return conn, nil
+	}
 }
 
 // serverVersion turns a server_version like "15.18 (Debian 15.18-0+deb12u1)" into
@@ -207,7 +225,7 @@ func openPool(ctx context.Context, cfg *pgxpool.Config, set *settings, ps *proxy
 			err = fmt.Errorf("%w"+sessionHint, err)
 		}
 		if err == nil {
-			err = set.forHolding(kind, ps.proxied.Load())
+			err = set.forHolding(kind, ps.inPath())
 		}
 		if err == nil {
 			err = set.forSharing(kind)

@@ -3,6 +3,7 @@ package advisory
 import (
 	"context"
 	"fmt"
+	"log/slog"
 )
 
 // enter registers a call in progress; the caller must call m.active.Done when it returns.
@@ -55,18 +56,50 @@ func (m *Manager) ownsBackend(pid uint32, except *pin) bool {
 	return false
 }
 
-// holdsKey reports whether a Lock of this Manager other than except holds p's lock (its
-// key and form) now.
-func (m *Manager) holdsKey(p *pin) bool {
+// holdsKey reports whether a Lock of this Manager other than p holds p's lock (its key
+// and form) now (held), and whether one of those was given to goroutine g (self: see
+// logWait).
+func (m *Manager) holdsKey(p *pin, g uint64) (self, held bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	for s := range m.sessions {
 		if s != p && !s.multi && s.key == p.key && s.pair == p.pair && s.isHeld() {
-			return true
+			held = true
+			self = self || g != 0 && s.holderG.Load() == g
 		}
 	}
-	return false
+	return self, held
 }
+
+// poolerFull says whether a Lock's holders query, behind a transaction pooler, that got
+// no answer within poolTimeout waited in the pooler's queue for a server connection
+// (full), and the record's attributes then: this Manager's sessions and holdings, its
+// cap and poolFullHint. It did not if this Manager's own sessions take every connection
+// of its pool (pool_max_conns): the query waited for one of those, which is this
+// Manager's cap doing its work (see the sizing rule), not the pooler's pool running out.
+func (m *Manager) poolerFull() (full bool, attrs []slog.Attr) {
+	m.mu.Lock()
+	sessions, held := len(m.sessions), 0
+	for s := range m.sessions {
+		if s.isHeld() {
+			held++
+		}
+	}
+	m.mu.Unlock()
+	if sessions >= m.maxConns {
+		return false, nil
+	}
+	return true, []slog.Attr{slog.Int("sessions", sessions), slog.Int("held", held),
+		slog.Int("pool_max_conns", m.maxConns), slog.String("hint", poolFullHint)}
+}
+
+// poolFullHint is the advice of poolerFull's record (docs/guarantees.md, sizing behind a
+// transaction pooler).
+const poolFullHint = "no server connection of the pooler's pool was free within 1s: behind a transaction pooler " +
+	"each held Lock keeps one server connection for as long as it is held and each waiting Lock one while it " +
+	"waits, so holdings and waits can take the whole pool and starve the work under them; make the pooler's pool " +
+	"(PgBouncer default_pool_size) larger than the locks held and waited for at once plus the work's connections, " +
+	"or, where it cannot be resized, cap this Manager below it (pool_max_conns in the DSN)"
 
 // reserve counts a connection this Manager is about to pin. With wait false it refuses
 // when the Manager's own sessions (held locks, waits, calls about to run) already account

@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"strconv"
-	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -36,14 +35,14 @@ import (
 // goes on. A stub engine answers every statement, so it is never inconclusive.
 func checkEnforced(ctx context.Context, conn *pgxpool.Conn, cc *pgconn.Config, kind Holding, logger *slog.Logger) error {
 	if kind == HoldingTransaction {
-		return checkEnforcedTx(ctx, conn, cc)
+		return checkEnforcedTx(ctx, conn, cc, logger)
 	}
 	pg := conn.Conn().PgConn()
 	pid, token := ownership(pg)
 	key := rand.Int64()
 	owned := "CASE WHEN pg_catalog.current_setting('" + ownerSetting + "', true) OPERATOR(pg_catalog.=) '" + token + "' THEN "
 	lit := strconv.FormatInt(key, 10)
-	got, err := oneBool(pg.Exec(ctx, "SELECT "+owned+"pg_catalog.pg_try_advisory_lock("+lit+") END").ReadAll())
+	got, err := oneBool(pg.Exec(ctx, "SELECT "+owned+"pg_catalog.pg_try_advisory_lock("+lit+") END, "+inRecovery).ReadAll())
 	switch {
 	case err != nil:
 		return fmt.Errorf("advisory: check that the server enforces advisory locks: %w", err)
@@ -53,8 +52,9 @@ func checkEnforced(ctx context.Context, conn *pgxpool.Conn, cc *pgconn.Config, k
 	case got == "f":
 		return nil // held elsewhere: refused, which is enforcement enough
 	}
-	both, bpid, berr := secondTry(ctx, cc, lit)
-	released, uerr := oneBool(pg.Exec(ctx, "SELECT "+owned+"pg_catalog.pg_advisory_unlock("+lit+") END").ReadAll())
+	both, bpid, theirs, berr := secondTry(ctx, cc, lit, nil)
+	changed := otherServer(ctx, pg, both, berr, theirs)
+	released, uerr := oneBool(pg.Exec(ctx, "SELECT "+owned+"pg_catalog.pg_advisory_unlock("+lit+") END, "+inRecovery).ReadAll())
 	switch {
 	case berr == nil && bpid == pid:
 		takeBack(ctx, conn, pid, token, key, logger)
@@ -64,6 +64,9 @@ func checkEnforced(ctx context.Context, conn *pgxpool.Conn, cc *pgconn.Config, k
 		return fmt.Errorf("%w: the self-test's release ran on another client's backend; it did nothing there", errSharedBackend)
 	case uerr != nil || released != "t":
 		conn.Conn().Close(ctx) // never back to the pool holding the key
+	}
+	if changed != nil {
+		return changed
 	}
 	return enforcedVerdict(both, berr, uerr != nil && !usable(pg, uerr))
 }
@@ -120,9 +123,9 @@ func takeBackSQL(token string, key int64) string {
 // key as a transaction holding does (pg_try_advisory_xact_lock in an open transaction),
 // the second tries it, and the first rolls back, which releases the key whatever
 // happened (or its connection is closed, which does too). Behind a pooler the second
-// session needs a server session of its own while the first's transaction keeps one:
-// it waits at most selfTestWait for it, then the test is inconclusive.
-func checkEnforcedTx(ctx context.Context, conn *pgxpool.Conn, cc *pgconn.Config) error {
+// session needs a server session of its own while the first's transaction keeps one
+// (see secondTryBeside).
+func checkEnforcedTx(ctx context.Context, conn *pgxpool.Conn, cc *pgconn.Config, logger *slog.Logger) error {
 	pg := conn.Conn().PgConn()
 	key := strconv.FormatInt(rand.Int64(), 10)
 	var first uint32
@@ -136,9 +139,8 @@ func checkEnforcedTx(ctx context.Context, conn *pgxpool.Conn, cc *pgconn.Config)
 		}
 		return nil // held elsewhere: refused, which is enforcement enough
 	}
-	sctx, cancel := context.WithTimeout(ctx, selfTestWait)
-	both, bpid, berr := secondTry(sctx, cc, key)
-	cancel()
+	both, bpid, theirs, berr := secondTryBeside(ctx, pg, cc, key, logger)
+	changed := otherServer(ctx, pg, both, berr, theirs)
 	_, uerr := pg.Exec(ctx, "ROLLBACK").ReadAll()
 	if uerr != nil || pg.TxStatus() != 'I' {
 		conn.Conn().Close(ctx) // never back to the pool in a transaction that holds the key
@@ -147,11 +149,11 @@ func checkEnforcedTx(ctx context.Context, conn *pgxpool.Conn, cc *pgconn.Config)
 		return fmt.Errorf("%w: the self-test's second connection was given the backend (pid %d) on which the "+
 			"first's transaction was open: the proxy does not keep a transaction on one server session", ErrPooler, bpid)
 	}
+	if changed != nil {
+		return changed
+	}
 	return enforcedVerdict(both, berr, uerr != nil && !usable(pg, uerr))
 }
-
-// selfTestWait bounds the transaction self-test's second session (see checkEnforcedTx).
-const selfTestWait = 5 * time.Second
 
 // enforcedVerdict judges the self-test: both is the second session's answer ("t": it got
 // the key the first held) or berr its failure; firstLost: the first session failed
@@ -170,17 +172,33 @@ func enforcedVerdict(both string, berr error, firstLost bool) error {
 }
 
 // secondTry tries the key on a new plain connection, and releases it at once if it got
-// it, in one statement: "t" if it got it, and the backend it ran on.
-func secondTry(ctx context.Context, cc *pgconn.Config, key string) (string, uint32, error) {
+// it, in one statement: "t" if it got it, "" if the statement ran on a standby, the
+// backend it ran on, and the server's identity (see serverOfSQL). It closes connected,
+// if not nil, once connected.
+func secondTry(ctx context.Context, cc *pgconn.Config, key string, connected chan<- struct{}) (
+	got string, pid uint32, server string, err error) {
 	other, err := pgconn.ConnectConfig(ctx, cc.Copy())
 	if err != nil {
-		return "", 0, fmt.Errorf("second connection: %w", err)
+		return "", 0, "", fmt.Errorf("second connection: %w", err)
 	}
 	defer other.Close(ctx)
-	var pid uint32
-	got, err := oneBoolOfLast(other.Exec(ctx, "SELECT pg_catalog.pg_backend_pid(), CASE WHEN pg_catalog.pg_try_advisory_lock("+
-		key+") THEN pg_catalog.pg_advisory_unlock("+key+") ELSE false END"), &pid)
-	return got, pid, err
+	if connected != nil {
+		close(connected)
+	}
+	// A standby grants the key locally: a load balancer (Pgpool-II) that sent the second
+	// session's statement there proves nothing, so the statement answers NULL there
+	// (inconclusive) and takes nothing.
+	err = lastRow(other.Exec(ctx, "SELECT pg_catalog.pg_backend_pid(), CASE WHEN "+inRecovery+" THEN NULL WHEN "+
+		"pg_catalog.pg_try_advisory_lock("+key+") THEN pg_catalog.pg_advisory_unlock("+key+") ELSE false END, "+
+		serverOfSQL), func(v [][]byte) error {
+		if len(v) != 3 {
+			return errNotOneRow
+		}
+		got, server = string(v[1]), string(v[2])
+		pid, err = parseUint32(v[0], "pg_backend_pid()")
+		return err
+	})
+	return got, pid, server, err
 }
 
 // oneBoolOfLast reads the last row of a Query of one or more statements: a backend pid
@@ -198,15 +216,22 @@ func oneBoolOfLast(mrr *pgconn.MultiResultReader, pid *uint32) (string, error) {
 	return got, err
 }
 
-// oneBool returns the text of the single value a one-row query returned ("t", "f", or ""
-// for NULL).
+// oneBool returns the text of the first value a one-row self-test statement returned
+// ("t", "f", or "" for NULL). The second is pg_is_in_recovery(): a statement that a load
+// balancer (Pgpool-II, balancing each statement) sent to a standby, where the connection's
+// token is not, did nothing there and is no sign of sharing; it fails with ErrStandby.
 func oneBool(rows []*pgconn.Result, err error) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	row, err := onlyRow(rows, 1, "the self-test statement")
-	if err != nil {
+	row, err := onlyRow(rows, 2, "the self-test statement")
+	switch {
+	case err != nil:
 		return "", err
+	case string(row[1]) == "t":
+		return "", fmt.Errorf("%w: a self-test statement ran on a server in recovery: a load balancer in the path "+
+			"(Pgpool-II with load_balance_mode?) sends this connection's statements to a standby; connect to the "+
+			"primary, or have the load balancer send this client's statements there (see docs/guarantees.md)", ErrStandby)
 	}
 	return string(row[0]), nil
 }

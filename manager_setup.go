@@ -24,13 +24,14 @@ const ownerSetting = "advisory.owner"
 // lookSQL runs first on every new connection, before anything is changed on the server:
 // whose backend this is, whether it is a standby, whether another client already left a
 // token on it, the two ends of the TCP connection as the backend sees them (empty
-// and 0 over a Unix socket; see directPath), and the database's oid (for work tags, see
-// workTag).
+// and 0 over a Unix socket; see directPath), the database's oid (for work tags, see
+// workTag), and a primary's timeline (see proxyState.noteTimeline).
 const lookSQL = "SELECT pg_catalog.pg_backend_pid(), pg_catalog.pg_is_in_recovery(), " +
 	"coalesce(pg_catalog.current_setting('" + ownerSetting + "', true), ''), " +
 	"coalesce(pg_catalog.host(pg_catalog.inet_client_addr()), ''), coalesce(pg_catalog.inet_client_port(), 0), " +
 	"coalesce(pg_catalog.host(pg_catalog.inet_server_addr()), ''), coalesce(pg_catalog.inet_server_port(), 0), " +
-	"(SELECT oid FROM pg_catalog.pg_database WHERE datname OPERATOR(pg_catalog.=) pg_catalog.current_database())"
+	"(SELECT oid FROM pg_catalog.pg_database WHERE datname OPERATOR(pg_catalog.=) pg_catalog.current_database()), " +
+	"CASE WHEN pg_catalog.pg_is_in_recovery() THEN 0 ELSE " + timelineSQL + " END"
 
 // setUp prepares a new pool connection for locking. It refuses a standby. Before it
 // changes any setting on the server (which would leak to other clients of a shared
@@ -49,6 +50,9 @@ func setUp(ctx context.Context, conn *pgx.Conn, set *settings, ps *proxyState) e
 	}
 	seen, err := lookAt(ctx, pg, reported)
 	if err != nil {
+		return err
+	}
+	if err := ps.noteTimeline(seen.timeline); err != nil {
 		return err
 	}
 	var settings [][2]string
@@ -96,10 +100,26 @@ func setUp(ctx context.Context, conn *pgx.Conn, set *settings, ps *proxyState) e
 	pg.CustomData()[tokenKey] = token
 	pg.CustomData()[fdKey] = sockfd.FD(pg.Conn())
 	pg.CustomData()[dbOIDKey] = seen.dbOID
-	if !set.checkedOnly && seen.pid == pg.PID() && seen.directPath(pg.Conn()) {
-		pg.CustomData()[directKey] = true
+	if seen.pid == pg.PID() {
+		notePath(pg, seen, set, ps)
 	}
 	return nil
+}
+
+// notePath records what a connection whose startup named its own backend found about
+// its path. One that goes straight to its backend is marked direct (see isDirect). One
+// over TCP that does not is spliced by a TCP proxy (HAProxy in front of a Patroni
+// cluster, a userland port forwarder) or translated: the proxy passes the server's
+// BackendKeyData through, so only the two views of the connection's ends tell it, and
+// the client's keepalives may reach only the proxy, which answers them (see
+// settings.forHolding).
+func notePath(pg *pgconn.PgConn, seen look, set *settings, ps *proxyState) {
+	switch direct := seen.directPath(pg.Conn()); {
+	case direct && !set.checkedOnly:
+		pg.CustomData()[directKey] = true
+	case !direct && pg.Conn().LocalAddr().Network() == "tcp":
+		ps.noteSpliced()
+	}
 }
 
 // txPooledConn records what the set-up of a connection through a transaction pooler found.
@@ -137,13 +157,29 @@ var errNotApplied = fmt.Errorf("%w: the connection's setup statement did not run
 	"or found another client's token there; it changed nothing", ErrPooler)
 
 // apply stores settings on the backend pid in one statement (see applySQL), or fails
-// with errNotApplied if the statement ran on another backend or found a token there.
+// with errNotApplied if the statement ran on another backend or found a token there. A
+// statement that ran on a standby is no sign of sharing: a load balancer sent it there
+// (Pgpool-II sends lookSQL, which reads a system catalog, to the primary, and a statement
+// that reads none and calls no function it counts as a write to the session's
+// load-balance node), so this connection's lock statements would go there too: it
+// fails with ErrStandby.
 func apply(ctx context.Context, pg *pgconn.PgConn, settings [][2]string, pid uint32, reported string) error {
 	rows, err := pg.Exec(ctx, applySQL(settings, pid)).ReadAll()
 	if err != nil {
 		return setupError(err, reported)
 	}
-	if got, err := oneNumber(rows, "the settings statement"); err != nil || got != uint32(len(settings)) {
+	row, err := onlyRow(rows, 2, "the settings statement")
+	if err != nil {
+		return err
+	}
+	got, err := parseUint32(row[0], "the settings statement")
+	switch {
+	case err == nil && string(row[1]) == "t":
+		return fmt.Errorf("%w: the connection's set-up statement ran on a server in recovery: a load balancer in "+
+			"the path (Pgpool-II with load_balance_mode?) sends this connection's statements to a standby, where "+
+			"locks are local to it; connect to the primary, or have the load balancer send this client's statements "+
+			"there (Pgpool-II: app_name_redirect_preference_list, see docs/guarantees.md)", ErrStandby)
+	case err != nil || got != uint32(len(settings)):
 		return fmt.Errorf("%w (pid %d)", errNotApplied, pid)
 	}
 	return nil
@@ -157,6 +193,7 @@ type look struct {
 	clientAddr, serverAddr string // "" over a Unix socket
 	clientPort, serverPort uint32 // 0 over a Unix socket
 	dbOID                  uint32 // the database's oid
+	timeline               uint32 // a primary's timeline (0 on a standby)
 }
 
 // directPath reports whether the backend's end of the connection is the very socket this
@@ -198,11 +235,11 @@ func sameEnd(a *net.TCPAddr, host string, port uint32) bool {
 // while no ownership token is there. A statement that a pooler sends to another backend
 // changes nothing there. The token comes last: the condition is evaluated for each row in
 // turn, and must still find the slot empty for every setting before it. It returns the
-// number of settings applied. Names and values are the library's own (digits, and the
-// hex token): no quoting is needed.
+// number of settings applied, and whether it ran on a standby (see apply). Names and
+// values are the library's own (digits, and the hex token): no quoting is needed.
 func applySQL(settings [][2]string, pid uint32) string {
 	var b strings.Builder
-	b.WriteString("SELECT pg_catalog.count(pg_catalog.set_config(name, value, false)) FROM (VALUES ")
+	b.WriteString("SELECT pg_catalog.count(pg_catalog.set_config(name, value, false)), " + inRecovery + " FROM (VALUES ")
 	for i, kv := range settings {
 		if i > 0 {
 			b.WriteString(", ")
@@ -217,7 +254,7 @@ func applySQL(settings [][2]string, pid uint32) string {
 
 // parseLook reads lookSQL's one row.
 func parseLook(rows []*pgconn.Result) (look, error) {
-	row, err := onlyRow(rows, 8, lookSQL)
+	row, err := onlyRow(rows, 9, lookSQL)
 	if err != nil {
 		return look{}, err
 	}
@@ -232,6 +269,9 @@ func parseLook(rows []*pgconn.Result) (look, error) {
 		return look{}, err
 	}
 	if l.dbOID, err = parseUint32(row[7], "the database's oid"); err != nil {
+		return look{}, err
+	}
+	if l.timeline, err = parseUint32(row[8], "the timeline"); err != nil {
 		return look{}, err
 	}
 	return l, nil

@@ -46,7 +46,7 @@ type settings struct {
 	workRoles          []string      // WithWorkRoles: more roles whose tagged sessions a drain waits for
 	noNames            bool          // WithoutNamesInActivity: named locks' statements carry no name
 	heartbeat          time.Duration // WithHeartbeat; 0: off
-	heartbeatSet       bool          // by WithHeartbeat (else a transaction holding behind a proxy beats by default)
+	heartbeatSet       bool          // by WithHeartbeat (else a Manager behind a proxy beats by default)
 	holding            Holding       // WithHolding
 	hooks              Hooks
 	handoffMax         int           // WithLocalHandoff: handoffs per run; 0: off
@@ -127,7 +127,9 @@ func WithConnectionCheckInterval(d time.Duration) Option {
 // [ErrLockLost]). On a healthy server the confirmation takes about a millisecond; on a
 // starved one the CancelRequest, a new connection the server forks a process for, can
 // take longer. The default is 1s; it
-// must be from 10ms to 1m.
+// must be from 10ms to 1m. The grace bounds the caller's wait only: the CancelRequest's
+// own connection stays open until the server (or a pooler) closes it, never abandoned
+// (PgBouncer 1.18 exits on an abandoned cancel), and [Manager.Close] waits for it.
 func WithCancelGrace(d time.Duration) Option {
 	return option(func(s *settings) error {
 		if d < 10*time.Millisecond || d > time.Minute {
@@ -251,15 +253,29 @@ func WithoutNamesInActivity() Option {
 // ErrLockLost). A Lock waiting on the server (and a Session's Lock) waits in slices of d:
 // each slice is the lock statement under lock_timeout d, and one that ends without the
 // grant is followed at once by the next; between two slices the wait leaves the server's
-// queue and joins it again at its end. The Manager's LISTEN connections (observers, a
+// queue and joins it again at its end. A wait is watched like a holding: a slice the
+// server has not ended 5 s after its lock_timeout (a frozen server) fails the Lock, not
+// with ctx's error, within d + 5 s + the cancel grace ([WithCancelGrace]), and closes its
+// connection (a Session's wait ends the Session), so the server never grants it later. The Manager's LISTEN connections (observers, a
 // semaphore's waiter) send SELECT 1 after d without a notification. A direct connection
 // needs none of it: the library sets idle_session_timeout to 0 on it. The default is 0,
-// off (no timer, nothing sent), but behind a transaction pooler, where it is 2s (see
-// [WithHolding]). d must be 0 or at least 100ms. See docs/guarantees.md.
+// off (no timer, nothing sent), on a direct connection. Behind a proxy ([Bounds].Proxied:
+// a pooler, or a TCP proxy such as the HAProxy in front of a Patroni cluster, which
+// answers the client's keepalives itself) it is 2s: only a round trip through PostgreSQL
+// sees a frozen server there. There New refuses a d whose loss report (d + 5 s,
+// Bounds.HeartbeatTold) would come later than the minimum margin before
+// Bounds.ServerFreesAfter, and WithHeartbeat(0) behind a transaction pooler; behind
+// another proxy it allows WithHeartbeat(0) with a Warn: a holder then hears of a frozen
+// server only if the proxy closes its session (HAProxy's on-marked-down
+// shutdown-sessions; see docs/keepalive.md). d must be 0 or from 100ms to 24h (a sliced wait runs under lock_timeout d,
+// which PostgreSQL bounds at 24.8 days); New refuses others with ErrInvalidOption. See
+// docs/guarantees.md.
 func WithHeartbeat(d time.Duration) Option {
 	return option(func(s *settings) error {
-		if d != 0 && d < minHeartbeat {
-			return fmt.Errorf("%w: heartbeat %v; want 0 (off) or at least %v", ErrInvalidOption, d, minHeartbeat)
+		if d != 0 && (d < minHeartbeat || d > maxHeartbeat) {
+			return fmt.Errorf("%w: heartbeat %v; want 0 (off) or from %v to %v (a waiting Lock waits in slices "+
+				"under lock_timeout = the heartbeat, which PostgreSQL bounds at 24.8 days)",
+				ErrInvalidOption, d, minHeartbeat, maxHeartbeat)
 		}
 		s.heartbeat, s.heartbeatSet = d, true
 		return nil

@@ -38,6 +38,9 @@ type pin struct {
 	st     statements
 	fd     int  // the socket's descriptor, for the poller
 	handle Lock // what Manager.Lock returns: one allocation with the pin
+	// holderG is the goroutine the latest holding was given to, with a logger: a Lock
+	// that waits for it in the same goroutine waits for itself (see logWait).
+	holderG atomic.Uint64
 
 	// args are the lock statements' arguments ($1 the key, $2 the token), boxed once per
 	// pin; their (pid, result) rows are scanned into rowPID and rowOK through dst. Only

@@ -17,6 +17,12 @@ import (
 // minHeartbeat is the shortest heartbeat period WithHeartbeat accepts.
 const minHeartbeat = 100 * time.Millisecond
 
+// maxHeartbeat is the longest. A sliced wait runs under lock_timeout = the heartbeat (see
+// pin_slices.go), and PostgreSQL refuses a lock_timeout over 2147483647 ms (24.8 days):
+// 720h passed New and then failed every waiting Lock. A day is far inside that bound, and
+// far longer than any idle limit a heartbeat is for.
+const maxHeartbeat = 24 * time.Hour
+
 // heartbeatSQL is the beat's statement: one simple-protocol round trip that never waits
 // on the server. It returns the backend's pid, which must be the holding's: a beat that
 // finds another (a transaction pooler that no longer keeps the client on the holding's
@@ -65,6 +71,10 @@ func (p *pin) beatOnce() bool {
 	if err := p.beginTx(ctx); err != nil {
 		return p.endErr() == nil // not held after all (a release began): skip this beat
 	}
+	// A beat that got no answer in time ends the holding at once: no CancelRequest and
+	// its grace (see WithCancelGrace), which would tell the holder of a frozen server
+	// only after the grace too, later than Bounds.HeartbeatTold.
+	p.cancel.SetGentle(false)
 	rows, err := p.pg.Exec(ctx, p.named(heartbeatSQL)).ReadAll()
 	var pid uint32
 	if err == nil {

@@ -2,6 +2,7 @@ package advisory
 
 import (
 	"context"
+	"fmt"
 	"strconv"
 	"strings"
 	"time"
@@ -27,10 +28,22 @@ func isSliceEnd(err error) bool { return sqlState(err) == "55P03" }
 
 // wait runs the pin's lock statement as a lock wait (see lease.take), in slices while the
 // Manager has a heartbeat, until the lock is granted, ctx ends, or a slice fails for
-// another reason. A transaction holding's slice that ended is rolled back first.
+// another reason. A transaction holding's slice that ended is rolled back first. A wait
+// is watched like a holding: a slice the server has not ended beatTimeout after its
+// lock_timeout (a frozen server; behind a proxy, one cut off from it) is interrupted as
+// ctx would interrupt it (a CancelRequest, then the connection's fallback deadline), and
+// the wait fails with a silentWait, which no caller takes for a usable connection (see
+// usable): the connection is closed, so a server that comes back never grants the lock to
+// a session nobody waits on (it fails to send the grant, and ends the session).
 func (p *pin) wait(ctx context.Context) (uint32, *bool, error) {
 	for {
-		pid, got, err := p.lease.take(p, ctx, false)
+		sctx, cancel := p.sliceContext(ctx)
+		pid, got, err := p.lease.take(p, sctx, false)
+		silent := sctx.Err() != nil && ctx.Err() == nil
+		cancel()
+		if silent {
+			return pid, got, &silentWait{slice: p.sliced(), err: err}
+		}
 		if p.sliced() == 0 || !isSliceEnd(err) || ctx.Err() != nil {
 			return pid, got, err
 		}
@@ -40,6 +53,46 @@ func (p *pin) wait(ctx context.Context) (uint32, *bool, error) {
 			}
 		}
 	}
+}
+
+// takeKeysWatched is lease.takeKeys, a wait's slice watched as wait watches a Lock's: a
+// slice the server has not ended beatTimeout after its lock_timeout fails with a
+// silentWait, which leaves the connection to be closed (see usable).
+func (p *pin) takeKeysWatched(ctx context.Context, ts []target, try bool) (uint32, *bool, []int64, error) {
+	if try {
+		return p.lease.takeKeys(p, ctx, ts, try)
+	}
+	sctx, cancel := p.sliceContext(ctx)
+	defer cancel()
+	pid, owned, busy, err := p.lease.takeKeys(p, sctx, ts, try)
+	if sctx.Err() != nil && ctx.Err() == nil {
+		err = &silentWait{slice: p.sliced(), err: err}
+	}
+	return pid, owned, busy, err
+}
+
+// sliceContext is ctx for one slice of a wait: bounded by the slice and beatTimeout, as
+// a beat is. Without a heartbeat the wait is one statement, bounded by ctx alone.
+func (p *pin) sliceContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	if d := p.sliced(); d > 0 {
+		return context.WithTimeout(ctx, d+beatTimeout)
+	}
+	return ctx, func() {}
+}
+
+// silentWait is the error of a wait whose slice got no answer beatTimeout after its
+// lock_timeout: the server stopped answering (frozen, or cut off from a proxy in the path).
+// It does not wrap the slice's own error, whose deadline is the library's, not the
+// caller's ctx. It is always wrapped in the call's error, which says "advisory:".
+type silentWait struct {
+	slice time.Duration
+	err   error
+}
+
+func (e *silentWait) Error() string {
+	return fmt.Sprintf("the server did not end a wait slice (lock_timeout %v) within %v more: it "+
+		"stopped answering (frozen, or cut off from a proxy in the path); the wait was abandoned (%v)",
+		e.slice, beatTimeout, e.err)
 }
 
 // sliceMillis is lock_timeout's value for a slice.
@@ -93,7 +146,7 @@ func (p *pin) sliceRow(ctx context.Context, sql string) (uint32, *bool, error) {
 // own, and fn's savepoint clears it (see beginFn). A plain transaction holding's lock
 // statement has the slice in its BEGIN's settings (see txSettings).
 func txSliceText(sql string, slice time.Duration) string {
-	i := strings.LastIndex(sql, "SELECT pg_catalog.pg_backend_pid(), ")
+	i := strings.LastIndex(sql, lockRowStart)
 	return sql[:i] + "SET LOCAL lock_timeout = '" + sliceMillis(slice) + "'; " + sql[i:]
 }
 

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -124,9 +126,12 @@ func (p *pin) begin(ctx context.Context, opts pgx.TxOptions) (pgx.Tx, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	// BEGIN never waits on the server; a stalled network fails it within the keepalive
-	// bound. So no timer: an uncancellable ctx also spares pgx's context watcher.
-	tx, err := p.pc.BeginTx(context.WithoutCancel(ctx), opts)
+	// BEGIN never waits on a healthy server; a stalled network fails it within the
+	// keepalive bound; a hung server (a frozen backend, or one behind a proxy that answers
+	// the keepalives) is bounded by ctx plus the cancel grace (see afterGrace).
+	bctx, stop := p.afterGrace(ctx)
+	tx, err := p.pc.BeginTx(bctx, opts)
+	stop()
 	if err != nil {
 		return nil, err
 	}
@@ -134,6 +139,34 @@ func (p *pin) begin(ctx context.Context, opts pgx.TxOptions) (pgx.Tx, error) {
 		return nil, errors.Join(err, rollback(tx))
 	}
 	return tx, nil
+}
+
+// afterGrace returns the context for a statement that must not be interrupted when ctx
+// ends (BEGIN, a savepoint's; see begin), but must not outlive it on a hung server
+// either: it ends the cancel grace (WithCancelGrace) after ctx ends, as a statement
+// interrupted by ctx would (see pin_lock.go's cancel handler), and never if ctx cannot
+// end. stop releases it.
+func (p *pin) afterGrace(ctx context.Context) (context.Context, func()) {
+	if ctx.Done() == nil {
+		return ctx, func() {}
+	}
+	gctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	var timer *time.Timer
+	var mu sync.Mutex
+	after := context.AfterFunc(ctx, func() {
+		mu.Lock()
+		timer = time.AfterFunc(p.m.set.cancelGrace, cancel)
+		mu.Unlock()
+	})
+	return gctx, func() {
+		after()
+		mu.Lock()
+		if timer != nil {
+			timer.Stop()
+		}
+		mu.Unlock()
+		cancel()
+	}
 }
 
 // withCtxErr makes err, the error of a statement that failed after ctx ended (the server

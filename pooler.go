@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/pgadvisory/advisory/internal/cancelreq"
 	"github.com/pgadvisory/advisory/internal/sockfd"
 )
 
@@ -89,9 +90,11 @@ const sessionHint = "; a session-level lock cannot be held through a transaction
 	"(WithHolding(HoldingTransaction)), or connect directly or through session pooling"
 
 // checkOwned returns nil if a statement that returned (pid, owned) ran on the
-// connection's own backend.
+// connection's own backend, and ErrStandby if it ran on a standby.
 func (p *pin) checkOwned(pid uint32, owned *bool) error {
 	switch {
+	case pid == 0: // a lock statement on a standby (see statements_primary.go)
+		return standbyError()
 	case owned == nil && pid == p.pid:
 		return fmt.Errorf("%w: the connection's backend (pid %d) no longer carries its ownership token: "+
 			"another client's statements ran there"+sessionHint, ErrPooler, pid)
@@ -116,12 +119,17 @@ const probeRounds = 8
 // server. It is shared by every connection's setup and the Manager.
 type proxyState struct {
 	logger   *slog.Logger
-	holding  Holding // what the Manager was asked for (WithHolding)
-	blind    bool    // tests only: the probe finds nothing (see export_test.go)
-	proxied  atomic.Bool
-	txPooled atomic.Bool  // a transaction pooler: client connections share server sessions
-	chosen   atomic.Int32 // the Holding New chose, once chosen (0 before: HoldingAuto)
+	holding  Holding       // what the Manager was asked for (WithHolding)
+	blind    bool          // tests only: the probe finds nothing (see export_test.go)
+	proxied  atomic.Bool   // a proxy that answers the startup with a BackendKeyData of its own
+	spliced  atomic.Bool   // a TCP proxy that passes the server's through (see notePath)
+	txPooled atomic.Bool   // a transaction pooler: client connections share server sessions
+	chosen   atomic.Int32  // the Holding New chose, once chosen (0 before: HoldingAuto)
+	timeline atomic.Uint32 // the newest primary timeline a connection reached (see noteTimeline)
 	warn     sync.Once
+	// cancels keeps the Manager's cancel connections open until the server answers them:
+	// an abandoned cancel crashes PgBouncer 1.18 (see cancelreq.Cancels).
+	cancels cancelreq.Cancels
 }
 
 // probe tells a session pooler or TCP proxy, which gives each client connection a backend
@@ -136,7 +144,10 @@ type proxyState struct {
 // each backend as soon as it is released). Measured through PgBouncer (transaction mode,
 // 3 server connections, 0 to 12 background clients, CPUs idle or busy), the first two
 // alone missed the pooler 3 times in 1,000; with the third, 0 times in 21,000; through
-// session mode none of 6,000 probes took it for a transaction pooler. It reports
+// session mode none of 6,000 probes took it for a transaction pooler. A round whose
+// statements a load balancer sent to a standby (Pgpool-II with load_balance_mode: its
+// sessions keep their backends, one per server, so it is no transaction pooler) shows
+// nothing and is skipped (see backendSQL). It reports
 // whether the proxy shares backends, and fails with ErrPooler for a statement pooler,
 // which refuses transactions.
 func probe(ctx context.Context, conn *pgx.Conn, pid uint32, blind bool) (shared bool, err error) {
@@ -151,31 +162,57 @@ func probe(ctx context.Context, conn *pgx.Conn, pid uint32, blind bool) (shared 
 	defer other.Close(ctx)
 	busy := busySQL(pid)
 	for range probeRounds {
-		mine, err := backendOf(ctx, conn.PgConn())
-		if err != nil {
-			return false, fmt.Errorf("advisory: check the proxy in front of the server: %w", err)
-		}
-		rows, err := other.Exec(ctx, busy).ReadAll()
-		if err != nil {
-			return false, fmt.Errorf("advisory: check the proxy in front of the server: %w", err)
-		}
-		row, err := onlyRow(rows, 2, "the proxy probe")
+		mine, err := probeRow(ctx, conn.PgConn(), backendSQL)
 		if err != nil {
 			return false, err
 		}
-		theirs, err := parseUint32(row[0], "pg_backend_pid()")
-		if err != nil {
+		theirs, err := probeRow(ctx, other, busy)
+		switch {
+		case err != nil:
 			return false, err
-		}
-		if mine != pid || theirs == mine || string(row[1]) == "t" {
-			return true, checkTransactions(ctx, other, theirs)
+		case mine.standby || theirs.standby:
+			// A load balancer (Pgpool-II) sent a statement to a standby: no sign either way
+			// of how the primary's backends are shared. Every lock statement proves that it
+			// runs on a primary itself (see onPrimary).
+			continue
+		case mine.pid != pid || theirs.pid == mine.pid || theirs.busy:
+			return true, checkTransactions(ctx, other, theirs.pid)
 		}
 	}
 	return false, nil
 }
 
-// busySQL returns the probe's second statement: its own backend, and whether backend pid
-// is running a statement or holds a transaction open (pg_stat_activity's state). The
+// probeSeen is what one probe statement found: its backend, whether that backend is
+// busy (busySQL only), and whether it is a standby's.
+type probeSeen struct {
+	pid           uint32
+	busy, standby bool
+}
+
+// probeRow runs a probe statement (backendSQL or busySQL) on pg.
+func probeRow(ctx context.Context, pg *pgconn.PgConn, sql string) (probeSeen, error) {
+	rows, err := pg.Exec(ctx, sql).ReadAll()
+	if err != nil {
+		return probeSeen{}, fmt.Errorf("advisory: check the proxy in front of the server: %w", err)
+	}
+	row, err := onlyRow(rows, 3, "the proxy probe")
+	if err != nil {
+		return probeSeen{}, err
+	}
+	pid, err := parseUint32(row[0], "pg_backend_pid()")
+	return probeSeen{pid: pid, busy: string(row[1]) == "t", standby: string(row[2]) == "t"}, err
+}
+
+// backendSQL is the probe's first statement: its backend, and whether it is a standby's
+// (with a constant in busySQL's place). Each probe statement asks pg_is_in_recovery(),
+// which is VOLATILE: a load balancer that sends only reads to standbys (Pgpool-II takes a
+// statement with a VOLATILE function for a write) sends it where it sent lookSQL, which
+// asks it too; one that balances it anyway shows it (see probe).
+const backendSQL = "SELECT pg_catalog.pg_backend_pid(), false, pg_catalog.pg_is_in_recovery()"
+
+// busySQL returns the probe's second statement: its own backend, whether backend pid
+// is running a statement or holds a transaction open (pg_stat_activity's state), and
+// whether its backend is a standby's (see backendSQL). The
 // probe sends it while its first connection, whose backend pid is, runs nothing: behind
 // a session pooler or TCP proxy that backend is idle then (a backend reports itself idle
 // before it tells its client it is ready). A state the server hides (another role's
@@ -185,7 +222,7 @@ func busySQL(pid uint32) string {
 	return "SELECT pg_catalog.pg_backend_pid(), EXISTS (SELECT FROM pg_catalog.pg_stat_activity WHERE pid " +
 		"OPERATOR(pg_catalog.=) " + strconv.FormatUint(uint64(pid), 10) + " AND pid OPERATOR(pg_catalog.<>) " +
 		"pg_catalog.pg_backend_pid() AND state OPERATOR(pg_catalog.=) ANY (ARRAY['active', 'idle in transaction', " +
-		"'idle in transaction (aborted)', 'fastpath function call']))"
+		"'idle in transaction (aborted)', 'fastpath function call'])), pg_catalog.pg_is_in_recovery()"
 }
 
 // checkTransactions tells a transaction pooler, which keeps a client on one server
@@ -204,14 +241,6 @@ func checkTransactions(ctx context.Context, other *pgconn.PgConn, pid uint32) er
 			"there: connect through transaction or session pooling, or directly", ErrPooler, pid, err)
 	}
 	return nil
-}
-
-func backendOf(ctx context.Context, pg *pgconn.PgConn) (uint32, error) {
-	rows, err := pg.Exec(ctx, "SELECT pg_catalog.pg_backend_pid()").ReadAll()
-	if err != nil {
-		return 0, err
-	}
-	return oneNumber(rows, "pg_backend_pid()")
 }
 
 // sharing handles a sign, found by the set-up of a new connection (what says which),
@@ -242,18 +271,35 @@ func (ps *proxyState) noteTxPooler() {
 	ps.txPooled.Store(true)
 }
 
+// inPath reports whether any proxy was found in the path: one with a BackendKeyData of
+// its own, or a TCP proxy that splices the connection (see Bounds.Proxied).
+func (ps *proxyState) inPath() bool { return ps.proxied.Load() || ps.spliced.Load() }
+
 // noteProxy records that the path to the server goes through a proxy, and says once, at
 // Warn, what that means for the release bound.
 func (ps *proxyState) noteProxy() {
 	ps.proxied.Store(true)
+	ps.warnProxy()
+}
+
+// noteSpliced records that the path goes through a TCP proxy that passes the server's
+// BackendKeyData through (see notePath), and warns as noteProxy does. The connection is
+// still taken for its backend's own, as before: only the heartbeat and Bounds change.
+func (ps *proxyState) noteSpliced() {
+	ps.spliced.Store(true)
+	ps.warnProxy()
+}
+
+func (ps *proxyState) warnProxy() {
 	if ps.logger == nil {
 		return
 	}
 	ps.warn.Do(func() {
 		logAttrs(ps.logger, slog.LevelWarn,
-			"advisory: the connection goes through a proxy (session pooler or TCP proxy): the server-side "+
+			"advisory: the connection goes through a proxy (session pooler, TCP proxy or address translation): the server-side "+
 				"release bound no longer holds: how long a cut-off holder's lock stays depends on the proxy's "+
-				"keepalive toward its clients; the holder is still told within the client bound (see docs/guarantees.md)")
+				"keepalive toward its clients; the holder is still told within the client bound, and of a server that stops "+
+				"answering by the heartbeat, on by default behind a proxy (see docs/keepalive.md)")
 	})
 }
 

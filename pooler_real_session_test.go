@@ -74,7 +74,11 @@ func sessionPoolingLocksWork(t *testing.T, b *pgtest.PgBouncer) {
 	name, key := t.Name(), advisory.KeyOf(t.Name())
 	var ms [2]*advisory.Manager
 	for i := range ms {
-		m, err := advisory.New(ctx, b.DSN())
+		var opts []advisory.Option
+		if i == 0 { // its lock statement is read below: no heartbeat to run after it, no slices
+			opts = append(opts, advisory.WithHeartbeat(0))
+		}
+		m, err := advisory.New(ctx, b.DSN(), opts...)
 		require.NoError(t, err)
 		t.Cleanup(m.Close)
 		ms[i] = m

@@ -48,7 +48,7 @@ func classify(err error) error {
 func (s *Session) take(ctx context.Context, ts []target, try bool) error {
 	p := s.pin
 	p.cancel.SetWaiting(true) // each statement below is a lock wait: see waitRow
-	pid, owned, busy, err := p.lease.takeKeys(p, ctx, ts, try)
+	pid, owned, busy, err := p.takeKeysWatched(ctx, ts, try)
 	for !try && isSliceEnd(err) && ctx.Err() == nil && !s.isClosing() { // see pin_slices.go
 		p.cancel.SetWaiting(false)
 		if cerr := p.lease.clearKeys(p, keysOf(ts), false); cerr != nil {
@@ -56,7 +56,7 @@ func (s *Session) take(ctx context.Context, ts []target, try bool) error {
 			break
 		}
 		p.cancel.SetWaiting(true)
-		pid, owned, busy, err = p.lease.takeKeys(p, ctx, ts, try)
+		pid, owned, busy, err = p.takeKeysWatched(ctx, ts, try)
 	}
 	p.cancel.SetWaiting(false)
 	s.setWaiting(false) // before settle: see setWaiting
@@ -113,7 +113,7 @@ func (s *Session) settleTake(ctx context.Context, ts []target, sent bool, pid ui
 		return &LockedError{Key: ts[0].key, Name: ts[0].name}
 	}
 	// Not all held by the caller: make sure none is, whatever the server granted.
-	if !usable(p.pg, err) || errors.Is(err, ErrPooler) {
+	if !usable(p.pg, err) || errors.Is(err, ErrPooler) || errors.Is(err, ErrStandby) {
 		return &connFailure{err}
 	}
 	if rerr := p.lease.clearKeys(p, keysOf(ts), sent); rerr != nil {

@@ -32,8 +32,12 @@ import (
 // waits on a session of its own, as without the option. A session goes back to the pool
 // once it holds nothing. A shared session sends the tries and unlocks queued for it in
 // one statement, so a process needs one shared session per 64 calls in flight, plus one
-// connection per wait ([WithWaitSessions] bounds those), not one per held lock: see
-// docs/scale.md. It does not block.
+// connection per wait ([WithWaitSessions] bounds those on keys that are merely held),
+// not one per held lock: see docs/scale.md. Connections follow the calls in flight, not
+// the holdings: a burst of Locks taken at once opens shared sessions as its calls queue
+// (up to the pool's pool_max_conns, the cap to set for bursts), and a session goes back
+// to the pool only once it holds nothing, so the holdings a burst leaves can stay spread
+// over the sessions it opened. It does not block.
 //
 // What sharing a session costs:
 //   - a shared fate: if the session is lost (terminated, cut off, its server restarted),
@@ -47,6 +51,12 @@ import (
 //     shows its locks by key (see docs/scale.md);
 //   - Unlock runs in the session's next batch, bounded by 5 s whatever its ctx, as a
 //     [Session]'s Unlock.
+//
+// When every shared session is full and this Manager's locks and waits pin every pool
+// connection, a TryLock returns an error wrapping [ErrPoolExhausted] at once, and a Lock
+// (whose lock is free) waits until a shared session has room again (an Unlock on it) or
+// a connection frees, whichever comes first, and takes its lock there; its ctx bounds
+// that wait, and ends it with an error wrapping ErrPoolExhausted and ctx's error.
 //
 // perSession must be at least 1. The option cannot be combined with transaction holdings
 // ([WithHolding]; behind a transaction pooler): transaction-level locks cannot be released
@@ -81,6 +91,9 @@ type hostSet struct {
 	waitPlaces chan struct{}
 	parkPhase  int64 // where the Manager's parked Locks' ticks fall, in ns (see parkPause)
 	parked     int   // Locks parked now; while any is, an empty host stays open (see idle)
+	// room, once a Lock waits for a host whose opening waits for the pool, is closed when
+	// an open host gains room (see choose); nil while no Lock waits so.
+	room chan struct{}
 }
 
 // A host is one shared session and what it holds.
@@ -119,51 +132,97 @@ const hostQueue = 64
 // choose picks a host for t's key and reserves the key there: a host already open, or
 // one it adds to the set for the caller to open (open set: see start), when every host
 // that could take the key is full or has hostQueue calls (unless mayOpen is false, after
-// the pool had no connection to spare: then the least busy host). It returns nil with
-// held set if a host of this Manager holds the key in a mode that t conflicts with.
-func (hs *hostSet) choose(t target, per int, mayOpen bool) (h *host, held, open bool) {
+// the pool had no connection to spare: then the least busy host). A host whose opening
+// waits for a pool connection (waits, not open yet) is chosen only by a Lock, and only
+// when no other host has room; room is then a channel closed when a host that is open
+// gains room (see gainedRoom), so that the Lock moves there. A try that finds no host
+// with room after the pool had no connection to spare gets no host (h nil). It returns
+// nil with held set if a host of this Manager holds the key in a mode that t conflicts
+// with.
+func (hs *hostSet) choose(t target, per int, mayOpen, try bool) (h *host, held, open bool, room <-chan struct{}) {
 	k := gateKey{t.key, t.pair}
 	hs.mu.Lock()
 	defer hs.mu.Unlock()
-	var best *host
+	var best, pending *host
 	for _, c := range hs.hosts {
 		if c.gone {
 			continue
 		}
 		if sh, ok := c.keys[k]; ok {
 			if !t.shared || sh == nil || !sh.t.shared {
-				return nil, true, false
+				return nil, true, false, nil
 			}
 			continue
 		}
-		if len(c.keys) < per && (best == nil || c.busy < best.busy) {
+		switch {
+		case len(c.keys) >= per:
+		case c.waits && c.s == nil: // its opening may wait for the pool
+			if pending == nil || c.busy < pending.busy {
+				pending = c
+			}
+		case best == nil || c.busy < best.busy:
 			best = c
 		}
 	}
-	if best == nil || best.busy >= hostQueue && mayOpen {
-		h = &host{keys: map[gateKey]*sharedHolding{k: nil}, busy: 1, ready: make(chan struct{}), waits: best == nil,
-			wake: make(chan struct{}, 1)}
+	switch {
+	case best == nil && try && !mayOpen:
+		return nil, false, false, nil
+	case best == nil && pending != nil && !try:
+		best = pending
+	case best == nil || best.busy >= hostQueue && mayOpen:
+		// busy 2: the caller's and the opening's own (see start).
+		h = &host{keys: map[gateKey]*sharedHolding{k: nil}, busy: 2, ready: make(chan struct{}),
+			waits: best == nil && !try, wake: make(chan struct{}, 1)}
 		hs.hosts = append(hs.hosts, h)
-		return h, false, true
+		return h, false, true, hs.roomFor(h)
 	}
 	best.keys[k] = nil
 	best.busy++
-	return best, false, false
+	return best, false, false, hs.roomFor(best)
+}
+
+// roomFor is the channel that tells a Lock waiting for h, a host whose opening waits for
+// a pool connection, that another host has room now; nil for any other host. Under hs.mu.
+func (hs *hostSet) roomFor(h *host) <-chan struct{} {
+	if !h.waits || h.s != nil {
+		return nil
+	}
+	if hs.room == nil {
+		hs.room = make(chan struct{})
+	}
+	return hs.room
+}
+
+// gainedRoom tells the Locks waiting for a host's opening that a host has room; under
+// hs.mu.
+func (hs *hostSet) gainedRoom() {
+	if hs.room != nil {
+		close(hs.room)
+		hs.room = nil
+	}
 }
 
 // start opens the session of h, which choose added: waiting for a pool connection if no
-// other host could take the key (h.waits), else only if the pool has one to spare. Calls
-// that chose h meanwhile wait for it to be ready (see take). On failure h is gone, with
-// the error in h.openErr.
+// other host could take the key (h.waits: then on a goroutine of its own, with a ctx the
+// caller cancels if it moves to another host: see takeShared), else only if the pool has
+// one to spare. Calls that chose h meanwhile wait for it to be ready (see take). On
+// failure h is gone, with the error in h.openErr; opened after every call that chose it
+// went elsewhere, it goes back to the pool.
 func (hs *hostSet) start(ctx context.Context, m *Manager, h *host) {
 	s, err := m.openSession(ctx, h.waits)
 	hs.mu.Lock()
+	h.busy-- // the opening's own
+	retire := false
 	if err != nil {
 		h.gone, h.openErr = true, err
 		hs.drop(h)
 	} else {
 		h.s = s
 		m.active.Add(2) // Close waits until every holding has been told, and the runner has ended
+		if retire = hs.idle(h); retire {
+			h.gone = true
+			hs.drop(h)
+		}
 	}
 	hs.mu.Unlock()
 	close(h.ready)
@@ -173,6 +232,9 @@ func (hs *hostSet) start(ctx context.Context, m *Manager, h *host) {
 			defer m.active.Done()
 			h.run()
 		}()
+	}
+	if retire {
+		h.close()
 	}
 }
 

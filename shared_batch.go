@@ -25,8 +25,9 @@ import (
 // hostBatchSQL runs a batch on a shared session: $1 the keys, $3 what to do with each (1
 // try, 2 try shared, 3 unlock, 4 unlock shared), $2 the ownership token. It returns the
 // backend's pid and, if the statement ran on the connection's own backend, each request's
-// answer in order (granted, released).
-const hostBatchSQL = "SELECT pg_catalog.pg_backend_pid(), CASE WHEN " + ownedBy + ` THEN
+// answer in order (granted, released); on a standby pid 0 and no answer (see
+// statements_primary.go).
+const hostBatchSQL = lockRowStart + "CASE WHEN " + ownedOnPrimary + ` THEN
   (SELECT pg_catalog.array_agg(CASE t.op
      WHEN 1 THEN pg_catalog.pg_try_advisory_lock(t.k) WHEN 2 THEN pg_catalog.pg_try_advisory_lock_shared(t.k)
      WHEN 3 THEN pg_catalog.pg_advisory_unlock(t.k) WHEN 4 THEN pg_catalog.pg_advisory_unlock_shared(t.k) END
@@ -224,7 +225,10 @@ func (p *pin) batchRow(keys []int64, ops []int32) ([]pgtype.Bool, error) {
 	if err := p.pc.QueryRow(context.Background(), hostBatchSQL, keys, p.token, ops).Scan(&pid, &res); err != nil {
 		return nil, err
 	}
-	if res == nil || pid != p.pid {
+	switch {
+	case pid == 0:
+		return nil, standbyError()
+	case res == nil || pid != p.pid:
 		return nil, p.foreignError()
 	}
 	return res, nil

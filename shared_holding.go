@@ -3,6 +3,7 @@ package advisory
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"time"
 )
@@ -49,31 +50,40 @@ func (h *host) lost() error {
 	return &hostLost{err}
 }
 
+// errMoved is take's error when a Lock waiting for a host whose opening waits for the
+// pool leaves it for a host that gained room: the call chooses again.
+var errMoved = errors.New("advisory: a shared session has room again")
+
 // takeShared takes t's lock on a shared session. It returns the Lock; or nil, nil when
 // the call must go on as without sharing (a Lock whose key is taken: it waits on a
 // session of its own); or an error: a *LockedError for a try whose key is taken, ctx's
-// error, ErrClosed, or the failure to open a shared session.
+// error, ErrClosed, or the failure to open a shared session (for a try, ErrPoolExhausted
+// at once when no host has room and the pool no connection to spare).
 func (m *Manager) takeShared(ctx context.Context, t target, try bool) (*Lock, error) {
 	if err := ctx.Err(); err != nil { // a done ctx changes nothing, as on a session of its own
 		return nil, err
 	}
 	mayOpen := true
+	var exhausted error
 	for attempt := 0; ; {
-		h, held, open := m.hosts.choose(t, m.set.sharePer, mayOpen)
+		h, held, open, room := m.hosts.choose(t, m.set.sharePer, mayOpen, try)
 		switch {
 		case held && try:
 			return nil, &LockedError{Key: t.key, Name: t.name}
 		case held:
 			return nil, nil
-		case open:
-			m.hosts.start(ctx, m, h)
+		case h == nil: // a try, and no host has room
+			return nil, exhausted
 		}
-		l, got, err := h.take(ctx, m, t)
+		l, got, err := m.takeOn(ctx, h, t, open, room)
 		switch {
 		case errors.Is(err, ErrPoolExhausted) && !h.waits:
-			mayOpen = false // no connection to spare: a busy host
+			mayOpen, exhausted = false, err // no connection to spare: a busy host, or none for a try
+			if oe := (*opError)(nil); errors.As(err, &oe) {
+				exhausted = &causeError{"advisory: every shared session is full", oe.err} // the call's own error, not "session"
+			}
 			continue
-		case errors.Is(err, errOpenerGone):
+		case errors.Is(err, errOpenerGone), errors.Is(err, errMoved):
 			continue
 		case errors.As(err, new(*hostLost)) && attempt < 2 && ctx.Err() == nil:
 			attempt++
@@ -89,15 +99,35 @@ func (m *Manager) takeShared(ctx context.Context, t target, try bool) (*Lock, er
 	}
 }
 
+// takeOn is take on h, which the call chose, opening it first if it added it (open): a
+// host whose opening may wait for the pool is opened on a goroutine of its own, which the
+// call stops if it moves to another host.
+func (m *Manager) takeOn(ctx context.Context, h *host, t target, open bool, room <-chan struct{}) (*Lock, bool, error) {
+	switch {
+	case open && h.waits:
+		if err := m.enter(); err != nil { // Close has begun: the opening fails at once
+			m.hosts.start(ctx, m, h)
+			break
+		}
+		octx, stop := context.WithCancel(ctx)
+		defer stop() // once h is ready its ctx is not used; before, the call has moved or ended
+		go func() {
+			defer m.active.Done()
+			m.hosts.start(octx, m, h)
+		}()
+	case open:
+		m.hosts.start(ctx, m, h)
+	}
+	return h.take(ctx, m, t, room)
+}
+
 // take tries t's lock on h, whose key is reserved for it: a Lock if the server granted
-// it (got), with ctx not ended; else none, holding nothing.
-func (h *host) take(ctx context.Context, m *Manager, t target) (l *Lock, got bool, err error) {
+// it (got), with ctx not ended; else none, holding nothing. While h is not open yet, a
+// close of room (see choose) moves the call: errMoved.
+func (h *host) take(ctx context.Context, m *Manager, t target, room <-chan struct{}) (l *Lock, got bool, err error) {
 	k := gateKey{t.key, t.pair}
-	select {
-	case <-h.ready:
-	case <-ctx.Done():
-		m.hosts.done(h, k, nil, true)
-		return nil, false, ctx.Err()
+	if err := h.awaitOpen(ctx, m, k, room); err != nil {
+		return nil, false, err
 	}
 	if h.s == nil { // it failed to open
 		m.hosts.done(h, k, nil, true)
@@ -134,6 +164,30 @@ func (h *host) take(ctx context.Context, m *Manager, t target) (l *Lock, got boo
 	return &Lock{s: s.pin, name: t.name, sh: sh}, true, nil
 }
 
+// awaitOpen waits until h has opened (or failed to), ctx ends, or, while h is not open,
+// room closes; in the last two cases the key reserved on h goes back, and the call's
+// error is returned: ctx's (with ErrPoolExhausted if h's opening waited for the pool), or
+// errMoved.
+func (h *host) awaitOpen(ctx context.Context, m *Manager, k gateKey, room <-chan struct{}) error {
+	select {
+	case <-h.ready:
+		return nil
+	case <-room:
+		if isClosed(h.ready) {
+			return nil
+		}
+		m.hosts.done(h, k, nil, true)
+		return errMoved
+	case <-ctx.Done():
+		m.hosts.done(h, k, nil, true)
+		if h.waits && (!isClosed(h.ready) || h.s == nil) { // its opening waited for the pool until ctx ended
+			return fmt.Errorf("%w: every shared session was full, and no connection freed: %w",
+				ErrPoolExhausted, ctx.Err())
+		}
+		return ctx.Err()
+	}
+}
+
 // done records the end of a statement of a call chosen for h (see choose): the key is
 // now sh's holding's, or (drop) not held; else it stays as it was. It returns false if h
 // was lost meanwhile, sh not recorded. A host left empty goes back to the pool (but see
@@ -150,6 +204,9 @@ func (hs *hostSet) done(h *host, k gateKey, sh *sharedHolding, drop bool) bool {
 		h.peak = max(h.peak, len(h.keys))
 	case drop:
 		delete(h.keys, k)
+		if h.s != nil && !h.gone {
+			hs.gainedRoom()
+		}
 	}
 	retire := hs.idle(h)
 	if retire {

@@ -19,7 +19,10 @@ import (
 // shared session, after a pause of a quarter of its wait so far, until it gets the key,
 // a place frees (places are given in the order the parked Locks asked), or its ctx ends.
 // A parked Lock never takes a key before a waiter in the server's queue: PostgreSQL
-// refuses a try while anyone waits for the key.
+// refuses a try while anyone waits for the key. So that a key always queued for (handed
+// over through the server's queue) does not starve it, a Lock parked for parkPatience
+// asks whether a session waits for its key, and if one does waits on a session of its
+// own, beyond the places: the places bound the waits that cost nothing but time.
 
 // WithWaitSessions bounds the connections a Manager sharing sessions (WithSharedSessions)
 // spends on waits: at most n of its shared Locks wait, and then hold, on sessions of
@@ -29,12 +32,22 @@ import (
 // 8 ms tick, so that its parked Locks try together, in one statement), until it takes
 // the key (then on the shared session), or one of the n places frees and it waits on a
 // session of its own, in the order the Locks asked; its ctx ends that wait as any other,
-// leaving nothing held or waiting. Such a Lock is never granted before a Lock waiting on a
-// session of its own for the key (PostgreSQL refuses a try while another session
-// waits): the n places keep each Lock's turn in the server's queue, and a Lock without
-// one can wait longer than the holdings ahead of it. Each of its tries costs a row in a
-// shared session's next statement. TryLock, Do, DoTx, TryDo, Lead and Semaphores are not
-// affected.
+// leaving nothing held or waiting. Each of its tries costs a row in a shared session's
+// next statement. TryLock, Do, DoTx, TryDo, Lead and Semaphores are not affected.
+//
+// The bound on a parked Lock's wait: PostgreSQL refuses a try while another session
+// waits for the key, so a parked Lock is never granted before a waiter in the server's
+// queue, and a key that is always queued for (handed over from waiter to waiter) is never
+// free for a try. A Lock parked for 1 s therefore asks, after each try that is refused
+// (they are then 250 ms to 1 s apart), whether a session waits for its key (a read of
+// pg_locks on a shared session); if one does, it stops parking and waits in the server's
+// queue on a session of its own, even beyond the n places, and is granted as without
+// this option, after the holdings queued before it. While others queue for the key,
+// parking thus adds a little over 1 s to its wait; while nobody queues, a parked Lock
+// takes the key at its first try after the release (within a quarter of its wait so far,
+// at most 1 s, and a tick). n bounds the sessions of Locks that wait on keys merely
+// held; a Lock overtaken by a queue spends a connection on its wait, as without the
+// option.
 //
 // n must be at least 1, and the Manager must share sessions: New fails with
 // ErrInvalidOption otherwise. Without this option every waiting Lock has a session of
@@ -69,6 +82,13 @@ const (
 	parkLongest = time.Second
 	parkShare   = 4
 	parkTick    = 8 * time.Millisecond
+	// parkPatience: a Lock parked this long asks, after each try it is refused (its tries
+	// are then 250 ms to 1 s apart), whether a session waits in the server's queue for its
+	// key; if one does, it stops parking and waits on a session of its own, beyond
+	// WithWaitSessions' places. PostgreSQL
+	// refuses a try while any session waits for the key, so a parked Lock of a key that
+	// others hand over through the server's queue would otherwise never be granted.
+	parkPatience = time.Second
 )
 
 // parkPause is the pause, from now, of a Lock parked since parked: until the tick after
@@ -124,8 +144,78 @@ func (m *Manager) park(ctx context.Context, t target, start time.Time) (*Lock, c
 		case err != nil && !errors.As(err, &locked):
 			return nil, nil, err
 		}
+		if since := time.Since(parked); since >= parkPatience && m.hosts.queued(t) {
+			m.overtaken(t, since)
+			return nil, nil, nil // a wait on a session of its own, beyond the places
+		}
 		timer.Reset(m.hosts.parkPause(parked, time.Now()))
 	}
+}
+
+// overtaken logs a parked Lock that stops parking because a session waits in the
+// server's queue for its key (see parkPatience).
+func (m *Manager) overtaken(t target, parked time.Duration) {
+	if m.set.logger != nil {
+		m.set.logger.Debug("advisory: a parked lock waits on a session of its own, beyond WithWaitSessions' places: "+
+			"another session waits for the key, and a try is refused while one does",
+			slog.String("lock", describe(t.key, t.name, t.pair)), slog.Duration("parked", parked.Round(time.Millisecond)))
+	}
+}
+
+// queuedSQL reports whether a session waits in the server's queue for the advisory lock
+// $1 (its bigint form) of the current database.
+const queuedSQL = `SELECT EXISTS (SELECT FROM pg_catalog.pg_locks l
+WHERE l.locktype OPERATOR(pg_catalog.=) 'advisory' AND NOT l.granted AND l.objsubid OPERATOR(pg_catalog.=) 1
+  AND l.database OPERATOR(pg_catalog.=) (SELECT d.oid FROM pg_catalog.pg_database d
+    WHERE d.datname OPERATOR(pg_catalog.=) pg_catalog.current_database())
+  AND (l.classid::pg_catalog.int8 OPERATOR(pg_catalog.<<) 32 OPERATOR(pg_catalog.|) l.objid::pg_catalog.int8)
+    OPERATOR(pg_catalog.=) $1)`
+
+// queued reports whether a session waits in the server's queue for t's key, asked on one
+// of the Manager's shared sessions (a parked Lock keeps one open); false if none is open,
+// or the question failed.
+func (hs *hostSet) queued(t target) bool {
+	hs.mu.Lock()
+	var h *host
+	for _, c := range hs.hosts {
+		if !c.gone && c.s != nil {
+			h = c
+			break
+		}
+	}
+	if h != nil {
+		h.busy++ // not given back meanwhile
+	}
+	hs.mu.Unlock()
+	if h == nil {
+		return false
+	}
+	defer hs.done(h, gateKey{}, nil, false)
+	q, err := h.queued(t.key)
+	return err == nil && q
+}
+
+// queued runs queuedSQL for k on the host's turn, bounded by cleanupTimeout as its
+// batches are.
+func (h *host) queued(k Key) (bool, error) {
+	s := h.s
+	if err := s.enterCall(context.Background()); err != nil {
+		return false, err
+	}
+	defer s.leaveCall()
+	var q bool
+	err := s.op(context.Background(), func() error {
+		p := s.pin
+		conn := p.pg.Conn()
+		conn.SetDeadline(time.Now().Add(cleanupTimeout))
+		defer conn.SetDeadline(time.Time{})
+		err := p.pc.QueryRow(context.Background(), queuedSQL, int64(k)).Scan(&q)
+		if err != nil && !usable(p.pg, err) {
+			return &connFailure{err} // the host is lost
+		}
+		return err
+	})
+	return q, err
 }
 
 // park counts a parked Lock: while any is, the Manager keeps a shared session open for

@@ -28,9 +28,11 @@ const ownedBy = "pg_catalog.current_setting('" + ownerSetting + "', true) OPERAT
 // Each takes the key as $1. On a connection that may not go straight to its backend, lock,
 // tryLock and unlock also take the connection's token as $2 and return, besides
 // pg_backend_pid(), NULL when the statement ran on a backend that is not the
-// connection's own (and so did nothing). On a direct connection (see look.directPath)
-// they take only the key and return only the lock function's result: no other backend
-// can be reached there, and the check would cost the server work on every statement.
+// connection's own (and so did nothing); they return pid 0 on a standby, where they do
+// nothing (see statements_primary.go). On a direct connection (see
+// look.directPath) they take only the key and return only the lock function's result: no
+// other backend can be reached there, and the check would cost the server work on every
+// statement.
 type statements struct {
 	lock, tryLock string // may carry the name comment (see nameComment)
 	unlock        string
@@ -103,7 +105,10 @@ func buildStatements(shared, pair, direct bool) statements {
 	// CASE evaluates its THEN branch only when the condition holds (a volatile function is
 	// never evaluated ahead of time). lock, tryLock and unlock also return
 	// pg_backend_pid(): a different backend than the connection's own is a proxy, too.
-	when, end := "SELECT pg_catalog.pg_backend_pid(), CASE WHEN "+ownedBy+" THEN ", " END"
+	// They also prove that they run on a primary (see statements_primary.go): their pid
+	// is 0 on a standby, where they do nothing (an unlock there would release nothing of
+	// ours: the caller hears ErrStandby and closes the connection, which does).
+	when, end := lockRowStart+"CASE WHEN "+ownedOnPrimary+" THEN ", " END"
 	if direct {
 		when, end = "SELECT ", ""
 	}
@@ -255,15 +260,16 @@ func (c *textCache) statements(name string, shared, pair, direct bool) statement
 // Bulk statements: $1 the keys, $2 the connection's token (see ownedBy). Each returns
 // whether it ran on the connection's own backend; where it did not, the WHERE clause let
 // no key through, so nothing was locked or unlocked. Locks are taken in array order (the
-// caller sorts by key).
+// caller sorts by key). The two that lock take nothing on a standby and return pid 0
+// there (see statements_primary.go).
 const (
-	lockAllSQL = "SELECT pg_catalog.pg_backend_pid(), " + ownedBy + ", pg_catalog.count(pg_catalog.pg_advisory_lock(k)) " +
-		"FROM pg_catalog.unnest($1::bigint[]) AS t(k) WHERE " + ownedBy
-	tryLockAllSQL = "SELECT pg_catalog.pg_backend_pid(), " + ownedBy + `,
+	lockAllSQL = lockRowStart + ownedBy + ", pg_catalog.count(pg_catalog.pg_advisory_lock(k)) " +
+		"FROM pg_catalog.unnest($1::bigint[]) AS t(k) WHERE " + ownedOnPrimary
+	tryLockAllSQL = lockRowStart + ownedBy + `,
 	coalesce(pg_catalog.array_agg(k) FILTER (WHERE got), '{}'),
 	coalesce(pg_catalog.array_agg(k) FILTER (WHERE NOT got), '{}')
 FROM (SELECT k, pg_catalog.pg_try_advisory_lock(k) AS got FROM pg_catalog.unnest($1::bigint[]) AS t(k)
-	WHERE ` + ownedBy + ") x"
+	WHERE ` + ownedOnPrimary + ") x"
 	// reconcileKeysSQL unlocks those of the keys that this backend holds.
 	reconcileKeysSQL = "SELECT " + ownedBy + `, pg_catalog.count(pg_catalog.pg_advisory_unlock(k))
 FROM pg_catalog.unnest($1::bigint[]) AS t(k)

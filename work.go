@@ -30,10 +30,16 @@ import (
 // work: the holding's tag, then a space and base (the name the program would use
 // otherwise; "" for none), cut to PostgreSQL's 63 bytes at a character boundary. The tag
 // comes first so that the cut never reaches it. It does not block.
-func (l *Lock) WorkAppName(base string) string {
+func (l *Lock) WorkAppName(base string) string { return l.workName(base, false) }
+
+// workName is WorkAppName, with the pooled mark (see pooledMark) after the tag if pooled.
+func (l *Lock) workName(base string, pooled bool) string {
 	name := l.s.workTag()
 	if l.sh != nil {
 		name = l.sh.workTag()
+	}
+	if pooled {
+		name += pooledMark
 	}
 	if base == "" {
 		return name
@@ -87,7 +93,8 @@ func withOptions(ours, theirs string) string {
 
 // WorkEnv returns a copy of environ (as os.Environ returns it) for a command that does
 // this holding's work through libpq or pgx, which read PGAPPNAME and PGOPTIONS: PGAPPNAME
-// becomes [Lock.WorkAppName] of the PGAPPNAME in environ, and PGOPTIONS starts with
+// becomes [Lock.WorkAppName] of the PGAPPNAME in environ (with the pooled mark on the
+// terms of [Lock.WorkConnString], for environ's server), and PGOPTIONS starts with
 // [Lock.WorkOptions] (only if the server environ names, DATABASE_URL's if it is set, else
 // the PG* variables', is at the lock's own address: elsewhere a pooler may refuse them),
 // followed by the PGOPTIONS in environ. A connection string that sets application_name
@@ -105,15 +112,19 @@ func (l *Lock) WorkEnv(environ []string) []string {
 			out = append(out, kv)
 		}
 	}
-	out = append(out, "PGAPPNAME="+l.WorkAppName(app))
-	if o := withOptions(l.optionsFor(envTarget(environ)), opts); o != "" {
+	target := envTarget(environ)
+	out = append(out, "PGAPPNAME="+l.workName(app, !l.directAt(target)))
+	if o := withOptions(l.optionsFor(target), opts); o != "" {
 		out = append(out, "PGOPTIONS="+o)
 	}
 	return out
 }
 
 // WorkConnString returns connString (a URL or keyword/value connection string) with
-// application_name set to [Lock.WorkAppName] of its own (or PGAPPNAME's) and, if it aims
+// application_name set to [Lock.WorkAppName] of its own (or PGAPPNAME's), the tag with
+// the pooled mark unless connString aims at the lock's own address and the lock reaches
+// its server there directly or holds by session (elsewhere it may be a transaction
+// pooler, where the tag outlives the work: see docs/work.md), and, if it aims
 // at the lock's own address (the Manager's hosts and ports), options starting with
 // [Lock.WorkOptions], for a tool that takes a connection string (database/sql drivers,
 // migration tools). Aimed elsewhere (a pooler, say, which may refuse options) it gets no
@@ -124,7 +135,7 @@ func (l *Lock) WorkConnString(connString string) (string, error) {
 	if err != nil {
 		return "", parseError(connString, err)
 	}
-	app := l.WorkAppName(cfg.RuntimeParams["application_name"])
+	app := l.workName(cfg.RuntimeParams["application_name"], !l.directAt(cfg))
 	opts := withOptions(l.optionsFor(cfg), cfg.RuntimeParams["options"])
 	if strings.HasPrefix(connString, "postgres://") || strings.HasPrefix(connString, "postgresql://") {
 		return urlWith(connString, app, opts), nil
@@ -165,7 +176,9 @@ func quoteValue(v string) string {
 }
 
 // WorkConfig sets cfg up for connections that do this holding's work: its
-// application_name becomes [Lock.WorkAppName] of its own, and a connection opened after
+// application_name becomes [Lock.WorkAppName] of its own with the pooled mark, which a
+// connection that reaches its backend directly drops once connected (see docs/work.md),
+// and a connection opened after
 // the lock has ended fails (with an error wrapping the lock's end, [ErrLockLost] or
 // [ErrNotHeld]), so that no new work starts for a holding that is over. Each new
 // connection asks the server, on its own session, whether the lock's session still holds
@@ -183,12 +196,12 @@ func (l *Lock) WorkConfig(cfg *pgconn.Config) {
 	if cfg.RuntimeParams == nil {
 		cfg.RuntimeParams = map[string]string{}
 	}
-	cfg.RuntimeParams["application_name"] = l.WorkAppName(cfg.RuntimeParams["application_name"])
+	cfg.RuntimeParams["application_name"] = l.workName(cfg.RuntimeParams["application_name"], true)
 	next := cfg.AfterConnect
 	cfg.AfterConnect = func(ctx context.Context, pg *pgconn.PgConn) error {
 		// The server first, then this process (see heldOnServer); the Lock's own end, if
 		// it has one, says more than the server's answer.
-		err := l.s.heldOnServer(ctx, pg, l.Key(), l.pairForm())
+		err := l.s.heldOnServerTagged(ctx, pg, l.Key(), l.pairForm(), l.workName("", false))
 		if lerr := l.Err(); lerr != nil {
 			err = lerr
 		}
@@ -205,9 +218,14 @@ func (l *Lock) WorkConfig(cfg *pgconn.Config) {
 // Drain makes sure that no server session that worked for an earlier holder of the lock is
 // still running: it finds the sessions tagged for another holding (see
 // [Lock.WorkAppName]; shared co-holders that hold the lock now are spared) whose role is
-// one it covers (its own, one whose privileges it has, one named by [WithWorkRoles]),
-// waits up to [WithDrainWait] for them to end, terminates the rest and waits until they
-// are gone. Tagged sessions of other roles are reported as Ignored, never waited for.
+// one it covers (its own, one whose privileges it has, one named by [WithWorkRoles]) and
+// that are there when it begins (with a tag for work that may go through a transaction
+// pooler: only while they run a transaction begun before the grant), waits up to
+// [WithDrainWait] for them to end, terminates the rest and waits until they are gone.
+// Tagged sessions that appear meanwhile are terminated without waiting for them (or,
+// with such a pooled tag, left alone). Tagged sessions of other roles are reported as
+// Ignored, never waited for. See docs/work.md for what it guarantees behind each kind of
+// pooler.
 // [Manager.Do], DoTx, TryDo and Lead call it before fn; after [Manager.Lock], call it
 // before starting the work.
 //
@@ -215,7 +233,8 @@ func (l *Lock) WorkConfig(cfg *pgconn.Config) {
 // more. ctx is checked between statements and while waiting, never interrupting one. The
 // lock is kept whatever happens; the report lists what was found, also on error. An error
 // wraps [ErrWorkNotDrained] (no privilege to terminate a WithWorkRoles role's session: the
-// text names the grant; or a session did not go in time), ctx's error, or the lock's end:
+// text names the grant; or a session there when the drain began did not go in time),
+// ctx's error, or the lock's end:
 // then do not start the work. A re-entered Lock drains for its holding, and spares the
 // holding's own work; while a BeginFunc of the holding runs fn it fails at once with
 // [ErrNotReentrant].
@@ -226,15 +245,16 @@ func (l *Lock) Drain(ctx context.Context) (DrainReport, error) {
 	if err := l.usable("drain the work of"); err != nil {
 		return DrainReport{}, err
 	}
-	d := &drainer{s: l.s, prefix: l.s.workPrefix(), start: time.Now(), index: map[uint32]int{}}
+	d := &drainer{s: l.s, prefix: l.s.workPrefix(), start: time.Now(), index: map[sessionKey]int{}}
 	err := d.run(ctx)
 	return d.report, err
 }
 
 // A DrainReport says what [Lock.Drain] found and did.
 type DrainReport struct {
-	// Sessions are the earlier holders' sessions the drain waited for, in the order it
-	// first saw them.
+	// Sessions are the earlier holders' sessions the drain waited for, and those it
+	// terminated without waiting (they appeared after it began), in the order it first
+	// saw them.
 	Sessions []DrainedSession
 	// Ignored are the sessions that carry the lock's tag but whose role the drain does
 	// not cover (see [WithWorkRoles]): not waited for, not terminated, in the order first
@@ -260,7 +280,9 @@ type DrainedSession struct {
 	// Terminated reports that the drain terminated the session (pg_terminate_backend);
 	// false: it ended on its own.
 	Terminated bool
-	// After is how long after the drain began the session was seen gone.
+	// After is how long after the drain began the session was seen gone; 0 for a session
+	// that appeared after the drain began (terminated without waiting) and was not seen
+	// again before the drain ended.
 	After time.Duration
 }
 

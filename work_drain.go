@@ -6,7 +6,7 @@ import (
 	"slices"
 	"time"
 
-	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 )
 
 // Work tags. A holding's tag is "pgadv/DB/KEY/PID.NONCE": the database's oid, the key
@@ -16,30 +16,19 @@ import (
 // every holding of one lock; the holder part tells holdings apart, also two holdings on
 // one backend (the nonce).
 
-// drainListSQL lists the sessions whose application_name carries the lock's tag prefix
-// ($1), other than the lock's own, with whose they are (see drainWhoseSQL; $5 the
-// WithWorkRoles names) and the backends that hold the lock now: $2, $3, $4 are
-// pg_locks' classid, objid and objsubid of the key. A session's usename is visible to
-// every role, whatever it may see of the session's state.
-const drainListSQL = `SELECT a.pid, a.application_name, coalesce(a.usename::pg_catalog.text, ''),
-  coalesce(a.state, ''), current_user::pg_catalog.text, ` + drainWhoseSQL + `,
-  (SELECT coalesce(pg_catalog.array_agg(l.pid), '{}') FROM pg_catalog.pg_locks l
-   WHERE l.locktype OPERATOR(pg_catalog.=) 'advisory' AND l.granted
-     AND l.database OPERATOR(pg_catalog.=) (SELECT oid FROM pg_catalog.pg_database
-       WHERE datname OPERATOR(pg_catalog.=) pg_catalog.current_database())
-     AND l.classid OPERATOR(pg_catalog.=) $2 AND l.objid OPERATOR(pg_catalog.=) $3
-     AND l.objsubid OPERATOR(pg_catalog.=) $4)
-FROM pg_catalog.pg_stat_activity a
-  LEFT JOIN pg_catalog.pg_roles r ON r.oid OPERATOR(pg_catalog.=) a.usesysid
-WHERE pg_catalog.strpos(a.application_name, $1) OPERATOR(pg_catalog.>) 0
-  AND a.pid OPERATOR(pg_catalog.<>) pg_catalog.pg_backend_pid()`
-
-// drainTerminateSQL terminates each listed backend that still carries the listed
-// application_name (a pid the server has given to a new session is left alone).
+// drainTerminateSQL terminates each listed backend that is still the listed session: the
+// same pid, application_name and backend_start ($3; NULL: not visible to the drain's
+// role), and for a pooled tag the same transaction ($4, xact_start; NULL: any), so that
+// neither a pid the server has given to a new session nor a pooled server connection
+// that has moved on to another client's transaction is touched.
 const drainTerminateSQL = `SELECT pg_catalog.count(pg_catalog.pg_terminate_backend(t.pid))
-FROM ROWS FROM (pg_catalog.unnest($1::integer[]), pg_catalog.unnest($2::pg_catalog.text[])) AS t(pid, app)
+FROM ROWS FROM (pg_catalog.unnest($1::integer[]), pg_catalog.unnest($2::pg_catalog.text[]),
+  pg_catalog.unnest($3::pg_catalog.timestamptz[]), pg_catalog.unnest($4::pg_catalog.timestamptz[]))
+  AS t(pid, app, started, xact)
 JOIN pg_catalog.pg_stat_activity a
-  ON a.pid OPERATOR(pg_catalog.=) t.pid AND a.application_name OPERATOR(pg_catalog.=) t.app`
+  ON a.pid OPERATOR(pg_catalog.=) t.pid AND a.application_name OPERATOR(pg_catalog.=) t.app
+  AND (t.started IS NULL OR a.backend_start OPERATOR(pg_catalog.=) t.started)
+  AND (t.xact IS NULL OR a.xact_start OPERATOR(pg_catalog.=) t.xact)`
 
 // drainPoll is how often a drain looks again while it waits.
 const drainPoll = 20 * time.Millisecond
@@ -47,38 +36,40 @@ const drainPoll = 20 * time.Millisecond
 // drainExitBound bounds how long a drain waits for terminated sessions to go.
 const drainExitBound = 10 * time.Second
 
-// workSession is one listed session.
-type workSession struct {
-	pid   uint32
-	app   string
-	user  string
-	state string
-	whose string // see drainWhoseSQL
-}
-
-// drainer is one Drain in progress.
+// drainer is one Drain in progress. The sessions it waits for are fixed by its first
+// listing (the candidates): those of earlier holdings running when the drain began.
+// A session that appears later cannot have been running when the lock changed hands; it
+// is terminated without waiting for it if its tag is plain, left alone if pooled (see
+// sort), so that sessions opened in a loop cannot keep a drain going.
 type drainer struct {
 	s      *pin
 	prefix string // the lock's tag prefix (see workPrefix)
 	start  time.Time
 	report DrainReport
-	index  map[uint32]int      // pid -> index in report.Sessions
-	passed map[uint32]struct{} // pids of the sessions ignored (see drainer.covers)
+	cut    time.Time               // when this holding began, on the server's clock (see list); zero before it
+	wait   map[sessionKey]struct{} // the candidates
+	index  map[sessionKey]int      // report.Sessions' index of each session reported
+	keys   []sessionKey            // the key of each of report.Sessions
+	passed map[uint32]struct{}     // pids of the sessions ignored (see drainer.covers)
 }
 
-// run lists the earlier holders' sessions until none is left: it waits up to the drain
-// wait for them to end on their own, then terminates those left and waits (bounded by
-// drainExitBound) for them to go.
+// run lists the earlier holders' sessions until no candidate is left: it waits up to the
+// drain wait for them to end on their own, then terminates those left and waits (bounded
+// by drainExitBound) for them to go.
 func (d *drainer) run(ctx context.Context) error {
 	waitUntil := d.start.Add(d.s.m.set.drainWait)
 	var exitBy time.Time
 	for {
-		live, err := d.list(ctx)
+		listed, err := d.list(ctx)
 		d.report.Took = time.Since(d.start)
 		if err != nil {
 			return err
 		}
-		d.note(live)
+		live, late := d.sort(listed)
+		d.note(live, late)
+		if err := d.terminate(ctx, late); err != nil {
+			return err
+		}
 		if len(live) == 0 {
 			return nil
 		}
@@ -87,8 +78,8 @@ func (d *drainer) run(ctx context.Context) error {
 			if exitBy.IsZero() {
 				exitBy = now.Add(drainExitBound)
 			} else if now.After(exitBy) {
-				return fmt.Errorf("%w: %s: %d earlier holders' sessions still running %v after they were terminated",
-					ErrWorkNotDrained, d.s.describe(), len(live), drainExitBound)
+				return fmt.Errorf("%w: %s: %d sessions of earlier holders, running when the drain began, "+
+					"still running %v after they were terminated", ErrWorkNotDrained, d.s.describe(), len(live), drainExitBound)
 			}
 			if err := d.terminate(ctx, live); err != nil {
 				return err
@@ -122,51 +113,6 @@ func (d *drainer) onLockConn(ctx context.Context, stmt func(sctx context.Context
 		return ended
 	}
 	return err
-}
-
-// list returns the earlier holders' sessions still running, on the lock's connection.
-func (d *drainer) list(ctx context.Context) ([]workSession, error) {
-	s := d.s
-	classid, objid, subid := pgLocksKey(s.key, s.pair)
-	var out []workSession
-	err := d.onLockConn(ctx, func(sctx context.Context) error {
-		err := s.freshStats(sctx)
-		var rows pgx.Rows
-		if err == nil {
-			rows, err = s.pc.Query(sctx, s.named(drainListSQL), s.snapshotFree(d.prefix, classid, objid, subid, s.m.set.workRoles)...)
-		}
-		if err == nil {
-			var holders []int32
-			var w workSession
-			for rows.Next() {
-				if err = rows.Scan(&w.pid, &w.app, &w.user, &w.state, &d.report.Role, &w.whose, &holders); err != nil {
-					break
-				}
-				if d.earlier(w, holders) && d.covers(w) {
-					out = append(out, w)
-				}
-			}
-			rows.Close()
-			if err == nil {
-				err = rows.Err()
-			}
-		}
-		if err != nil {
-			return fmt.Errorf("advisory: drain %s: list earlier holders' sessions: %w", s.describe(), withCtxErr(ctx, err))
-		}
-		return nil
-	})
-	return out, err
-}
-
-// earlier reports whether w works for an earlier holding: not this one, and not another
-// that holds the lock now (shared holders hold it together).
-func (d *drainer) earlier(w workSession, holders []int32) bool {
-	holder, pid, ok := holderOf(w.app, d.prefix)
-	if !ok || d.prefix+holder == d.s.workTag() { // the tag is made only if a session is found
-		return false
-	}
-	return pid == d.s.pid || !slices.Contains(holders, int32(pid))
 }
 
 // freshStats makes the next statement on the lock's connection read pg_stat_activity as
@@ -206,18 +152,23 @@ func pgLocksKey(key Key, pair bool) (uint32, uint32, int16) {
 }
 
 // note records what a listing found: new sessions, and those seen before that are gone.
-func (d *drainer) note(live []workSession) {
+// A late session (see sort) that is not seen again before the drain ends keeps After 0.
+func (d *drainer) note(live, late []workSession) {
 	now := time.Since(d.start)
-	for _, w := range live {
-		if _, seen := d.index[w.pid]; !seen {
-			d.index[w.pid] = len(d.report.Sessions)
+	seen := map[sessionKey]bool{}
+	for _, w := range slices.Concat(live, late) {
+		k := w.key()
+		seen[k] = true
+		if _, ok := d.index[k]; !ok {
+			d.index[k] = len(d.report.Sessions)
 			d.report.Sessions = append(d.report.Sessions, DrainedSession{PID: w.pid, ApplicationName: w.app,
 				User: w.user, State: w.state})
+			d.keys = append(d.keys, k)
 		}
 	}
 	for i := range d.report.Sessions {
 		ds := &d.report.Sessions[i]
-		if ds.After == 0 && !slices.ContainsFunc(live, func(w workSession) bool { return w.pid == ds.PID }) {
+		if ds.After == 0 && !seen[d.keys[i]] {
 			ds.After = max(now, time.Nanosecond)
 			d.s.logDrained(*ds)
 		}
@@ -225,14 +176,20 @@ func (d *drainer) note(live []workSession) {
 }
 
 // terminate terminates the listed sessions not terminated yet.
-func (d *drainer) terminate(ctx context.Context, live []workSession) error {
+func (d *drainer) terminate(ctx context.Context, sessions []workSession) error {
 	var pids []int32
 	var apps []string
+	var started, xacts []pgtype.Timestamptz
 	var sent []*DrainedSession // marked Terminated once the statement succeeded
-	for _, w := range live {
-		if ds := &d.report.Sessions[d.index[w.pid]]; !ds.Terminated {
+	for _, w := range sessions {
+		if ds := &d.report.Sessions[d.index[w.key()]]; !ds.Terminated {
 			sent = append(sent, ds)
+			xact := pgtype.Timestamptz{}
+			if w.pooled {
+				xact = w.xact
+			}
 			pids, apps = append(pids, int32(w.pid)), append(apps, w.app)
+			started, xacts = append(started, w.started), append(xacts, xact)
 		}
 	}
 	if len(pids) == 0 {
@@ -241,10 +198,10 @@ func (d *drainer) terminate(ctx context.Context, live []workSession) error {
 	err := d.onLockConn(ctx, func(sctx context.Context) error {
 		err := d.s.freshStats(sctx)
 		if err == nil {
-			_, err = d.s.pc.Exec(sctx, d.s.named(drainTerminateSQL), d.s.snapshotFree(pids, apps)...)
+			_, err = d.s.pc.Exec(sctx, d.s.named(drainTerminateSQL), d.s.snapshotFree(pids, apps, started, xacts)...)
 		}
 		if err != nil {
-			return d.terminateError(ctx, live, err)
+			return d.terminateError(ctx, sessions, err)
 		}
 		return nil
 	})

@@ -29,16 +29,39 @@ import (
 // at the Manager's own address (see above).
 func (l *Lock) optionsFor(cfg *pgconn.Config) string {
 	opts := l.WorkOptions()
-	if opts == "" || cfg == nil {
+	if opts == "" || !l.ownAddress(cfg) {
 		return ""
+	}
+	return opts
+}
+
+// ownAddress reports whether cfg (nil: unknown) aims at the Manager's own address: every
+// host and port it tries is one the Manager's connection string names.
+func (l *Lock) ownAddress(cfg *pgconn.Config) bool {
+	if cfg == nil {
+		return false
 	}
 	own := addresses(&l.s.m.pool.Config().ConnConfig.Config)
 	for _, a := range addresses(cfg) {
 		if !slices.Contains(own, a) {
-			return ""
+			return false
 		}
 	}
-	return opts
+	return true
+}
+
+// directAt reports whether work connecting to cfg's address keeps one server session for
+// its whole life, as far as the lock's own connection shows: cfg aims at the Manager's
+// own address, and the lock's connection there reaches its backend directly, or through
+// a proxy on which the lock is held by session (which a transaction pooler cannot hold).
+// Such work gets the plain tag; any other gets the pooled mark (see pooledMark): it may
+// go through a transaction pooler, and nothing can tell without connecting.
+func (l *Lock) directAt(cfg *pgconn.Config) bool {
+	s := l.s
+	if !l.ownAddress(cfg) {
+		return false
+	}
+	return s.pid == s.pg.PID() || s.lease.kind() == HoldingSession && !s.m.proxy.txPooled.Load()
 }
 
 // addresses lists the host:port pairs a config tries (its fallbacks included).

@@ -40,7 +40,7 @@ func TestWorkThroughASessionPoolerFromADirectLock(t *testing.T) {
 	for _, c := range []*pgx.Conn{fromString, fromConfig} {
 		var app string
 		require.NoError(t, c.QueryRow(ctx, "SELECT current_setting('application_name')").Scan(&app))
-		assert.Equal(t, l.WorkAppName(""), app)
+		assert.Equal(t, advisory.PooledWorkAppNameForTest(l, ""), app, "another address than the lock's: the pooled mark")
 	}
 	if psql, err := exec.LookPath("psql"); err == nil || pgtest.InCI() {
 		require.NoError(t, err)
@@ -48,7 +48,7 @@ func TestWorkThroughASessionPoolerFromADirectLock(t *testing.T) {
 		cmd.Env = l.WorkEnv(append(os.Environ(), "DATABASE_URL="+b.DSN()))
 		out, err := cmd.CombinedOutput()
 		require.NoError(t, err, "psql with WorkEnv through the pooler: %s", out)
-		assert.Equal(t, l.WorkAppName(""), strings.TrimSpace(string(out)))
+		assert.Equal(t, advisory.PooledWorkAppNameForTest(l, ""), strings.TrimSpace(string(out)))
 	}
 
 	works := []uint32{sleepingSession(t, fromString), sleepingSession(t, fromConfig)}

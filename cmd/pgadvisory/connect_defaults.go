@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 
 	"github.com/jackc/pgx/v5/pgconn"
@@ -79,7 +80,15 @@ func connectReason(err error, password string) string {
 // pgconnConfig is the part of a pool's configuration a connect failure names.
 type pgconnConfig = pgconn.Config
 
-// targetOf describes where a config points, without the password.
+// targetOf describes where a config points, without the password: every host of a
+// multi-host string ("h1:5432,h2:5432"), each once (pgconn lists a host twice for
+// sslmode=prefer's plain-text fallback).
 func targetOf(cc *pgconnConfig) string {
-	return fmt.Sprintf("%s:%d (user %s, database %s)", cc.Host, cc.Port, cc.User, cc.Database)
+	hosts := []string{fmt.Sprintf("%s:%d", cc.Host, cc.Port)}
+	for _, fb := range cc.Fallbacks {
+		if h := fmt.Sprintf("%s:%d", fb.Host, fb.Port); !slices.Contains(hosts, h) {
+			hosts = append(hosts, h)
+		}
+	}
+	return fmt.Sprintf("%s (user %s, database %s)", strings.Join(hosts, ","), cc.User, cc.Database)
 }

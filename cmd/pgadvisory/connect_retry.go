@@ -120,13 +120,17 @@ func notUpYet(err error) (reason string, ok bool) {
 	case errors.As(err, &pgErr):
 		// Not %q: display escapes the message once, and %q's escapes would be escaped again.
 		return fmt.Sprintf("the server says \"%s\" (SQLSTATE %s)", pgErr.Message, pgErr.Code), retriedCodes[pgErr.Code]
+	case errors.Is(err, pgconn.ErrReadOnlyConnection), errors.Is(err, pgconn.ErrStandbyConnection):
+		// target_session_attrs=read-write or primary, and no host is one: a failover under way.
+		return "no server accepts writes yet (target_session_attrs)", true
 	case errors.As(err, &dnsErr):
 		return fmt.Sprintf("host %s not found (DNS)", dnsErr.Name), true
 	case errors.Is(err, syscall.ECONNREFUSED):
 		return "connection refused", true
 	case errors.Is(err, syscall.ENOENT):
 		return "no server socket yet", true
-	case errors.Is(err, syscall.ECONNRESET), errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
+	case errors.Is(err, syscall.ECONNRESET), errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF),
+		errors.Is(err, pgconn.ErrConnClosed):
 		return "the server closed the connection", true
 	case errors.Is(err, syscall.EHOSTUNREACH), errors.Is(err, syscall.ENETUNREACH):
 		return "host or network unreachable", true

@@ -31,6 +31,10 @@ psql -X -A -t -q -d "$1" \
 // workTag is the form of a holding's tag: pgadv/DB/KEY/PID.NONCE in base 36.
 var workTag = regexp.MustCompile(`^pgadv/[0-9a-z]+/p?[0-9a-z]+/[0-9a-z]+\.[0-9a-z]{6}$`)
 
+// pooledWorkTag is a work tag with the pooled mark: work that may reach its server
+// through a transaction pooler (see docs/work.md).
+var pooledWorkTag = regexp.MustCompile(`^pgadv/[0-9a-z]+/p?[0-9a-z]+/[0-9a-z]+\.[0-9a-z]{6}\.t$`)
+
 // TestRunGivesTheCommandItsWorkIdentity: the command gets PGAPPNAME (the holding's tag,
 // then the user's PGAPPNAME), PGOPTIONS (our settings, then the user's) and
 // PGADVISORY_APPNAME (the tag), and psql started under run shows up in

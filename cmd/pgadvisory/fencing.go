@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -22,9 +23,10 @@ const (
 	keyEnv        = "PGADVISORY_KEY"         // the lock's int64 key, in decimal
 	tokenEnv      = "PGADVISORY_TOKEN"       // the fencing token (--token only)
 	fenceTableEnv = "PGADVISORY_FENCE_TABLE" // the fencing table, quoted for SQL (--token only)
-	// appNameEnv is the holding's work tag alone (Lock.WorkAppName("")): the
-	// application_name for a tool whose connection string sets one (PGAPPNAME, which run
-	// also sets, is then ignored).
+	// appNameEnv is the holding's work tag alone, as PGAPPNAME carries it (with the
+	// pooled mark where the command's server may be a transaction pooler: see
+	// Lock.WorkEnv): the application_name for a tool whose connection string sets one
+	// (PGAPPNAME, which run also sets, is then ignored).
 	appNameEnv = "PGADVISORY_APPNAME"
 )
 
@@ -115,11 +117,22 @@ func missingTable(err error) bool {
 // holding's work identity for libpq and pgx (PGAPPNAME and PGOPTIONS, see Lock.WorkEnv),
 // appNameEnv, the key and, with --token, the token.
 func (r *runner) commandEnv(l *advisory.Lock, environ []string) []string {
-	env := append(l.WorkEnv(environ), appNameEnv+"="+l.WorkAppName(""), keyEnv+"="+l.Key().String())
+	env := append(l.WorkEnv(environ), appNameEnv+"="+commandTag(l, environ), keyEnv+"="+l.Key().String())
 	if r.fence.token {
 		env = append(env, tokenEnv+"="+strconv.FormatInt(r.tok, 10), fenceTableEnv+"="+r.fence.sql())
 	}
 	return env
+}
+
+// commandTag is the tag that Lock.WorkEnv puts into PGAPPNAME for environ's server, alone.
+func commandTag(l *advisory.Lock, environ []string) string {
+	tag := l.WorkAppName("")
+	for _, kv := range l.WorkEnv(append(slices.Clip(environ), "PGAPPNAME=")) {
+		if v, ok := strings.CutPrefix(kv, "PGAPPNAME="); ok {
+			tag = v
+		}
+	}
+	return tag
 }
 
 // initFencingCommand creates the fencing table if it does not exist, and upgrades one of

@@ -46,10 +46,28 @@ func hashCommand(args []string, stdout io.Writer) error {
 	fmt.Fprintf(stdout, "SELECT pg_advisory_lock(hashtextextended(%s, 0));  -- the same key\n", sqlLiteral(name))
 	fmt.Fprintf(stdout, "SELECT pg_try_advisory_lock(%d);\n", key)
 	fmt.Fprintf(stdout, "SELECT pg_advisory_unlock(%d);\n", key)
+	printPooled(stdout, key)
 	if *slots > 0 {
 		printSemaphore(stdout, name, *slots)
 	}
 	return nil
+}
+
+// printPooled prints the same lock in the form that holds through a transaction pooler:
+// a session lock taken there stays on whichever pooled server connection ran it (and the
+// unlock may run on another), while a transaction-level lock lives exactly as long as
+// the transaction, which the pooler keeps on one server connection. Each statement is a
+// line of its own (one message each in psql), because a one-message "BEGIN; ..." is
+// answered by some poolers (PgDog's query parser) with a BEGIN of their own.
+func printPooled(stdout io.Writer, key advisory.Key) {
+	fmt.Fprintf(stdout, "\n-- through a transaction pooler (PgBouncer pool_mode=transaction, Supabase's port 6543,\n"+
+		"-- Neon's -pooler endpoints, RDS Proxy), where the session lines above strand the lock\n"+
+		"-- on a pooled server connection, hold it for one transaction (COMMIT or ROLLBACK releases it):\n")
+	fmt.Fprintf(stdout, "BEGIN;\n")
+	fmt.Fprintf(stdout, "SELECT pg_advisory_xact_lock(%d);\n", key)
+	fmt.Fprintf(stdout, "-- ... the statements the lock protects ...\n")
+	fmt.Fprintf(stdout, "COMMIT;\n")
+	fmt.Fprintf(stdout, "SELECT pg_try_advisory_xact_lock(%d);  -- after BEGIN, instead of waiting\n", key)
 }
 
 // printSemaphore prints the keys of the semaphore NAME with limit slots, as

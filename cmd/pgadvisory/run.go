@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/pgadvisory/advisory"
@@ -37,7 +38,8 @@ type runner struct {
 	argv     []string
 	stderr   io.Writer
 	sigs     chan os.Signal
-	phase    string // what run is doing, for the message if a signal interrupts it
+	phase    string      // what run is doing, for the message if a signal interrupts it
+	cut      atomic.Bool // the wait lost its connection and run is reconnecting (runrewait.go)
 }
 
 func runCommand(args []string, global connFlags, stdout, stderr io.Writer) int {
@@ -68,7 +70,7 @@ func parseRun(args []string, global connFlags, stdout, stderr io.Writer) (*runne
 	fs.Var(&r.roles, "work-role", "also drain earlier holders' sessions of this role (repeatable)")
 	fs.StringVar(&r.holder, "holder-name", "", "application_name other sessions see")
 	fs.DurationVar(&r.beat, "heartbeat", 0, "speak on the lock's connection at least this often, waiting too "+
-		"(for idle reapers in the path); 0: off")
+		"(for idle reapers in the path); 0: off (default: 2s behind a proxy, else off)")
 	r.fence.register(fs, true)
 	r.conn.register(fs, runConnectTimeout)
 	if err := parseFlags(fs, args, runHelp, stdout); err != nil {
@@ -105,8 +107,8 @@ func (r *runner) check(fs *flag.FlagSet) error {
 		return usageError(fs.Name(), "--wait and --grace cannot be negative")
 	case r.drainW < 0 || r.drainW > maxDrainWait:
 		return usageError(fs.Name(), "--drain-wait %v: want 0 (terminate at once) to %v", r.drainW, maxDrainWait)
-	case r.beat != 0 && r.beat < 100*time.Millisecond:
-		return usageError(fs.Name(), "--heartbeat %v: want 0 (off) or at least 100ms", r.beat)
+	case r.beat != 0 && (r.beat < 100*time.Millisecond || r.beat > 24*time.Hour):
+		return usageError(fs.Name(), "--heartbeat %v: want 0 (off) or from 100ms to 24h", r.beat)
 	case !validConflictCode(r.conflict):
 		return usageError(fs.Name(), "--conflict-exit-code %d: want 1 to 125, except pgadvisory's own "+
 			"64, 69, 70, 76 and 77", r.conflict)
@@ -134,7 +136,7 @@ func (r *runner) run() int {
 	ctx, in := watchInterrupts(r.sigs)
 	r.phase = "connecting"
 	opts := append(r.fence.options(), advisory.WithDrainWait(r.drainW), advisory.WithWorkRoles(r.roles...))
-	if r.beatSet { // else the library's default: off, or on behind a transaction pooler
+	if r.beatSet { // else the library's default: off, or on behind a proxy
 		opts = append(opts, advisory.WithHeartbeat(r.beat))
 	}
 	m, err := r.conn.connect(ctx, "run", r.holder, opts...)

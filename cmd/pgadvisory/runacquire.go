@@ -39,7 +39,7 @@ func (r *runner) acquire(ctx context.Context, m *advisory.Manager) (*advisory.Lo
 	}
 	done := make(chan lockResult, 1)
 	go func() {
-		l, err := r.lockCall(wctx, m)
+		l, err := r.waitOut(wctx, m) // rides out a lost connection (runrewait.go)
 		done <- lockResult{l, err}
 	}()
 	return r.awaitLock(ctx, m, done)
@@ -117,7 +117,7 @@ func (r *runner) awaitLock(ctx context.Context, m *advisory.Manager, done <-chan
 			}
 			return res.l, r.lockFailure(res.err)
 		case <-tick.C:
-			if r.quiet {
+			if r.quiet || r.cut.Load() { // reconnecting says so itself
 				continue
 			}
 			desc, who := r.holders(ctx, m)

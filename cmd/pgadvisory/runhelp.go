@@ -38,11 +38,13 @@ CMD's exit code. Flags (exactly one of --name and --key):
   --grace DURATION       if the lock is lost: SIGTERM, SIGKILL after this (default 10s)
   --holder-name NAME     application_name others see (default "pgadvisory HOST/PID")
   --heartbeat DURATION   speak on the lock's connection this often, waiting too, for
-                         an idle reaper in the path (HAProxy's timeout client)
+                         an idle reaper in the path (HAProxy's timeout client) and to
+                         see a frozen server behind a proxy (default 2s behind a
+                         proxy, else 0: off)
   --quiet                report neither the lock taken nor who holds it while waiting
   --dsn DSN              connection string (default $DATABASE_URL, else PG* variables)
   --connect-timeout DURATION
-                         retry a server that is not up yet (default 30s; 0 tries once)
+                         retry a server not up yet, or a lost wait (default 30s; 0: once)
 
 ` + exitCodesHelp + `
 Signals are forwarded to CMD's process group; before CMD starts they end the wait. CMD

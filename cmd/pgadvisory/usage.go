@@ -23,7 +23,7 @@ const (
                       too many connections) for up to DURATION (default `
 	connectTimeoutTail = `;
                       0 tries once); a wrong password, an unknown role or database,
-                      a transaction pooler or a standby fail at once (69)
+                      a statement pooler or a standby fail at once (69)
 `
 )
 
@@ -116,7 +116,10 @@ const hashHelp = `Usage: pgadvisory hash NAME
        pgadvisory hash --namespace NS [--slots N] NAME
 
 Prints the 64-bit key of lock name NAME (PostgreSQL's hashtextextended(NAME, 0)) and the
-psql lines that take, try and release the same lock, for operators. The SQL literal is
+psql lines that take, try and release the same lock, for operators: the session lines for
+a direct connection (or a session pooler), then the transaction form for a transaction
+pooler (BEGIN; SELECT pg_advisory_xact_lock(KEY); ... COMMIT;), where a session lock
+would stay on a pooled server connection. The SQL literal is
 correct whatever standard_conforming_strings says; names with control characters are
 written in the E'...' form with escapes. Needs no database. For a name that starts with
 '-', write: pgadvisory hash -- NAME

@@ -27,5 +27,6 @@ psql -X -A -t -q -d "$DATABASE_URL" -c "SELECT application_name FROM pg_stat_act
 	lines := strings.Split(strings.TrimSuffix(r.stdout, "\n"), "\n")
 	require.Len(t, lines, 2, r.stdout)
 	assert.Empty(t, lines[0], "no PGOPTIONS for a command aimed at a pooler")
-	assert.Regexp(t, workTag, lines[1], "the command's session carries the tag")
+	assert.Regexp(t, pooledWorkTag, lines[1], "the command's session carries the tag, with the pooled mark: "+
+		"the pooler is not the lock's own address")
 }

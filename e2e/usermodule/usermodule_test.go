@@ -32,7 +32,7 @@ var adapters = map[string]string{
 func TestRecipeFromAClone(t *testing.T) {
 	root, err := filepath.Abs("../..")
 	require.NoError(t, err)
-	lib, adapter := recipe(t, root)
+	lib, adapter, after := recipe(t, root)
 	dir := t.TempDir()
 	goCmd(t, dir, "mod", "init", "example.com/app")
 	run(t, dir, "sh", "-c", lib)
@@ -41,7 +41,9 @@ func TestRecipeFromAClone(t *testing.T) {
 	}
 	require.NoError(t, os.CopyFS(filepath.Join(dir, "cmd"), os.DirFS("testdata")))
 	require.NoError(t, os.Rename(filepath.Join(dir, "cmd", "migrate", "migrations"), filepath.Join(dir, "migrations")))
-	goCmd(t, dir, "mod", "tidy")
+	for _, cmd := range after { // the README's go mod tidy, once the code is there
+		run(t, dir, "sh", "-c", cmd)
+	}
 	goCmd(t, dir, "vet", "./...")
 	for prog, want := range adapters {
 		t.Run(prog, func(t *testing.T) { runProgram(t, dir, prog, want) })
@@ -50,23 +52,35 @@ func TestRecipeFromAClone(t *testing.T) {
 }
 
 // recipe returns the README's `go mod edit` lines for the library and for an adapter
-// (golang-migrate's, the README's example of one), with root for /src/advisory.
-func recipe(t *testing.T, root string) (lib, adapter string) {
+// (golang-migrate's, the README's example of one), with root for /src/advisory, and the
+// commands after them, which the README runs once the code that imports the packages is
+// written (a go mod tidy before it would drop every require the edits added).
+func recipe(t *testing.T, root string) (lib, adapter string, after []string) {
 	t.Helper()
 	b, err := os.ReadFile(filepath.Join(root, "README.md"))
 	require.NoError(t, err)
 	block := regexp.MustCompile("(?s)<!-- clone-recipe -->\n```sh\n(.*?)```").FindSubmatch(b)
 	require.NotNil(t, block, "the README's clone-recipe block")
 	var edits []string
-	for _, cmd := range strings.Split(strings.ReplaceAll(string(block[1]), "\\\n", ""), "\n") {
-		cmd, _, _ = strings.Cut(cmd, "#")
-		if strings.HasPrefix(strings.TrimSpace(cmd), "go mod edit") {
+	codeWritten := false
+	for _, line := range strings.Split(strings.ReplaceAll(string(block[1]), "\\\n", ""), "\n") {
+		cmd, comment, _ := strings.Cut(line, "#")
+		cmd = strings.TrimSpace(cmd)
+		switch {
+		case strings.HasPrefix(cmd, "go mod edit"):
+			require.False(t, codeWritten, "a go mod edit line after the code: %q", line)
 			edits = append(edits, strings.ReplaceAll(cmd, "/src/advisory", root))
+		case cmd == "" && len(edits) == 2 && strings.Contains(comment, "write the code"):
+			codeWritten = true
+		case cmd != "" && len(edits) > 0:
+			require.True(t, codeWritten, "%q runs before the code that imports the packages is written", line)
+			after = append(after, cmd)
 		}
 	}
 	require.Len(t, edits, 2, "a line for the library, one for an adapter: %q", block[1])
 	require.Contains(t, edits[1], "contrib/migrate")
-	return edits[0], edits[1]
+	require.Equal(t, []string{"go mod tidy"}, after, "the README's commands once the code is written")
+	return edits[0], edits[1], after
 }
 
 // runProgram builds and runs ./cmd/prog of the module in dir with a database of its own,
@@ -116,7 +130,7 @@ var linkedWithPgxOnly = []string{"github.com/jackc/pgpassfile", "github.com/jack
 func TestWhatAUserModuleGets(t *testing.T) {
 	root, err := filepath.Abs("../..")
 	require.NoError(t, err)
-	lib, _ := recipe(t, root)
+	lib, _, _ := recipe(t, root)
 	dir := t.TempDir()
 	goCmd(t, dir, "mod", "init", "example.com/app")
 	run(t, dir, "sh", "-c", lib)

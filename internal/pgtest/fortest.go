@@ -70,3 +70,27 @@ func SyncPairForTest(t T) *SyncPair {
 	t.Cleanup(func() { p.Close() })
 	return p
 }
+
+// PgpoolForTest starts a hot standby of primary and a Pgpool-II in front of both
+// ([StartPgpool], conf, extra) for one test, and stops them when the test ends. Without pgpool
+// or the tools for a standby the test is skipped with the reason, except under CI=true,
+// where that fails it (.ci/run installs pgpool2) unless the binaries come from EnvPGBin
+// (see [StandbyForTest]). Any other error fails the test.
+func PgpoolForTest(t T, primary *Server, conf PgpoolConfig, extra ...string) (*Pgpool, *Standby) {
+	t.Helper()
+	if _, err := pgpoolBinary(); err != nil {
+		if !InCI() {
+			t.Skipf("no Pgpool-II for this test: %v", err)
+		}
+		t.Fatalf("Pgpool-II under CI=true: %v", err)
+	}
+	sb := StandbyForTest(t, primary)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	p, err := StartPgpool(ctx, primary, sb, conf, extra...)
+	if err != nil {
+		t.Fatalf("Pgpool-II (%s): %v", conf, err)
+	}
+	t.Cleanup(func() { p.Close() })
+	return p, sb
+}

@@ -13,7 +13,12 @@ import (
 // PgBouncer runs as.
 func (b *PgBouncer) writeConfig(up *pgconn.Config) error {
 	users := fmt.Sprintf("%q %q\n", b.user, up.Password)
-	for name, content := range map[string]string{"pgbouncer.ini": b.ini(up), "userlist.txt": users} {
+	files, err := b.tlsFiles()
+	if err != nil {
+		return err
+	}
+	files["pgbouncer.ini"], files["userlist.txt"] = b.ini(up), users
+	for name, content := range files {
 		path := filepath.Join(b.dir, name)
 		if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
 			return err
@@ -69,7 +74,7 @@ logfile = %s
 client_idle_timeout = %d
 `, b.db, db, serverHost, up.Port, listen, b.port, filepath.Join(b.dir, "userlist.txt"), b.user, b.mode,
 		poolSize, filepath.Join(b.dir, "pgbouncer.log"), set.clientIdleTimeout)
-	return ini + set.tcpLines()
+	return ini + set.tcpLines() + b.tlsLines()
 }
 
 // tcpLines are the lines of the settings that PgBouncer leaves to the OS by default.

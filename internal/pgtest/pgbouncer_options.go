@@ -11,6 +11,7 @@ type pgbouncerSettings struct {
 	keepalive              [3]int // tcp_keepidle, tcp_keepintvl, tcp_keepcnt; zeros: the OS's
 	userTimeout            int    // tcp_user_timeout in ms; 0: the OS's
 	net                    *PoolerNet
+	clientTLS              bool // see WithClientTLS
 }
 
 // WithClientIdleTimeout sets client_idle_timeout: PgBouncer closes a client connection idle

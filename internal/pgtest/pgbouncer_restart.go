@@ -55,6 +55,28 @@ func (b *PgBouncer) Start(ctx context.Context) error {
 	return nil
 }
 
+// PID returns the process id of the PgBouncer that runs, or 0 if none runs (it was
+// stopped, or it exited: PgBouncer 1.18 exits on an abandoned cancel request, logging
+// "bad client state"; see [PgBouncer.Log]).
+func (b *PgBouncer) PID() int {
+	if b.cmd == nil || !b.running() {
+		return 0
+	}
+	return b.cmd.Process.Pid
+}
+
+// Exited returns a channel closed when the PgBouncer process that runs now exits (closed
+// already if none runs). A supervisor waits on it, then calls [PgBouncer.Start]; it must
+// not run concurrently with Stop, Start or Close.
+func (b *PgBouncer) Exited() <-chan struct{} {
+	if b.cmd == nil {
+		done := make(chan struct{})
+		close(done)
+		return done
+	}
+	return b.exit
+}
+
 func (b *PgBouncer) running() bool {
 	select {
 	case <-b.exit:

@@ -1,0 +1,114 @@
+package advisory_test
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/pgadvisory/advisory"
+)
+
+// TestParkedLockIsNotStarvedByAQueue (issue 46.2): a Lock parked under WithWaitSessions,
+// its one place kept by a long holding, for a key that another Manager hands over
+// between two goroutines (so a session always waits for it in the server's queue, and
+// every try is refused), stops parking after parkPatience and waits in the server's
+// queue on a session of its own: it is granted within its ctx. A Lock parked as long for
+// a key that is merely held (nobody queued) stays parked, and is granted by a try.
+func TestParkedLockIsNotStarvedByAQueue(t *testing.T) {
+	t.Parallel()
+	ctx := ctxT(t)
+	holder := newManager(t, nil)
+	other := newManager(t, nil)
+	var parked atomic.Int64
+	m := newManager(t, nil, advisory.WithSharedSessions(16), advisory.WithWaitSessions(1),
+		advisory.WithParkCounterForTest(&parked))
+	name := t.Name()
+	busy, hot, held := name+"/busy", name+"/hot", name+"/held"
+
+	// m's one place: a Lock that waited, and now holds busy on a session of its own.
+	first, err := holder.Lock(ctx, busy)
+	require.NoError(t, err)
+	leader := lockCall(ctx, m, busy)
+	waitForWaiters(t, advisory.KeyOf(busy), 1)
+	require.NoError(t, first.Unlock(ctx))
+	lead := received(t, leader, 10*time.Second, "the Lock keeping m's place")
+	require.NoError(t, lead.err)
+	require.False(t, lead.l.SharesSession())
+	// A Lock of a key that is merely held (nobody queued for it) stays parked.
+	heldLock, err := holder.Lock(ctx, held)
+	require.NoError(t, err)
+	parkedSince := time.Now()
+	parkedCall := lockCall(ctx, m, held)
+
+	// Another Manager hands hot over between two goroutines, each holding it holdFor: when
+	// one releases it, the other has waited in the server's queue for holdFor, and the
+	// first queues again long before the second releases it. The key is never free, and
+	// a try is always refused.
+	handovers := handOver(t, other, hot, 20*time.Millisecond)
+	waitForWaiters(t, advisory.KeyOf(hot), 1) // one of the two always waits in the server's queue
+
+	lockCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	began, from := time.Now(), handovers.Load()
+	l, err := m.Lock(lockCtx, hot)
+	waited, handed := time.Since(began), handovers.Load()-from
+	t.Logf("Lock(hot): %v after %v, while the key was handed over %d times", err, waited, handed)
+	require.NoError(t, err, "a parked Lock of a key handed over %d times", handed)
+	require.Positive(t, parked.Load(), "the Lock parked first")
+	require.Positive(t, handed, "the key changed hands while the Lock waited")
+	requireHeldBy(t, l.Key(), l.PID())
+	require.NoError(t, l.Unlock(ctx))
+
+	// The Lock of the merely held key, parked past parkPatience, has not gone beyond the
+	// place: nobody waits for its key on the server, and its release goes to its try.
+	if d := time.Until(parkedSince.Add(1500 * time.Millisecond)); d > 0 {
+		time.Sleep(d) // tries past parkPatience (1 s), each followed by the question
+	}
+	requirePending(t, parkedCall, "the Lock of a merely held key")
+	require.Zero(t, waiters(t, advisory.KeyOf(held)), "a parked Lock of a key nobody queues for waits without a session")
+	require.NoError(t, heldLock.Unlock(ctx))
+	p := received(t, parkedCall, 10*time.Second, "the parked Lock of the held key")
+	require.NoError(t, p.err)
+	require.True(t, p.l.SharesSession(), "taken by a try on a shared session")
+	require.NoError(t, p.l.Unlock(ctx))
+	require.NoError(t, lead.l.Unlock(ctx))
+}
+
+// handOver has two goroutines take name on m in turn, each holding it for holdFor, until
+// the test ends; it returns the count of grants.
+func handOver(t *testing.T, m *advisory.Manager, name string, holdFor time.Duration) *atomic.Int64 {
+	ctx := ctxT(t)
+	var handovers atomic.Int64
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				l, err := m.Lock(ctx, name)
+				if err != nil {
+					t.Errorf("the other Manager's Lock: %v", err)
+					return
+				}
+				handovers.Add(1)
+				time.Sleep(holdFor) // the other goroutine is queued in the server meanwhile
+				if err := l.Unlock(ctx); err != nil {
+					t.Errorf("the other Manager's Unlock: %v", err)
+					return
+				}
+			}
+		}()
+	}
+	t.Cleanup(func() { close(stop); wg.Wait() })
+	return &handovers
+}
