@@ -2,6 +2,7 @@ package pgtest_test
 
 import (
 	"context"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -60,4 +61,20 @@ func serverPortAndRecovery(t *testing.T, ctx context.Context, dsn string) (int, 
 	var rec bool
 	require.NoError(t, conn.QueryRow(ctx, "SELECT current_setting('port')::int, pg_is_in_recovery()").Scan(&port, &rec))
 	return port, rec
+}
+
+// TestPatroniHAProxyConfig: HAProxy finds the leader as Patroni's sample haproxy.cfg does
+// (an HTTP OPTIONS /primary check of each node's REST port), and closes the sessions of a
+// server marked down only when asked.
+func TestPatroniHAProxyConfig(t *testing.T) {
+	nodes := []*pgtest.PatroniNode{{Name: "node0", PGPort: 5001, RESTPort: 8001}, {Name: "node1", PGPort: 5002, RESTPort: 8002}}
+	for _, shutdown := range []bool{false, true} {
+		cfg := pgtest.PatroniHAProxyConfigForTest(6000, nodes, shutdown)
+		require.Contains(t, cfg, "bind 127.0.0.1:6000\n")
+		require.Contains(t, cfg, "option httpchk OPTIONS /primary\n    http-check expect status 200\n")
+		require.Contains(t, cfg, "server node0 127.0.0.1:5001 maxconn 100 check port 8001\n")
+		require.Contains(t, cfg, "server node1 127.0.0.1:5002 maxconn 100 check port 8002\n")
+		require.Equal(t, shutdown, strings.Contains(cfg, "default-server inter 1s fall 2 rise 1 on-marked-down shutdown-sessions\n"), cfg)
+		require.Contains(t, cfg, "default-server inter 1s fall 2 rise 1")
+	}
 }
