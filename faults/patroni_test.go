@@ -38,7 +38,8 @@ func TestPatroniFrozenPrimary(t *testing.T) {
 			t.Log(c.Logs())
 		}
 	}()
-	ctx := ctxT(t, 90*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
 	old, err := c.Leader(ctx)
 	require.NoError(t, err)
 	holder, err := advisory.New(ctx, c.DSN())
@@ -53,6 +54,7 @@ func TestPatroniFrozenPrimary(t *testing.T) {
 	waiterM, err := advisory.New(ctx, c.DSN())
 	require.NoError(t, err)
 	t.Cleanup(waiterM.Close)
+	t.Cleanup(cancel) // first: the waiters stop before their Managers close
 
 	name, idleName := t.Name(), t.Name()+"/idle"
 	l, err := holder.Lock(ctx, name)
