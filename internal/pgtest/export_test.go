@@ -6,3 +6,6 @@ func FirstPortForTest(port int) { firstPort.Store(int64(port)) }
 
 // StartContainerForTest runs the container step of Start alone (see startContainer).
 var StartContainerForTest = startContainer
+
+// PatroniHAProxyConfigForTest is the HAProxy configuration of a Patroni cluster.
+var PatroniHAProxyConfigForTest = patroniHAProxyConfig
