@@ -44,5 +44,8 @@ func TestPoolerTimeoutToldWhileFnHoldsTheConnection(t *testing.T) {
 	require.ErrorIs(t, l.Err(), advisory.ErrLockLost)
 	require.Contains(t, l.Err().Error(), "idle_transaction_timeout", "the loss names the pooler's setting")
 	require.NotContains(t, l.Err().Error(), "pg_terminate_backend")
-	requireFree(t, l.Key())
+	// The pooler closed the holding's server connection; its backend frees the lock as it
+	// exits, which may come after the holder was told (the safe order).
+	eventually(t, 10*time.Second, func() bool { return len(lockRows(t, l.Key())) == 0 },
+		"the lock of key %d was never freed", l.Key())
 }
