@@ -56,12 +56,9 @@ type HAProxyOptions struct {
 // ends. It returns an error wrapping [ErrUnavailable] when haproxy is not installed. On
 // error nothing is left running.
 func StartHAProxy(ctx context.Context, srv *Server, opts HAProxyOptions) (*HAProxy, error) {
-	bin, err := exec.LookPath("haproxy")
+	bin, err := debianBinary("haproxy", "haproxy")
 	if err != nil {
-		if _, serr := os.Stat("/usr/sbin/haproxy"); serr != nil {
-			return nil, fmt.Errorf("%w: haproxy is not installed (Debian: apt-get install haproxy)", ErrUnavailable)
-		}
-		bin = "/usr/sbin/haproxy"
+		return nil, err
 	}
 	up, err := pgconn.ParseConfig(srv.DSN())
 	if err != nil {
@@ -204,14 +201,7 @@ func (h *HAProxy) Log() string {
 func (h *HAProxy) Close() error {
 	h.closeOnce.Do(func() {
 		if h.cmd != nil {
-			h.cmd.Process.Signal(syscall.SIGTERM)
-			select {
-			case <-h.exit:
-			case <-time.After(10 * time.Second):
-				syscall.Kill(-h.cmd.Process.Pid, syscall.SIGKILL)
-				<-h.exit
-				h.closeErr = errors.New("pgtest: haproxy ignored SIGTERM for 10s; killed")
-			}
+			h.closeErr = stopGroup(h.cmd, h.exit, syscall.SIGTERM, "haproxy")
 		}
 		if err := os.RemoveAll(h.dir); err != nil && h.closeErr == nil {
 			h.closeErr = err

@@ -32,12 +32,9 @@ type RoundRobin struct {
 // accepts connections or ctx ends. It returns an error wrapping [ErrUnavailable] when
 // haproxy is not installed.
 func StartRoundRobin(ctx context.Context, ports ...int) (*RoundRobin, error) {
-	bin, err := exec.LookPath("haproxy")
+	bin, err := debianBinary("haproxy", "haproxy")
 	if err != nil {
-		if _, serr := os.Stat("/usr/sbin/haproxy"); serr != nil {
-			return nil, fmt.Errorf("%w: haproxy is not installed (Debian package haproxy)", ErrUnavailable)
-		}
-		bin = "/usr/sbin/haproxy"
+		return nil, err
 	}
 	dir, err := os.MkdirTemp("", "pgtest-haproxy-")
 	if err != nil {
@@ -133,13 +130,7 @@ func (r *RoundRobin) Log() string {
 // it to exit, and removes its files.
 func (r *RoundRobin) Close() error {
 	if r.cmd != nil {
-		r.cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-r.exit:
-		case <-time.After(10 * time.Second):
-			syscall.Kill(-r.cmd.Process.Pid, syscall.SIGKILL)
-			<-r.exit
-		}
+		stopGroup(r.cmd, r.exit, syscall.SIGTERM, "haproxy") // killed or not, it has exited
 	}
 	return os.RemoveAll(r.dir)
 }

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"runtime"
 	"strconv"
@@ -73,18 +72,11 @@ func (c *PatroniCluster) DSN() string { return c.dsn }
 // patroniTools finds patroni, etcd and haproxy, or returns an error wrapping ErrUnavailable.
 func patroniTools() (patroni, etcd, haproxy string, err error) {
 	find := func(name, pkg string) string {
-		if p, lerr := exec.LookPath(name); lerr == nil {
-			return p
-		}
-		for _, dir := range []string{"/usr/bin", "/usr/sbin"} {
-			if _, serr := os.Stat(filepath.Join(dir, name)); serr == nil {
-				return filepath.Join(dir, name)
-			}
-		}
+		p, ferr := debianBinary(name, pkg)
 		if err == nil {
-			err = fmt.Errorf("%w: %s is not installed (Debian: apt-get install %s)", ErrUnavailable, name, pkg)
+			err = ferr
 		}
-		return ""
+		return p
 	}
 	return find("patroni", "patroni"), find("etcd", "etcd-server"), find("haproxy", "haproxy"), err
 }

@@ -108,15 +108,7 @@ func StartPgBouncer(ctx context.Context, srv *Server, mode PoolMode, opts ...PgB
 	return nil, lastErr
 }
 
-func pgbouncerBinary() (string, error) {
-	if p, err := exec.LookPath("pgbouncer"); err == nil {
-		return p, nil
-	}
-	if _, err := os.Stat("/usr/sbin/pgbouncer"); err == nil {
-		return "/usr/sbin/pgbouncer", nil
-	}
-	return "", fmt.Errorf("%w: pgbouncer is not installed (Debian: apt-get install pgbouncer)", ErrUnavailable)
-}
+func pgbouncerBinary() (string, error) { return debianBinary("pgbouncer", "pgbouncer") }
 
 // start writes the configuration, runs pgbouncer and waits until it serves a query.
 func (b *PgBouncer) start(ctx context.Context, up *pgconn.Config) error {
@@ -254,14 +246,7 @@ func (b *PgBouncer) Log() string {
 func (b *PgBouncer) Close() error {
 	b.closeOnce.Do(func() {
 		if b.cmd != nil && b.running() {
-			b.cmd.Process.Signal(syscall.SIGTERM)
-			select {
-			case <-b.exit:
-			case <-time.After(10 * time.Second):
-				syscall.Kill(-b.cmd.Process.Pid, syscall.SIGKILL)
-				<-b.exit
-				b.closeErr = errors.New("pgtest: pgbouncer ignored SIGTERM for 10s; killed")
-			}
+			b.closeErr = stopGroup(b.cmd, b.exit, syscall.SIGTERM, "pgbouncer")
 		}
 		if err := os.RemoveAll(b.dir); err != nil && b.closeErr == nil {
 			b.closeErr = err

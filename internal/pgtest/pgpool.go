@@ -91,15 +91,7 @@ func StartPgpool(ctx context.Context, primary *Server, standby *Standby, conf Pg
 	return nil, lastErr
 }
 
-func pgpoolBinary() (string, error) {
-	if p, err := exec.LookPath("pgpool"); err == nil {
-		return p, nil
-	}
-	if _, err := os.Stat("/usr/sbin/pgpool"); err == nil {
-		return "/usr/sbin/pgpool", nil
-	}
-	return "", fmt.Errorf("%w: pgpool is not installed (Debian: apt-get install pgpool2)", ErrUnavailable)
-}
+func pgpoolBinary() (string, error) { return debianBinary("pgpool", "pgpool2") }
 
 func (p *Pgpool) start(ctx context.Context, bin string, up, sb *pgconn.Config, conf PgpoolConfig, extra []string) error {
 	dir, err := os.MkdirTemp("/tmp", "pgp")
@@ -213,14 +205,7 @@ func (p *Pgpool) Log() string {
 func (p *Pgpool) Close() error {
 	p.closeOnce.Do(func() {
 		if p.cmd != nil {
-			p.cmd.Process.Signal(syscall.SIGINT)
-			select {
-			case <-p.exit:
-			case <-time.After(10 * time.Second):
-				syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
-				<-p.exit
-				p.closeErr = errors.New("pgtest: pgpool ignored SIGINT for 10s; killed")
-			}
+			p.closeErr = stopGroup(p.cmd, p.exit, syscall.SIGINT, "pgpool")
 		}
 		if err := os.RemoveAll(p.dir); err != nil && p.closeErr == nil {
 			p.closeErr = err
