@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -151,22 +150,16 @@ func (p *pin) afterGrace(ctx context.Context) (context.Context, func()) {
 		return ctx, func() {}
 	}
 	gctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	var timer *time.Timer
-	var mu sync.Mutex
-	after := context.AfterFunc(ctx, func() {
-		mu.Lock()
-		timer = time.AfterFunc(p.m.set.cancelGrace, cancel)
-		mu.Unlock()
-	})
-	return gctx, func() {
-		after()
-		mu.Lock()
-		if timer != nil {
-			timer.Stop()
+	stopAfter := context.AfterFunc(ctx, func() {
+		grace := time.NewTimer(p.m.set.cancelGrace)
+		defer grace.Stop()
+		select {
+		case <-grace.C:
+			cancel()
+		case <-gctx.Done(): // stopped
 		}
-		mu.Unlock()
-		cancel()
-	}
+	})
+	return gctx, func() { stopAfter(); cancel() }
 }
 
 // withCtxErr makes err, the error of a statement that failed after ctx ended (the server
