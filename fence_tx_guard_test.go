@@ -19,24 +19,35 @@ import (
 // PgBouncer in transaction mode, where a COMMIT in fn used to free the lock at once while
 // its holder believed it held it.
 
-// holdingKinds returns a Manager of each kind of holding, and another to contend with.
-func holdingKinds(t *testing.T) []struct {
+// holdingKind is a Manager of one kind of holding, and another to contend with.
+type holdingKind struct {
 	name     string
 	m, other *advisory.Manager
-} {
-	out := []struct {
-		name     string
-		m, other *advisory.Manager
-	}{
+}
+
+// holdingKinds returns a Manager of each kind of holding.
+func holdingKinds(t *testing.T) []holdingKind {
+	out := []holdingKind{
 		{"session", newManager(t, nil), newManager(t, nil)},
 		{"transaction", txManager(t), newManager(t, nil)},
 	}
 	pgtest.Need(t, srv, startErr)
 	b := pgtest.PgBouncerForTest(t, srv, pgtest.PoolTransaction)
-	return append(out, struct {
-		name     string
-		m, other *advisory.Manager
-	}{"pgbouncer transaction", pooledManager(t, b), pooledManager(t, b)})
+	return append(out, holdingKind{"pgbouncer transaction", pooledManager(t, b), pooledManager(t, b)})
+}
+
+// onEachHolding runs check in a subtest per kind of holding, with a table for its writes
+// and the subtest's lock held.
+func onEachHolding(t *testing.T, check func(t *testing.T, k holdingKind, ctx context.Context, table string, l *advisory.Lock)) {
+	for _, k := range holdingKinds(t) {
+		t.Run(k.name, func(t *testing.T) {
+			ctx := ctxT(t)
+			table := fenceTable(t)
+			l, err := k.m.Lock(ctx, t.Name())
+			require.NoError(t, err)
+			check(t, k, ctx, table, l)
+		})
+	}
 }
 
 // refusedInFencedWork are statements fenced work may not send, each alone or at the end
@@ -51,32 +62,26 @@ var refusedInFencedWork = []string{
 
 func TestFencedWorkCannotEndTheTransaction(t *testing.T) {
 	t.Parallel()
-	for _, k := range holdingKinds(t) {
-		t.Run(k.name, func(t *testing.T) {
-			ctx := ctxT(t)
-			table := fenceTable(t)
-			l, err := k.m.Lock(ctx, t.Name())
-			require.NoError(t, err)
-			for i, stmt := range refusedInFencedWork {
-				err := l.BeginFunc(ctx, func(tx pgx.Tx) error {
-					require.NoError(t, insert(ctx, tx, table, "refused"))
-					_, err := tx.Exec(ctx, stmt)
-					require.ErrorIs(t, err, advisory.ErrFencedStatement, "%q", stmt)
-					if i%2 == 0 { // Query and QueryRow refuse it as well
-						_, err = tx.Query(ctx, stmt)
-						require.ErrorIs(t, err, advisory.ErrFencedStatement)
-						require.ErrorIs(t, tx.QueryRow(ctx, stmt).Scan(), advisory.ErrFencedStatement)
-					}
-					return nil // ignored: the work still does not commit
-				})
+	onEachHolding(t, func(t *testing.T, k holdingKind, ctx context.Context, table string, l *advisory.Lock) {
+		for i, stmt := range refusedInFencedWork {
+			err := l.BeginFunc(ctx, func(tx pgx.Tx) error {
+				require.NoError(t, insert(ctx, tx, table, "refused"))
+				_, err := tx.Exec(ctx, stmt)
 				require.ErrorIs(t, err, advisory.ErrFencedStatement, "%q", stmt)
-				requireStillHeld(t, k.other, l)
-			}
-			require.NoError(t, l.BeginFunc(ctx, func(tx pgx.Tx) error { return insert(ctx, tx, table, "kept") }))
-			require.NoError(t, l.Unlock(ctx))
-			require.Equal(t, []string{"kept"}, rowsIn(t, table), "no refused work committed")
-		})
-	}
+				if i%2 == 0 { // Query and QueryRow refuse it as well
+					_, err = tx.Query(ctx, stmt)
+					require.ErrorIs(t, err, advisory.ErrFencedStatement)
+					require.ErrorIs(t, tx.QueryRow(ctx, stmt).Scan(), advisory.ErrFencedStatement)
+				}
+				return nil // ignored: the work still does not commit
+			})
+			require.ErrorIs(t, err, advisory.ErrFencedStatement, "%q", stmt)
+			requireStillHeld(t, k.other, l)
+		}
+		require.NoError(t, l.BeginFunc(ctx, func(tx pgx.Tx) error { return insert(ctx, tx, table, "kept") }))
+		require.NoError(t, l.Unlock(ctx))
+		require.Equal(t, []string{"kept"}, rowsIn(t, table), "no refused work committed")
+	})
 }
 
 // requireStillHeld fails unless l holds its lock, told nothing, and other cannot take it.
@@ -97,38 +102,32 @@ func requireStillHeld(t *testing.T, other *advisory.Manager, l *advisory.Lock) {
 // is sent as it is: SET LOCAL, set_config(..., true), savepoints of fn's own.
 func TestFencedWorkMayRunItsOwnTransactionLocalStatements(t *testing.T) {
 	t.Parallel()
-	for _, k := range holdingKinds(t) {
-		t.Run(k.name, func(t *testing.T) {
-			ctx := ctxT(t)
-			table := fenceTable(t)
-			l, err := k.m.Lock(ctx, t.Name())
-			require.NoError(t, err)
-			require.ErrorIs(t, l.BeginFunc(ctx, func(tx pgx.Tx) error {
-				for _, stmt := range []string{"SET LOCAL statement_timeout = '5s'", "SET TRANSACTION READ WRITE",
-					"SELECT set_config('application_name', 'fenced', true)", "SET CONSTRAINTS ALL DEFERRED"} {
-					if _, err := tx.Exec(ctx, stmt); err != nil {
-						return err
-					}
+	onEachHolding(t, func(t *testing.T, k holdingKind, ctx context.Context, table string, l *advisory.Lock) {
+		require.ErrorIs(t, l.BeginFunc(ctx, func(tx pgx.Tx) error {
+			for _, stmt := range []string{"SET LOCAL statement_timeout = '5s'", "SET TRANSACTION READ WRITE",
+				"SELECT set_config('application_name', 'fenced', true)", "SET CONSTRAINTS ALL DEFERRED"} {
+				if _, err := tx.Exec(ctx, stmt); err != nil {
+					return err
 				}
-				sp, err := tx.Begin(ctx)
-				require.NoError(t, err)
-				require.NoError(t, insert(ctx, sp, table, "undone"))
-				_, err = sp.Exec(ctx, "COMMIT")
-				require.ErrorIs(t, err, advisory.ErrFencedStatement, "a savepoint is guarded as its parent")
-				require.NoError(t, sp.Rollback(ctx))
-				return insert(ctx, tx, table, "done")
-			}), advisory.ErrFencedStatement, "a refusal in a savepoint fails the whole work")
-			require.NoError(t, l.BeginFunc(ctx, func(tx pgx.Tx) error {
-				sp, err := tx.Begin(ctx)
-				require.NoError(t, err)
-				require.NoError(t, insert(ctx, sp, table, "undone"))
-				require.NoError(t, sp.Rollback(ctx))
-				return insert(ctx, tx, table, "done")
-			}))
-			require.NoError(t, l.Unlock(ctx))
-			require.Equal(t, []string{"done"}, rowsIn(t, table))
-		})
-	}
+			}
+			sp, err := tx.Begin(ctx)
+			require.NoError(t, err)
+			require.NoError(t, insert(ctx, sp, table, "undone"))
+			_, err = sp.Exec(ctx, "COMMIT")
+			require.ErrorIs(t, err, advisory.ErrFencedStatement, "a savepoint is guarded as its parent")
+			require.NoError(t, sp.Rollback(ctx))
+			return insert(ctx, tx, table, "done")
+		}), advisory.ErrFencedStatement, "a refusal in a savepoint fails the whole work")
+		require.NoError(t, l.BeginFunc(ctx, func(tx pgx.Tx) error {
+			sp, err := tx.Begin(ctx)
+			require.NoError(t, err)
+			require.NoError(t, insert(ctx, sp, table, "undone"))
+			require.NoError(t, sp.Rollback(ctx))
+			return insert(ctx, tx, table, "done")
+		}))
+		require.NoError(t, l.Unlock(ctx))
+		require.Equal(t, []string{"done"}, rowsIn(t, table))
+	})
 }
 
 // TestFencedWorkIgnoringAFailedStatementKeepsTheLock: a statement of fn fails, fn ignores
@@ -136,27 +135,21 @@ func TestFencedWorkMayRunItsOwnTransactionLocalStatements(t *testing.T) {
 // an earlier BeginFunc are kept (issue 43, item 2: a transaction holding lost both).
 func TestFencedWorkIgnoringAFailedStatementKeepsTheLock(t *testing.T) {
 	t.Parallel()
-	for _, k := range holdingKinds(t) {
-		t.Run(k.name, func(t *testing.T) {
-			ctx := ctxT(t)
-			table := fenceTable(t)
-			_, err := admin.Exec(ctx, "ALTER TABLE "+table+" ADD UNIQUE (v)")
-			require.NoError(t, err)
-			l, err := k.m.Lock(ctx, t.Name())
-			require.NoError(t, err)
-			require.NoError(t, l.BeginFunc(ctx, func(tx pgx.Tx) error { return insert(ctx, tx, table, "first") }))
-			err = l.BeginFunc(ctx, func(tx pgx.Tx) error {
-				require.NoError(t, insert(ctx, tx, table, "second"))
-				require.Error(t, insert(ctx, tx, table, "first"), "a unique violation")
-				return nil
-			})
-			require.ErrorIs(t, err, pgx.ErrTxCommitRollback)
-			requireStillHeld(t, k.other, l)
-			require.NoError(t, l.BeginFunc(ctx, func(tx pgx.Tx) error { return insert(ctx, tx, table, "third") }))
-			require.NoError(t, l.Unlock(ctx))
-			require.Equal(t, []string{"first", "third"}, rowsIn(t, table))
+	onEachHolding(t, func(t *testing.T, k holdingKind, ctx context.Context, table string, l *advisory.Lock) {
+		_, err := admin.Exec(ctx, "ALTER TABLE "+table+" ADD UNIQUE (v)")
+		require.NoError(t, err)
+		require.NoError(t, l.BeginFunc(ctx, func(tx pgx.Tx) error { return insert(ctx, tx, table, "first") }))
+		err = l.BeginFunc(ctx, func(tx pgx.Tx) error {
+			require.NoError(t, insert(ctx, tx, table, "second"))
+			require.Error(t, insert(ctx, tx, table, "first"), "a unique violation")
+			return nil
 		})
-	}
+		require.ErrorIs(t, err, pgx.ErrTxCommitRollback)
+		requireStillHeld(t, k.other, l)
+		require.NoError(t, l.BeginFunc(ctx, func(tx pgx.Tx) error { return insert(ctx, tx, table, "third") }))
+		require.NoError(t, l.Unlock(ctx))
+		require.Equal(t, []string{"first", "third"}, rowsIn(t, table))
+	})
 }
 
 // TestDoTxIsNilOnlyIfItsWorkCommitted: fn sends a COMMIT and ignores the refusal; DoTx
