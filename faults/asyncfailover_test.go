@@ -10,7 +10,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/pgadvisory/advisory"
-	"github.com/pgadvisory/advisory/internal/pgtest"
 )
 
 // TestTokensNeverRepeatAcrossAnAsynchronousPromotion: a real primary with a real
@@ -27,12 +26,7 @@ func TestTokensNeverRepeatAcrossAnAsynchronousPromotion(t *testing.T) {
 		t.Skip("-short: the promotion test starts two servers")
 	}
 	ctx := ctxT(t, 2*time.Minute)
-	primary, err := pgtest.StartLocal(ctx, pgtest.Options{})
-	pgtest.Need(t, primary, err)
-	defer primary.Close()
-	standby, err := pgtest.StartStandby(ctx, primary)
-	pgtest.Need(t, standbyServer(standby), err)
-	defer standby.Close()
+	primary, standby := primaryWithStandby(t, ctx)
 
 	old, err := advisory.New(ctx, primary.DSN())
 	require.NoError(t, err)

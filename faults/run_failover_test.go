@@ -28,12 +28,7 @@ func TestRunWaitRidesOutAFailover(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	primary, err := pgtest.StartLocal(ctx, pgtest.Options{})
-	pgtest.Need(t, primary, err)
-	defer primary.Close()
-	standby, err := pgtest.StartStandby(ctx, primary)
-	pgtest.Need(t, standbyServer(standby), err)
-	defer standby.Close()
+	primary, standby := primaryWithStandby(t, ctx)
 	cli := buildCLI(t)
 
 	both := multiHost(t, primary.DSN(), standby.DSN())
