@@ -1,10 +1,10 @@
 package advisory
 
 import (
-	"bytes"
 	"encoding/binary"
 
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgproto3"
 
 	"github.com/pgadvisory/advisory/internal/sockfd"
 )
@@ -44,30 +44,12 @@ func lastErrorResponse(b []byte) *pgconn.PgError {
 	return last
 }
 
-// errorFields reads an ErrorResponse's fields: a type byte and a NUL-terminated value,
-// each, up to a NUL type.
-func errorFields(b []byte) *pgconn.PgError {
-	e := &pgconn.PgError{}
-	for len(b) > 1 && b[0] != 0 {
-		end := bytes.IndexByte(b[1:], 0)
-		if end < 0 {
-			break
-		}
-		v := string(b[1 : 1+end])
-		switch b[0] {
-		case 'S':
-			e.Severity = v
-		case 'C':
-			e.Code = v
-		case 'M':
-			e.Message = v
-		case 'D':
-			e.Detail = v
-		}
-		b = b[end+2:]
-	}
-	if e.Code == "" && e.Message == "" {
+// errorFields decodes an ErrorResponse's body as pgx does (pgproto3), or returns nil if
+// it names no error.
+func errorFields(body []byte) *pgconn.PgError {
+	var msg pgproto3.ErrorResponse
+	if msg.Decode(body) != nil || (msg.Code == "" && msg.Message == "") {
 		return nil
 	}
-	return e
+	return pgconn.ErrorResponseToPgError(&msg)
 }
