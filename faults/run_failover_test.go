@@ -107,11 +107,7 @@ func TestRunWaitGivesUpWhenTheServerStaysDown(t *testing.T) {
 	m, err := advisory.New(ctx, server.DSN())
 	require.NoError(t, err)
 	defer m.Close()
-	_, err = m.Lock(ctx, name)
-	require.NoError(t, err)
-	h := startMerged(t, []string{"DATABASE_URL="}, cli, "run", "--dsn", server.DSN(), "--name", name,
-		"--holder-name", name, "--connect-timeout", "3s", "--", "sh", "-c", "echo ran")
-	waitForWaiterOf(t, m, name)
+	h := runWaitingBehind(t, ctx, m, cli, server.DSN(), name, "--connect-timeout", "3s")
 
 	stopped := time.Now()
 	require.NoError(t, server.Close())
@@ -145,17 +141,9 @@ func TestRunLostWaitEndsOnASignalOrItsWait(t *testing.T) {
 	m, err := advisory.New(ctx, server.DSN())
 	require.NoError(t, err)
 	defer m.Close()
-	start := func(name string, extra ...string) *helper {
-		_, err := m.Lock(ctx, name)
-		require.NoError(t, err)
-		argv := append([]string{cli, "run", "--dsn", server.DSN(), "--name", name, "--holder-name", name,
-			"--connect-timeout", "60s"}, extra...)
-		h := startMerged(t, []string{"DATABASE_URL="}, append(argv, "--", "sh", "-c", "echo ran")...)
-		waitForWaiterOf(t, m, name)
-		return h
-	}
-	signalled := start(t.Name() + "/signal")
-	bounded := start(t.Name()+"/wait", "--wait", "5s")
+	signalled := runWaitingBehind(t, ctx, m, cli, server.DSN(), t.Name()+"/signal", "--connect-timeout", "60s")
+	bounded := runWaitingBehind(t, ctx, m, cli, server.DSN(), t.Name()+"/wait", "--connect-timeout", "60s",
+		"--wait", "5s")
 
 	stopped := time.Now()
 	require.NoError(t, server.Close())
@@ -175,4 +163,17 @@ func TestRunLostWaitEndsOnASignalOrItsWait(t *testing.T) {
 	assert.Equal(t, 75, bounded.cmd.ProcessState.ExitCode())
 	assert.Less(t, took, 30*time.Second, "well before --connect-timeout")
 	t.Logf("both ended %v after the server stopped", took.Round(time.Millisecond))
+}
+
+// runWaitingBehind takes name's lock on m and starts `pgadvisory run` (cli) on dsn for the
+// same name, with flags, running `echo ran`; it returns once run waits in pg_locks.
+func runWaitingBehind(t *testing.T, ctx context.Context, m *advisory.Manager, cli, dsn, name string,
+	flags ...string) *helper {
+	t.Helper()
+	_, err := m.Lock(ctx, name)
+	require.NoError(t, err)
+	argv := append([]string{cli, "run", "--dsn", dsn, "--name", name, "--holder-name", name}, flags...)
+	h := startMerged(t, []string{"DATABASE_URL="}, append(argv, "--", "sh", "-c", "echo ran")...)
+	waitForWaiterOf(t, m, name)
+	return h
 }
