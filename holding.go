@@ -50,34 +50,6 @@ func (h Holding) String() string {
 	return fmt.Sprintf("Holding(%d)", int(h))
 }
 
-// WithHolding chooses what the Manager's locks stand on. The default, [HoldingAuto], holds
-// each lock on a server session of its own, as pg_advisory_lock does, unless New finds a
-// transaction-pooling proxy in the path: then each lock is held as one open transaction
-// (BEGIN; pg_advisory_xact_lock), which such a proxy keeps on one server session until
-// it ends, and New logs that choice once at Info. [HoldingSession] asks for session
-// holdings only: a transaction pooler is then refused with [ErrPooler]. A statement
-// pooler is refused whatever the choice. [HoldingTransaction] holds by transaction
-// everywhere.
-//
-// A transaction holding keeps every guarantee of a session holding but these
-// (docs/guarantees.md has the full table): [Lock.BeginFunc]'s writes commit when the lock
-// is released, with its COMMIT, not when BeginFunc returns (never if the lock is lost, the
-// Manager's Close included); a [Session] releases its
-// locks only all at once, with Close; behind a proxy, [Manager.Observe] re-checks on a
-// timer instead of listening, and a heartbeat is on by default (see [WithHeartbeat]).
-// Behind a transaction pooler each held lock, and each Lock waiting for one, keeps one of
-// the pooler's server connections for as long as it holds or waits: size the pooler's
-// pool for them, and for the work they protect.
-func WithHolding(h Holding) Option {
-	return option(func(s *settings) error {
-		if h < HoldingAuto || h > HoldingTransaction {
-			return fmt.Errorf("%w: holding %v: want HoldingAuto, HoldingSession or HoldingTransaction", ErrInvalidOption, h)
-		}
-		s.holding = h
-		return nil
-	})
-}
-
 // Holding returns the kind of lease the Manager's locks stand on, as New chose it:
 // [HoldingSession] or [HoldingTransaction]. It does not block.
 func (m *Manager) Holding() Holding { return m.lease.kind() }
