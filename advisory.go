@@ -145,11 +145,8 @@ func NewWithConfig(ctx context.Context, cfg *pgxpool.Config, opts ...Option) (*M
 	if err := takeLibpqKeepalive(cfg.ConnConfig.RuntimeParams, &set); err != nil {
 		return nil, err
 	}
-	if err := set.validate(); err != nil {
-		return nil, err
-	}
 	ps := &proxyState{logger: set.logger, holding: set.holding, blind: set.blindProbe}
-	pool, kind, version, err := openPool(ctx, cfg, &set, ps)
+	pool, kind, version, err := connect(ctx, cfg, &set, ps)
 	if err != nil {
 		awaitCancels(&ps.cancels, set.logger)
 		return nil, err

@@ -22,7 +22,8 @@ type settings struct {
 	blindProbe         bool // tests only: the proxy probe finds nothing (see export_test.go)
 	prepareNamedAt     int  // tests only when not 0: the use at which a named statement is prepared (see unprepared)
 	clientKeepalive    TCPKeepalive
-	clientKeepaliveSet bool // by WithClientKeepalive
+	clientKeepaliveSet bool     // by WithClientKeepalive
+	libpqKeepalive     []string // libpq's client keepalive keys the connection string set (see takeLibpqKeepalive)
 	serverKeepalive    TCPKeepalive
 	connCheckInterval  time.Duration
 	minMargin          time.Duration
@@ -62,11 +63,4 @@ func defaultSettings() settings {
 		drainWait:         time.Second,
 		leaderRecheck:     DefaultLeaderRecheck,
 	}
-}
-
-func (st *settings) validate() error {
-	if err := validateTiming(st.clientKeepalive, st.serverKeepalive, st.minMargin); err != nil {
-		return err
-	}
-	return st.forWaits()
 }

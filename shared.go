@@ -2,7 +2,6 @@ package advisory
 
 import (
 	"context"
-	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -25,16 +24,6 @@ import (
 //   - a host is opened when every host that could take a key is full or has hostQueue
 //     calls queued, and goes back to the pool once it holds nothing;
 //   - a host's loss ends every holding on it, each told with the loss.
-
-// forSharing refuses shared sessions where the Manager holds by transaction.
-func (s *settings) forSharing(kind Holding) error {
-	if s.sharePer > 0 && kind == HoldingTransaction {
-		return fmt.Errorf("%w: WithSharedSessions with transaction holdings (a transaction pooler in the path, "+
-			"or WithHolding(HoldingTransaction)): transaction-level locks cannot be released one by one; "+
-			"connect directly, or through a session pooler, to share sessions", ErrInvalidOption)
-	}
-	return nil
-}
 
 // hostSet is a Manager's shared sessions.
 type hostSet struct {

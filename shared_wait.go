@@ -3,7 +3,6 @@ package advisory
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"math/rand/v2"
 	"slices"
@@ -23,15 +22,6 @@ import (
 // over through the server's queue) does not starve it, a Lock parked for parkPatience
 // asks whether a session waits for its key, and if one does waits on a session of its
 // own, beyond the places: the places bound the waits that cost nothing but time.
-
-// forWaits refuses WithWaitSessions without WithSharedSessions.
-func (s *settings) forWaits() error {
-	if s.waitSessions > 0 && s.sharePer == 0 {
-		return fmt.Errorf("%w: WithWaitSessions(%d) without WithSharedSessions: a Lock waits without a session "+
-			"by trying again on a shared session", ErrInvalidOption, s.waitSessions)
-	}
-	return nil
-}
 
 // A parked Lock's pause before its next try is a quarter of how long it has been parked,
 // from parkFirst to parkLongest: a release is noticed within about a quarter of the wait
