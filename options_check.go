@@ -97,9 +97,10 @@ func checkHeartbeat(s *settings, path *pathSeen) error {
 	frees := computeBounds(s.clientKeepalive, s.serverKeepalive).ServerFreesAfter
 	switch told := beat + beatTimeout; {
 	case beat == 0 && path.kind == HoldingTransaction:
-		return fmt.Errorf("%w: WithHeartbeat(0) behind a transaction pooler: a holder would never learn that the "+
-			"pooler's connection to the server was cut, while the server frees its lock after %v; keep the "+
-			"heartbeat on (the default there is %v)", ErrInvalidOption, frees, defaultProxyHeartbeat)
+		return fmt.Errorf("%w: WithHeartbeat(0) with transaction holdings behind a proxy (a transaction pooler, or "+
+			"WithHolding(HoldingTransaction) behind any proxy): a holder would never learn that the proxy's "+
+			"connection to the server was cut, while the server frees its lock after %v; keep the heartbeat on "+
+			"(the default there is %v)", ErrInvalidOption, frees, defaultProxyHeartbeat)
 	case beat != 0 && told+s.minMargin > frees:
 		return fmt.Errorf("%w: heartbeat %v behind a proxy: a holder may learn that the server stopped answering "+
 			"(frozen, or cut off from the proxy) only %v after it, but the server may free the lock after %v "+

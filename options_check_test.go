@@ -73,7 +73,7 @@ var optionRefusals = []optionRefusal{
 		[]advisory.Option{advisory.WithHolding(advisory.HoldingSession)}, nil,
 		nil, nil, advisory.ErrPooler, "WithHolding(HoldingSession)"},
 	{"WithHeartbeat(0)", []string{"WithHeartbeat"}, []advisory.Option{advisory.WithHeartbeat(0)}, nil,
-		nil, nil, invalid, "WithHeartbeat(0) behind a transaction pooler"},
+		nil, nil, invalid, "WithHeartbeat(0) with transaction holdings behind a proxy"},
 	{"WithHeartbeat(0) with WithHolding(HoldingTransaction)", []string{"WithHeartbeat", "WithHolding"},
 		[]advisory.Option{advisory.WithHeartbeat(0), advisory.WithHolding(advisory.HoldingTransaction)}, nil,
 		nil, invalid, invalid, "WithHeartbeat(0)"},

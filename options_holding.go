@@ -28,6 +28,13 @@ import (
 // Behind a transaction pooler each held lock, and each Lock waiting for one, keeps one of
 // the pooler's server connections for as long as it holds or waits: size the pooler's
 // pool for them, and for the work they protect.
+//
+// What New refuses: HoldingSession behind a transaction pooler, with [ErrPooler] (it works
+// directly and through a session pooler); transaction holdings with [WithSharedSessions],
+// with [ErrInvalidOption] (HoldingTransaction before connecting; HoldingAuto once New
+// finds a transaction pooler, which a direct connection never is); and transaction
+// holdings with WithHeartbeat(0) behind any proxy ([WithHeartbeat]), with
+// ErrInvalidOption.
 func WithHolding(h Holding) Option {
 	return option(func(s *settings) error {
 		if h < HoldingAuto || h > HoldingTransaction {
@@ -55,12 +62,21 @@ func WithHolding(h Holding) Option {
 //   - a shared fate: if the session is lost (terminated, cut off, its server restarted),
 //     every holding on it is lost, each one told on its own Done and Err;
 //   - a holding on a shared session has no session of its own to lend: [Lock.BeginFunc],
-//     [Lock.BeginTxFunc], [Lock.Token], [Lock.File], [Lock.Publish], [Lock.Drain] and
-//     [Lock.WorkConnString] return an error wrapping [ErrSharedSession]. [Manager.Do]
-//     (unless [WithoutDrain]), DoTx, TryDo, Lead, LeadAs, Semaphores and a [Session] take
-//     their locks on sessions of their own, as without the option, since they need one;
+//     [Lock.BeginTxFunc], [Lock.Token], [Lock.File], [Lock.Publish] and [Lock.Drain]
+//     return an error wrapping [ErrSharedSession]. The work fencing of [Lock.WorkConnString],
+//     [Lock.WorkEnv] and [Lock.WorkConfig] works: the tag names the holding, and the next
+//     holder's drain finds its work. [Manager.Do] and TryDo (unless [WithoutDrain]: then
+//     their locks may be shared too, and fn's Lock has no session of its own to drain
+//     with), DoTx, Lead, LeadAs, Semaphores and a [Session] take their locks on sessions
+//     of their own, as without the option, since they need one;
 //   - a shared session's statements are batches that name no lock: [Manager.Holders]
-//     shows its locks by key (see docs/scale.md);
+//     shows its locks by key (see docs/scale.md), with or without [WithoutNamesInActivity];
+//   - a Lock taken on a shared session never passes to a queued Lock ([WithLocalHandoff]):
+//     its Unlock releases it on the server; a Lock that waited on a session of its own
+//     hands off as without the option;
+//   - a shared session that once held more than [WithSessionLimits]' retireAfter locks at
+//     once is closed, not pooled, when it empties (capacity does not apply: perSession
+//     bounds it);
 //   - Unlock runs in the session's next batch, bounded by 5 s whatever its ctx, as a
 //     [Session]'s Unlock.
 //
@@ -70,9 +86,10 @@ func WithHolding(h Holding) Option {
 // a connection frees, whichever comes first, and takes its lock there; its ctx bounds
 // that wait, and ends it with an error wrapping ErrPoolExhausted and ctx's error.
 //
-// perSession must be at least 1. The option cannot be combined with transaction holdings
-// ([WithHolding]; behind a transaction pooler): transaction-level locks cannot be released
-// one by one, and New fails with [ErrInvalidOption].
+// perSession must be at least 1. The option cannot be combined with transaction holdings,
+// which cannot be released one by one: New refuses it with [ErrInvalidOption] beside
+// [WithHolding](HoldingTransaction), before connecting, and behind a transaction pooler
+// (it works directly and through a session pooler). [WithWaitSessions] requires it.
 func WithSharedSessions(perSession int) Option {
 	return option(func(s *settings) error {
 		if perSession < 1 {
@@ -108,9 +125,14 @@ func WithSharedSessions(perSession int) Option {
 // held; a Lock overtaken by a queue spends a connection on its wait, as without the
 // option.
 //
-// n must be at least 1, and the Manager must share sessions: New fails with
-// ErrInvalidOption otherwise. Without this option every waiting Lock has a session of
-// its own. It does not block.
+// A wait place is the session's: a Lock that waited on one and hands the lock on
+// ([WithLocalHandoff]) hands its place on with it, until the session goes back to the
+// pool.
+//
+// n must be at least 1, and the Manager must share sessions: New refuses the option
+// without [WithSharedSessions] with [ErrInvalidOption], before connecting, and so behind
+// a transaction pooler, where WithSharedSessions is refused. Without this option every
+// waiting Lock has a session of its own. It does not block.
 func WithWaitSessions(n int) Option {
 	return option(func(s *settings) error {
 		if n < 1 {
@@ -128,7 +150,8 @@ func WithWaitSessions(n int) Option {
 // every lock it ever held, until it exits (the default is 1000). Both must be positive,
 // retireAfter at most capacity. The server's own limit is shared by all sessions: its lock
 // table holds about max_locks_per_transaction × (max_connections + max_prepared_transactions)
-// locks, and past it every session fails (ErrLockTableFull).
+// locks, and past it every session fails (ErrLockTableFull). Under [WithSharedSessions]
+// retireAfter retires shared sessions too (capacity does not bound them).
 func WithSessionLimits(capacity, retireAfter int) Option {
 	return option(func(s *settings) error {
 		if capacity < 1 || retireAfter < 1 || retireAfter > capacity {
@@ -150,9 +173,12 @@ func WithSessionLimits(capacity, retireAfter int) Option {
 // process, not on the server (pg_locks and [Manager.Holders] do not show them), so a
 // waiter in another process that waits on the server gets the lock after at most max
 // more holdings by this Manager, none beginning later than budget into the run.
-// TryLock, shared locks, Sessions and Semaphores never take part, nor a Lock that
-// published a value or announced itself ([Lock.Publish], Lead): the value must go with
-// its holding, which its release withdraws on the server. The default is off;
+// TryLock, shared locks, Sessions and Semaphores never take part, nor a Lock held on a
+// shared session ([WithSharedSessions]; one that waited on a session of its own does, its
+// wait place of [WithWaitSessions] going with the session), nor a Lock that published a
+// value or announced itself ([Lock.Publish] under [WithLeaderTable], Lead): the value
+// must go with its holding, which its release withdraws on the server. Hooks
+// ([WithHooks]) see a handoff in LockEvent.Handoff. The default is off;
 // max must be from 1 to 1000 and budget from 1µs to 1m (16 and 2ms suit most
 // programs). See docs/locking.md, "In-process handoff".
 func WithLocalHandoff(max int, budget time.Duration) Option {

@@ -41,7 +41,9 @@ func WithNamespace(ns string) Option {
 // ([Lock.Name], hooks, logs and errors carry it); only sessions looking from outside
 // cannot: they see this Manager's locks and waits by key, with Holder.Name "" unless
 // another session of the same key shows the name. Transaction locks ([XactLock] and the
-// others) are not a Manager's and keep their comment. The default is to name.
+// others) are not a Manager's and keep their comment. Locks held on a shared session
+// ([WithSharedSessions]) are sent without the name with or without this option: a shared
+// session's statements are batches. The default is to name.
 func WithoutNamesInActivity() Option {
 	return option(func(s *settings) error { s.noNames = true; return nil })
 }
@@ -50,7 +52,8 @@ func WithoutNamesInActivity() Option {
 // for an earlier holder's work sessions to end on their own before it terminates them. A
 // session whose client died ends on its own within client_connection_check_interval (1 s
 // by default; PostgreSQL 14+) when it was tagged with [Lock.WorkOptions]. The default is
-// 1s; 0 terminates at once; it must be at most 1h.
+// 1s; 0 terminates at once; it must be at most 1h. Under [WithoutDrain] it bounds only
+// the drains Lock.Drain runs when called.
 func WithDrainWait(d time.Duration) Option {
 	return option(func(s *settings) error {
 		if d < 0 || d > time.Hour {
@@ -93,7 +96,10 @@ const maxRoleName = 63
 // work first (see [Lock.Drain]), for programs whose functions never tag connections of
 // their own: a drain costs one statement on the lock's connection (a scan of
 // pg_stat_activity: about 40 µs of server time here, plus a round trip), which doubles
-// the cost of a Do of an empty function. Lock.Drain still works. The default is to drain.
+// the cost of a Do of an empty function. Lock.Drain still works, waiting as
+// [WithDrainWait] says. Under [WithSharedSessions] Do's and TryDo's locks, which need no
+// session of their own for a drain then, may be taken on a shared session: fn's Lock then
+// refuses Token, BeginFunc and Drain with ErrSharedSession. The default is to drain.
 func WithoutDrain() Option {
 	return option(func(s *settings) error { s.noDrain = true; return nil })
 }
@@ -112,8 +118,9 @@ func WithLeaderRecheck(d time.Duration) Option {
 	})
 }
 
-// WithHooks makes the Manager call h's functions on lock events (see [Hooks]). The
-// default is none.
+// WithHooks makes the Manager call h's functions on lock events (see [Hooks]). Under
+// [WithLocalHandoff] a lock passed between two Lock calls is an Ended event (Reason
+// "released") and an Acquired one, each with LockEvent.Handoff set. The default is none.
 func WithHooks(h Hooks) Option {
 	return option(func(s *settings) error { s.hooks = h; return nil })
 }
