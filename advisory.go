@@ -17,16 +17,21 @@ import (
 )
 
 // A Manager takes advisory locks on one database. It owns a pgxpool.Pool set up for
-// locking: every connection carries the keepalive settings, and each held lock pins one
-// connection, so the pool size (pool_max_conns in the connection string) bounds how many
-// locks the Manager can hold and wait for at once.
+// locking: every connection carries the keepalive settings, and by default each held
+// lock, and each Lock waiting on the server, pins one connection, so the pool size
+// (pool_max_conns in the connection string) bounds how many locks the Manager can hold
+// and wait for at once. Under [WithSharedSessions] holdings share connections, and the
+// pool bounds the waits and the shared sessions instead (docs/scale.md).
 //
 // Its methods come in families:
 //
 //   - Lock, TryLock and their Shared, Key and Pair forms return a held [Lock]: Lock
-//     waits on the server until ctx ends, TryLock fails at once with [ErrLocked].
+//     waits until held or ctx ends (on the server; in the process while a holder may
+//     hand off, [WithLocalHandoff], or parked, [WithWaitSessions]), TryLock fails at once
+//     with [ErrLocked].
 //   - Do, DoTx, TryDo, Lead and LeadAs run a function under a lock and release it after;
-//     they drain an earlier holder's work first and cancel the function's ctx on a loss.
+//     they drain an earlier holder's work first (not under [WithoutDrain])
+//     and cancel the function's ctx on a loss.
 //   - Leader and Observe (and their Key forms) tell followers who leads and each change;
 //     CreateLeaderTable stores the values leaders publish.
 //   - Session and Semaphore return handles of their own ([Session], [Semaphore]).
@@ -145,11 +150,8 @@ func NewWithConfig(ctx context.Context, cfg *pgxpool.Config, opts ...Option) (*M
 	if err := takeLibpqKeepalive(cfg.ConnConfig.RuntimeParams, &set); err != nil {
 		return nil, err
 	}
-	if err := set.validate(); err != nil {
-		return nil, err
-	}
 	ps := &proxyState{logger: set.logger, holding: set.holding, blind: set.blindProbe}
-	pool, kind, version, err := openPool(ctx, cfg, &set, ps)
+	pool, kind, version, err := connect(ctx, cfg, &set, ps)
 	if err != nil {
 		awaitCancels(&ps.cancels, set.logger)
 		return nil, err

@@ -1,15 +1,18 @@
 // Package advisory turns PostgreSQL session-level advisory locks into a distributed lock
 // for Go services: one holder at a time across every process that shares a database,
-// with no lock table, no TTL and no cleanup job. The lease is the server session: each
-// held lock pins a connection of the [Manager]'s pool; when the holder dies or is cut
-// off, its session ends and PostgreSQL frees the lock. docs/locking.md is the long form
-// of this map; docs/guarantees.md says who learns what, and when.
+// with no lock table, no TTL and no cleanup job. The lease is the server session (behind
+// a transaction pooler, an open transaction on it): by default each held lock pins a
+// connection of the [Manager]'s pool of its own, and its options can let holdings share
+// one ([WithSharedSessions]); when the holder dies or is cut off, its session ends and
+// PostgreSQL frees the lock. docs/locking.md is the long form of this map;
+// docs/guarantees.md says who learns what, and when.
 //
 // # Handles
 //
 //   - [Manager]: one per database per process ([New]); it owns the pool and the settings.
-//   - [Lock]: one held lock on a connection of its own ([Manager.Lock],
-//     [Manager.TryLock]; shared, raw [Key] and [Pair] forms).
+//   - [Lock]: one held lock ([Manager.Lock], [Manager.TryLock]; shared, raw [Key] and
+//     [Pair] forms), on a connection of its own unless it shares one
+//     ([Lock.SharesSession]) or re-enters a holding ([Lock.Reentered]).
 //   - [Session]: many locks on one connection, taken in one statement ([Session.LockAll]).
 //   - [Semaphore]: up to N holders at once across processes ([Manager.Semaphore]).
 //

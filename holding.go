@@ -3,8 +3,6 @@ package advisory
 import (
 	"context"
 	"fmt"
-	"log/slog"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -48,34 +46,6 @@ func (h Holding) String() string {
 		return "transaction"
 	}
 	return fmt.Sprintf("Holding(%d)", int(h))
-}
-
-// WithHolding chooses what the Manager's locks stand on. The default, [HoldingAuto], holds
-// each lock on a server session of its own, as pg_advisory_lock does, unless New finds a
-// transaction-pooling proxy in the path: then each lock is held as one open transaction
-// (BEGIN; pg_advisory_xact_lock), which such a proxy keeps on one server session until
-// it ends, and New logs that choice once at Info. [HoldingSession] asks for session
-// holdings only: a transaction pooler is then refused with [ErrPooler]. A statement
-// pooler is refused whatever the choice. [HoldingTransaction] holds by transaction
-// everywhere.
-//
-// A transaction holding keeps every guarantee of a session holding but these
-// (docs/guarantees.md has the full table): [Lock.BeginFunc]'s writes commit when the lock
-// is released, with its COMMIT, not when BeginFunc returns (never if the lock is lost, the
-// Manager's Close included); a [Session] releases its
-// locks only all at once, with Close; behind a proxy, [Manager.Observe] re-checks on a
-// timer instead of listening, and a heartbeat is on by default (see [WithHeartbeat]).
-// Behind a transaction pooler each held lock, and each Lock waiting for one, keeps one of
-// the pooler's server connections for as long as it holds or waits: size the pooler's
-// pool for them, and for the work they protect.
-func WithHolding(h Holding) Option {
-	return option(func(s *settings) error {
-		if h < HoldingAuto || h > HoldingTransaction {
-			return fmt.Errorf("%w: holding %v: want HoldingAuto, HoldingSession or HoldingTransaction", ErrInvalidOption, h)
-		}
-		s.holding = h
-		return nil
-	})
 }
 
 // Holding returns the kind of lease the Manager's locks stand on, as New chose it:
@@ -154,56 +124,5 @@ func chooseHolding(h Holding, ps *proxyState) Holding {
 	return HoldingSession
 }
 
-// defaultProxyHeartbeat is the heartbeat behind a proxy unless WithHeartbeat says
-// otherwise (see settings.forHolding).
-const defaultProxyHeartbeat = 2 * time.Second
-
 // beatTimeout bounds one heartbeat: past it the beat fails, which ends the holding.
 const beatTimeout = cleanupTimeout
-
-// forHolding completes the settings that depend on the kind of holding and the path.
-// Behind a proxy (a pooler, or a TCP proxy such as the HAProxy in front of a Patroni
-// cluster) the client's keepalives reach only the proxy, which answers them: the only
-// sign of a server that froze, or of a cut between the proxy and the server, is a
-// statement that gets no answer. So there the Manager beats by default
-// (defaultProxyHeartbeat), and a heartbeat must tell the holder before the server can
-// free the lock, by the minimum margin: a beat is sent within the period, and fails
-// within beatTimeout. Behind a transaction pooler WithHeartbeat(0) is refused: nothing
-// else can tell such a holder. Behind another proxy it is allowed (the proxy may close
-// its clients' sessions when its health check marks the server down, as HAProxy's
-// on-marked-down shutdown-sessions does), with a Warn.
-func (s *settings) forHolding(kind Holding, proxied bool) error {
-	if !proxied {
-		return nil
-	}
-	if !s.heartbeatSet {
-		s.heartbeat = defaultProxyHeartbeat
-	}
-	frees := computeBounds(s.clientKeepalive, s.serverKeepalive).ServerFreesAfter
-	switch told := s.heartbeat + beatTimeout; {
-	case s.heartbeat == 0 && kind == HoldingTransaction:
-		return fmt.Errorf("%w: WithHeartbeat(0) behind a transaction pooler: a holder would never learn that the "+
-			"pooler's connection to the server was cut, while the server frees its lock after %v; keep the "+
-			"heartbeat on (the default there is %v)", ErrInvalidOption, frees, defaultProxyHeartbeat)
-	case s.heartbeat == 0:
-		s.warnNoHeartbeat(frees)
-	case told+s.minMargin > frees:
-		return fmt.Errorf("%w: heartbeat %v behind a proxy: a holder may learn that the server stopped answering "+
-			"(frozen, or cut off from the proxy) only %v after it, but the server may free the lock after %v "+
-			"(minimum margin %v); shorten the heartbeat or lengthen the server's keepalive (see docs/keepalive.md)",
-			ErrInvalidOption, s.heartbeat, told, frees, s.minMargin)
-	}
-	return nil
-}
-
-// warnNoHeartbeat says, at Warn, what WithHeartbeat(0) behind a proxy gives up.
-func (s *settings) warnNoHeartbeat(frees time.Duration) {
-	if s.logger == nil {
-		return
-	}
-	logAttrs(s.logger, slog.LevelWarn, "advisory: WithHeartbeat(0) behind a proxy: the proxy answers the "+
-		"client's keepalives, so a holder is told of a server that froze or was cut off from the proxy only if "+
-		"the proxy closes its session (HAProxy: on-marked-down shutdown-sessions); otherwise never, while a "+
-		"promoted standby or the server may grant the lock again (see docs/keepalive.md)",
-		slog.Duration("server_frees_after", frees))
-}

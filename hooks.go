@@ -67,12 +67,6 @@ type LockEvent struct {
 // Lost reports whether an Ended event is a loss.
 func (e LockEvent) Lost() bool { return e.Reason != "released" && e.Err != nil }
 
-// WithHooks makes the Manager call h's functions on lock events (see [Hooks]). The
-// default is none.
-func WithHooks(h Hooks) Option {
-	return option(func(s *settings) error { s.hooks = h; return nil })
-}
-
 func (p *pin) event(wait, held time.Duration, reason string, err error) LockEvent {
 	return LockEvent{Name: p.name, Key: p.key, Shared: p.shared, Wait: wait, Held: held, Reason: reason, Err: err}
 }

@@ -30,7 +30,7 @@ var libpqRange = map[string][2]int{
 // takeLibpqKeepalive removes the libpq keepalive keys from params and applies them to the
 // client keepalive in set. It refuses keepalives=0 (keepalive is how a holder learns of a
 // partition), values that are not whole numbers or out of range (no silent overflow), and
-// keys given together with WithClientKeepalive (one place, not two).
+// records the keys it found: settings.check refuses them beside WithClientKeepalive.
 func takeLibpqKeepalive(params map[string]string, set *settings) error {
 	found := map[string]int{}
 	for _, key := range libpqKeepaliveKeys {
@@ -53,9 +53,8 @@ func takeLibpqKeepalive(params map[string]string, set *settings) error {
 			"holder learns that a silent network cut its lock away", ErrInvalidOption)
 	}
 	delete(found, "keepalives")
-	if len(found) > 0 && set.clientKeepaliveSet {
-		return fmt.Errorf("%w: client keepalive set both in the connection string (%v) and with WithClientKeepalive; "+
-			"set it in one place", ErrInvalidOption, keys(found))
+	if set.libpqKeepalive = keys(found); set.clientKeepaliveSet {
+		return nil // settings.check refuses keys given with WithClientKeepalive
 	}
 	k := &set.clientKeepalive
 	for key, n := range found {

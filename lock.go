@@ -10,8 +10,12 @@ import (
 	"github.com/pgadvisory/advisory/internal/sockfd"
 )
 
-// A Lock is one held advisory lock. It pins one connection until Unlock, loss, or the
-// Manager's Close. Its methods are safe for concurrent use by multiple goroutines.
+// A Lock is one held advisory lock, until Unlock, loss, or the Manager's Close. By default
+// it pins a connection of its own; under [WithSharedSessions] a lock that was free may be
+// held on a server session shared with other holdings of its Manager
+// ([Lock.SharesSession]: it then shares their fate and has no session to lend to
+// BeginFunc, Token, File, Publish or Drain). Its methods are safe for concurrent use by
+// multiple goroutines.
 //
 // A re-entered Lock ([Lock.Reentered]; see [Manager.Lock]) is a handle of its own on a
 // holding its call's ctx carried: it pins nothing, and what it reads or runs (Key, PID,

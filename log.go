@@ -10,28 +10,6 @@ import (
 	"github.com/pgadvisory/advisory/internal/goid"
 )
 
-// WithLogger makes the Manager report lock events to logger: "lock acquired" and "lock
-// released" (Debug); "waiting for lock" with the holders when a Lock has waited 1 s
-// (Info, with held_by_this_manager when the holder is another Lock of this Manager:
-// ordinary contention between its goroutines); "waiting for a lock this Manager holds"
-// (Warn, with how to re-enter) when the holder is a holding given to the waiting
-// goroutine itself, on the server or queued behind a holder that may hand off, a wait
-// that never ends; "waiting for a server connection of the pooler" (Warn, with the
-// sizing rule) when, behind a transaction pooler, the holders could not be read within
-// 1 s for want of a server connection; "lock lost" with its cause (Warn); and a Lock or
-// TryLock tried once more because its connection was found dead or its session ended
-// before it returned (Warn, with the cause). No wait record is written once the Lock has
-// returned. Every record carries the lock's key and, when it has one, its name and the
-// backend pid. The default is no logging. It panics if logger is nil. A panic in the
-// logger's handler is recovered and dropped: the library goes on as if the record had
-// been written.
-func WithLogger(logger *slog.Logger) Option {
-	if logger == nil {
-		panic("advisory: WithLogger(nil)")
-	}
-	return option(func(s *settings) error { s.logger = logger; return nil })
-}
-
 // waitLogAfter is how long a Lock waits before the wait is logged with its holders.
 const waitLogAfter = time.Second
 

@@ -184,24 +184,53 @@ func leadingInt(s string) (int, string) {
 	return n, s[i:]
 }
 
+// connect opens the Manager's pool (see openPool) and decides, in the one place that
+// does, every refusal of its settings (settings.check): first with what the options and
+// the connection string say, before connecting; then with the path New's first connection
+// found. It returns the pool, the kind of holding the Manager's locks take and the
+// server's version, with the settings that depend on the path completed. On error
+// nothing is left open.
+func connect(ctx context.Context, cfg *pgxpool.Config, set *settings, ps *proxyState) (*pgxpool.Pool, Holding, int, error) {
+	if err := set.check(nil); err != nil {
+		return nil, 0, 0, err
+	}
+	pool, path, version, err := openPool(ctx, cfg, set, ps)
+	if path != nil {
+		if cerr := set.check(path); cerr != nil {
+			if pool != nil {
+				pool.Close()
+			}
+			return nil, 0, 0, cerr
+		}
+	}
+	if err != nil {
+		return nil, 0, 0, err
+	}
+	set.complete(path)
+	ps.chosen.Store(int32(path.kind))
+	ps.reportHolding(path.kind, set.heartbeat)
+	return pool, path.kind, version, nil
+}
+
 // openPool opens the Manager's pool and checks the server on its first connection,
-// whose set-up found out what is in the path (see setUp). It returns the pool, the kind of
-// holding the Manager's locks take (see WithHolding) and the server's version, and
-// completes the settings that depend on the path (see settings.forHolding). Behind a
-// transaction pooler, a configuration in pgx's default query mode, which prepares and
-// caches statements per client connection (the next transaction may run on a server
-// session that has never seen them), is opened again in QueryExecModeExec: one unnamed
-// statement per round trip. cfg is the Manager's own copy.
-func openPool(ctx context.Context, cfg *pgxpool.Config, set *settings, ps *proxyState) (*pgxpool.Pool, Holding, int, error) {
+// whose set-up found out what is in the path (see setUp). It returns the pool, what that
+// connection found of the path and the server's version. Behind a transaction pooler, a
+// configuration in pgx's default query mode, which prepares and caches statements per
+// client connection (the next transaction may run on a server session that has never
+// seen them), is opened again in QueryExecModeExec: one unnamed statement per round trip.
+// On error the pool is closed, and the path is set only where it decides the refusal (a
+// transaction pooler's sign, met by a Manager asked for session holdings). cfg is the
+// Manager's own copy.
+func openPool(ctx context.Context, cfg *pgxpool.Config, set *settings, ps *proxyState) (*pgxpool.Pool, *pathSeen, int, error) {
 	for {
 		pool, err := pgxpool.NewWithConfig(ctx, configure(cfg.Copy(), set, ps))
 		if err != nil {
-			return nil, 0, 0, fmt.Errorf("advisory: %w", err)
+			return nil, nil, 0, fmt.Errorf("advisory: %w", err)
 		}
 		conn, err := pool.Acquire(ctx)
 		if err != nil {
 			pool.Close()
-			return nil, 0, 0, connectError(err, cfg)
+			return nil, set.signPath(err), 0, connectError(err, cfg)
 		}
 		if ps.txPooled.Load() && cfg.ConnConfig.DefaultQueryExecMode == pgx.QueryExecModeCacheStatement {
 			conn.Release()
@@ -213,7 +242,8 @@ func openPool(ctx context.Context, cfg *pgxpool.Config, set *settings, ps *proxy
 		version := serverVersion(conn.Conn().PgConn().ParameterStatus("server_version"))
 		err = checkEnforced(ctx, conn, &cfg.ConnConfig.Config, kind, set.logger)
 		conn.Release()
-		if errors.Is(err, errSharedBackend) && ps.proxied.Load() && set.holding != HoldingSession {
+		var sign *poolerSign
+		if errors.As(err, &sign) && ps.proxied.Load() && set.holding != HoldingSession {
 			// The probe missed a transaction pooler (busy clients can hide one) and the
 			// self-test met it: hold by transaction (checkEnforced took back what the
 			// connection had left on the server).
@@ -221,21 +251,21 @@ func openPool(ctx context.Context, cfg *pgxpool.Config, set *settings, ps *proxy
 			ps.noteTxPooler()
 			continue
 		}
-		if errors.Is(err, errSharedBackend) && set.holding == HoldingSession {
-			err = fmt.Errorf("%w"+sessionHint, err)
-		}
-		if err == nil {
-			err = set.forHolding(kind, ps.inPath())
-		}
-		if err == nil {
-			err = set.forSharing(kind)
-		}
 		if err != nil {
 			pool.Close()
-			return nil, 0, 0, err
+			return nil, set.signPath(err), 0, err
 		}
-		ps.chosen.Store(int32(kind))
-		ps.reportHolding(kind, set.heartbeat)
-		return pool, kind, version, nil
+		return pool, &pathSeen{kind: kind, proxied: ps.inPath(), txPooler: ps.txPooled.Load()}, version, nil
 	}
+}
+
+// signPath is the path that err, a failure of New's first connection, shows where it
+// decides a refusal of the settings: a transaction pooler's sign (a *poolerSign) met by a
+// Manager asked for session holdings. Otherwise nil: err stands.
+func (s *settings) signPath(err error) *pathSeen {
+	var sign *poolerSign
+	if s.holding != HoldingSession || !errors.As(err, &sign) {
+		return nil
+	}
+	return &pathSeen{kind: HoldingSession, proxied: true, txPooler: true, sign: sign.what}
 }

@@ -48,7 +48,7 @@ func checkEnforced(ctx context.Context, conn *pgxpool.Conn, cc *pgconn.Config, k
 		return fmt.Errorf("advisory: check that the server enforces advisory locks: %w", err)
 	case got == "":
 		takeBack(ctx, conn, pid, token, key, logger)
-		return fmt.Errorf("%w: the self-test statement ran on another client's backend; it did nothing there", errSharedBackend)
+		return &poolerSign{"the self-test statement ran on another client's backend; it did nothing there"}
 	case got == "f":
 		return nil // held elsewhere: refused, which is enforcement enough
 	}
@@ -58,10 +58,10 @@ func checkEnforced(ctx context.Context, conn *pgxpool.Conn, cc *pgconn.Config, k
 	switch {
 	case berr == nil && bpid == pid:
 		takeBack(ctx, conn, pid, token, key, logger)
-		return fmt.Errorf("%w: the self-test's second connection was given the first's backend (pid %d)", errSharedBackend, pid)
+		return &poolerSign{fmt.Sprintf("the self-test's second connection was given the first's backend (pid %d)", pid)}
 	case uerr == nil && released == "":
 		takeBack(ctx, conn, pid, token, key, logger)
-		return fmt.Errorf("%w: the self-test's release ran on another client's backend; it did nothing there", errSharedBackend)
+		return &poolerSign{"the self-test's release ran on another client's backend; it did nothing there"}
 	case uerr != nil || released != "t":
 		conn.Conn().Close(ctx) // never back to the pool holding the key
 	}
@@ -70,11 +70,6 @@ func checkEnforced(ctx context.Context, conn *pgxpool.Conn, cc *pgconn.Config, k
 	}
 	return enforcedVerdict(both, berr, uerr != nil && !usable(pg, uerr))
 }
-
-// errSharedBackend is ErrPooler for a sign, found by New's self-test on a connection set
-// up for session holdings, that the proxy in the path shares backends between clients
-// after all (its probe can miss a busy transaction pooler): see openPool.
-var errSharedBackend = fmt.Errorf("%w", ErrPooler)
 
 // takeBackRounds bounds takeBack: each round is one statement, which a transaction
 // pooler runs on whichever backend it hands the connection.

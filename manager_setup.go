@@ -112,7 +112,7 @@ func setUp(ctx context.Context, conn *pgx.Conn, set *settings, ps *proxyState) e
 // cluster, a userland port forwarder) or translated: the proxy passes the server's
 // BackendKeyData through, so only the two views of the connection's ends tell it, and
 // the client's keepalives may reach only the proxy, which answers them (see
-// settings.forHolding).
+// checkHeartbeat).
 func notePath(pg *pgconn.PgConn, seen look, set *settings, ps *proxyState) {
 	switch direct := seen.directPath(pg.Conn()); {
 	case direct && !set.checkedOnly:

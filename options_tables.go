@@ -41,7 +41,8 @@ const DefaultLeaderTable = "advisory_leader"
 // the table as [WithFenceTable] does; none: [DefaultLeaderTable]. Give the same table to
 // the leader's and the followers' Managers, and create it with
 // [Manager.CreateLeaderTable]. Without this option nothing is published or read: Leader
-// and Observe report who leads, with an empty Value.
+// and Observe report who leads, with an empty Value. A Lock that published a value is
+// never handed to a queued Lock by [WithLocalHandoff]: its release withdraws the value.
 func WithLeaderTable(parts ...string) Option {
 	return option(func(s *settings) error {
 		if len(parts) == 0 {

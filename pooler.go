@@ -247,9 +247,13 @@ func checkTransactions(ctx context.Context, other *pgconn.PgConn, pid uint32) er
 // that the proxy in the path shares backends between clients: a transaction pooler. A
 // Manager that may hold by transaction notes it and sets the connection up for
 // transaction holdings (see txPooledConn); one asked for session holdings, or whose New
-// chose them, fails with ErrPooler: no session-level lock can be held there.
+// chose them, fails with ErrPooler: no session-level lock can be held there. On New's
+// own connections (before it chose) the error is a *poolerSign, which New turns into
+// its refusal (settings.check).
 func (ps *proxyState) sharing(pg *pgconn.PgConn, seen look, what string) error {
 	switch {
+	case ps.holding == HoldingSession && Holding(ps.chosen.Load()) == HoldingAuto:
+		return &poolerSign{what}
 	case ps.holding == HoldingSession:
 		return fmt.Errorf("%w: %s: a transaction pooler, through which no session-level lock can be held, and "+
 			"the Manager was asked for session holdings (WithHolding(HoldingSession)): let it hold by transaction "+
@@ -263,6 +267,17 @@ func (ps *proxyState) sharing(pg *pgconn.PgConn, seen look, what string) error {
 	txPooledConn(pg, seen)
 	return nil
 }
+
+// A poolerSign is a sign, found on one of New's connections set up for session
+// holdings, that the proxy in the path shares backends between clients: by the set-up of
+// a Manager asked for session holdings (see sharing), or by New's self-test (the probe
+// can miss a busy transaction pooler). New holds by transaction after all where it may,
+// and otherwise refuses the pooler (settings.check), naming what gave it away. It wraps
+// ErrPooler.
+type poolerSign struct{ what string }
+
+func (e *poolerSign) Error() string { return ErrPooler.Error() + ": " + e.what }
+func (e *poolerSign) Unwrap() error { return ErrPooler }
 
 // noteTxPooler records that the path to the server goes through a transaction pooler.
 // New says so, and what it chose, once at Info.

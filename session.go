@@ -184,21 +184,3 @@ func (s *Session) Close(ctx context.Context) error {
 	s.mu.Unlock()
 	return s.pin.release(ctx, errSessionClosed)
 }
-
-// WithSessionLimits sets the limits of a [Session]: capacity, the most distinct locks it
-// may hold (a Lock past it fails with ErrTooManyLocks; the default is 10000), and
-// retireAfter: a Session that ever held more locks has its connection closed at Close
-// rather than returned to the pool, because a backend pays about 45 ns per statement for
-// every lock it ever held, until it exits (the default is 1000). Both must be positive,
-// retireAfter at most capacity. The server's own limit is shared by all sessions: its lock
-// table holds about max_locks_per_transaction × (max_connections + max_prepared_transactions)
-// locks, and past it every session fails (ErrLockTableFull).
-func WithSessionLimits(capacity, retireAfter int) Option {
-	return option(func(s *settings) error {
-		if capacity < 1 || retireAfter < 1 || retireAfter > capacity {
-			return fmt.Errorf("%w: session limits %d, %d: want 1 <= retireAfter <= capacity", ErrInvalidOption, capacity, retireAfter)
-		}
-		s.sessionCap, s.sessionRetire = capacity, retireAfter
-		return nil
-	})
-}

@@ -2,7 +2,6 @@ package advisory
 
 import (
 	"context"
-	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -25,61 +24,6 @@ import (
 //   - a host is opened when every host that could take a key is full or has hostQueue
 //     calls queued, and goes back to the pool once it holds nothing;
 //   - a host's loss ends every holding on it, each told with the loss.
-
-// WithSharedSessions lets the Manager's holdings share server sessions, up to perSession
-// on one: a Lock, TryLock or their Shared and Key forms whose lock is free is taken on a
-// session that already holds other locks of this Manager; only a Lock that has to wait
-// waits on a session of its own, as without the option. A session goes back to the pool
-// once it holds nothing. A shared session sends the tries and unlocks queued for it in
-// one statement, so a process needs one shared session per 64 calls in flight, plus one
-// connection per wait ([WithWaitSessions] bounds those on keys that are merely held),
-// not one per held lock: see docs/scale.md. Connections follow the calls in flight, not
-// the holdings: a burst of Locks taken at once opens shared sessions as its calls queue
-// (up to the pool's pool_max_conns, the cap to set for bursts), and a session goes back
-// to the pool only once it holds nothing, so the holdings a burst leaves can stay spread
-// over the sessions it opened. It does not block.
-//
-// What sharing a session costs:
-//   - a shared fate: if the session is lost (terminated, cut off, its server restarted),
-//     every holding on it is lost, each one told on its own Done and Err;
-//   - a holding on a shared session has no session of its own to lend: [Lock.BeginFunc],
-//     [Lock.BeginTxFunc], [Lock.Token], [Lock.File], [Lock.Publish], [Lock.Drain] and
-//     [Lock.WorkConnString] return an error wrapping [ErrSharedSession]. [Manager.Do]
-//     (unless [WithoutDrain]), DoTx, TryDo, Lead, LeadAs, Semaphores and a [Session] take
-//     their locks on sessions of their own, as without the option, since they need one;
-//   - a shared session's statements are batches that name no lock: [Manager.Holders]
-//     shows its locks by key (see docs/scale.md);
-//   - Unlock runs in the session's next batch, bounded by 5 s whatever its ctx, as a
-//     [Session]'s Unlock.
-//
-// When every shared session is full and this Manager's locks and waits pin every pool
-// connection, a TryLock returns an error wrapping [ErrPoolExhausted] at once, and a Lock
-// (whose lock is free) waits until a shared session has room again (an Unlock on it) or
-// a connection frees, whichever comes first, and takes its lock there; its ctx bounds
-// that wait, and ends it with an error wrapping ErrPoolExhausted and ctx's error.
-//
-// perSession must be at least 1. The option cannot be combined with transaction holdings
-// ([WithHolding]; behind a transaction pooler): transaction-level locks cannot be released
-// one by one, and New fails with [ErrInvalidOption].
-func WithSharedSessions(perSession int) Option {
-	return option(func(s *settings) error {
-		if perSession < 1 {
-			return fmt.Errorf("%w: WithSharedSessions(%d): want at least 1 holding per session", ErrInvalidOption, perSession)
-		}
-		s.sharePer = perSession
-		return nil
-	})
-}
-
-// forSharing refuses shared sessions where the Manager holds by transaction.
-func (s *settings) forSharing(kind Holding) error {
-	if s.sharePer > 0 && kind == HoldingTransaction {
-		return fmt.Errorf("%w: WithSharedSessions with transaction holdings (a transaction pooler in the path, "+
-			"or WithHolding(HoldingTransaction)): transaction-level locks cannot be released one by one; "+
-			"connect directly, or through a session pooler, to share sessions", ErrInvalidOption)
-	}
-	return nil
-}
 
 // hostSet is a Manager's shared sessions.
 type hostSet struct {

@@ -3,7 +3,6 @@ package advisory
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"math/rand/v2"
 	"slices"
@@ -23,53 +22,6 @@ import (
 // over through the server's queue) does not starve it, a Lock parked for parkPatience
 // asks whether a session waits for its key, and if one does waits on a session of its
 // own, beyond the places: the places bound the waits that cost nothing but time.
-
-// WithWaitSessions bounds the connections a Manager sharing sessions (WithSharedSessions)
-// spends on waits: at most n of its shared Locks wait, and then hold, on sessions of
-// their own at once. Another Lock whose key is taken waits without a session: it tries
-// the key again on a shared session, after a pause of a quarter of its wait so far (at
-// least 2 ms, at most 1 s, varied by up to a half, then put off to the Manager's next
-// 8 ms tick, so that its parked Locks try together, in one statement), until it takes
-// the key (then on the shared session), or one of the n places frees and it waits on a
-// session of its own, in the order the Locks asked; its ctx ends that wait as any other,
-// leaving nothing held or waiting. Each of its tries costs a row in a shared session's
-// next statement. TryLock, Do, DoTx, TryDo, Lead and Semaphores are not affected.
-//
-// The bound on a parked Lock's wait: PostgreSQL refuses a try while another session
-// waits for the key, so a parked Lock is never granted before a waiter in the server's
-// queue, and a key that is always queued for (handed over from waiter to waiter) is never
-// free for a try. A Lock parked for 1 s therefore asks, after each try that is refused
-// (they are then 250 ms to 1 s apart), whether a session waits for its key (a read of
-// pg_locks on a shared session); if one does, it stops parking and waits in the server's
-// queue on a session of its own, even beyond the n places, and is granted as without
-// this option, after the holdings queued before it. While others queue for the key,
-// parking thus adds a little over 1 s to its wait; while nobody queues, a parked Lock
-// takes the key at its first try after the release (within a quarter of its wait so far,
-// at most 1 s, and a tick). n bounds the sessions of Locks that wait on keys merely
-// held; a Lock overtaken by a queue spends a connection on its wait, as without the
-// option.
-//
-// n must be at least 1, and the Manager must share sessions: New fails with
-// ErrInvalidOption otherwise. Without this option every waiting Lock has a session of
-// its own. It does not block.
-func WithWaitSessions(n int) Option {
-	return option(func(s *settings) error {
-		if n < 1 {
-			return fmt.Errorf("%w: WithWaitSessions(%d): want at least 1 waiting session", ErrInvalidOption, n)
-		}
-		s.waitSessions = n
-		return nil
-	})
-}
-
-// forWaits refuses WithWaitSessions without WithSharedSessions.
-func (s *settings) forWaits() error {
-	if s.waitSessions > 0 && s.sharePer == 0 {
-		return fmt.Errorf("%w: WithWaitSessions(%d) without WithSharedSessions: a Lock waits without a session "+
-			"by trying again on a shared session", ErrInvalidOption, s.waitSessions)
-	}
-	return nil
-}
 
 // A parked Lock's pause before its next try is a quarter of how long it has been parked,
 // from parkFirst to parkLongest: a release is noticed within about a quarter of the wait
