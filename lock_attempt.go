@@ -147,10 +147,10 @@ func (m *Manager) attempt(ctx context.Context, t target, mode attemptMode) (*Loc
 			place = nil
 			m.gates.held(s)
 			s.logAcquired(start)
-			if h := m.set.hooks.Acquired; h != nil && !t.quiet {
+			if !t.quiet {
 				ev := s.event(time.Since(start), 0, "", nil)
 				ev.Try = try
-				callUser(m.set.logger, "hook Acquired", func() { h(ev) })
+				m.fireAcquired(ev)
 			}
 			return &s.handle, nil
 		}

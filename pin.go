@@ -106,9 +106,8 @@ type pin struct {
 	beat *time.Timer   // the heartbeat's timer (see pin_heartbeat.go); nil while off. Under mu
 	turn chan struct{} // a Session's turn, which its heartbeat takes too; nil for a Lock
 
-	workOnce sync.Once
-	tag      string // the holding's work tag (see workTag), made on first use
-	dbOID    uint32 // the database's oid, read at set-up (see look): work tags and checks
+	tag   lazyTag // the holding's work tag (see workTag), made on first use
+	dbOID uint32  // the database's oid, read at set-up (see look): work tags and checks
 }
 
 type sessionState int
@@ -132,7 +131,7 @@ func newPin(m *Manager, pc *pgxpool.Conn, t target) *pin {
 		st:      m.lease.statements(m, t, isDirect(pg)),
 		fd:      connFD(pg), txFD: -1, done: make(chan struct{})}
 	s.hidden.Store(t.hidden)
-	s.handle = Lock{s: s, name: t.name}
+	s.handle = Lock{s: s, on: s, name: t.name}
 	s.dbOID, _ = pg.CustomData()[dbOIDKey].(uint32) // read here, once: statements write CustomData
 	tok := pg.CustomData()[tokenKey]                // already boxed: the token as any, without a copy
 	if _, ok := tok.(string); !ok {

@@ -3,6 +3,7 @@ package advisory
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
@@ -134,10 +135,10 @@ func (p *pin) endAs(keep, handedOff bool, err error) {
 	p.mu.Unlock()
 	if !p.heldSince.IsZero() {
 		p.logEnd(err, p.heldSince)
-		if h := p.m.set.hooks.Ended; h != nil && !p.multi && !p.hidden.Load() {
+		if !p.multi && !p.hidden.Load() {
 			ev := p.event(0, time.Since(p.heldSince), endReason(err), lostErr(err))
 			ev.Handoff = handedOff
-			callUser(p.m.set.logger, "hook Ended", func() { h(ev) })
+			p.m.fireEnded(ev)
 		}
 	}
 	if dup >= 0 {
@@ -180,4 +181,45 @@ func (p *pin) discard() {
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 	defer cancel()
 	p.pg.Close(ctx)
+}
+
+// The pin as a footing (see lock_footing.go): the Lock's session, or its transaction,
+// of its own.
+
+func (p *pin) holds() target             { return target{key: p.key, name: p.name, shared: p.shared, pair: p.pair} }
+func (p *pin) doneChan() <-chan struct{} { return p.done }
+func (p *pin) endOf() error              { return p.err }
+func (p *pin) holding() footing          { return p }
+func (p *pin) nestedSet() *nestedLocks   { return &p.nested }
+
+// own: the pin is a session (or transaction) of the Lock's own.
+func (p *pin) own(string, *Lock, bool) (*pin, error) { return p, nil }
+
+// nestRefusal: a re-entry nests only while the pin holds its lock.
+func (p *pin) nestRefusal() error {
+	switch {
+	case p.state == stateEnded, p.announced:
+		return p.err
+	case p.closing:
+		return p.closedLoss()
+	case p.state == stateReleasing:
+		return errHoldingReleasing
+	}
+	return nil
+}
+
+// unlockFor is Unlock of l, the pin's own Lock: see Lock.Unlock.
+func (p *pin) unlockFor(ctx context.Context, l *Lock) error {
+	err := p.release(ctx, ErrNotHeld)
+	if l.announced.CompareAndSwap(true, false) {
+		p.m.announceReleased(gateKey{p.key, p.pair})
+	}
+	var rel *releasedError
+	switch {
+	case err == nil, errors.Is(err, ErrNotHeld), errors.Is(err, ErrLockLost):
+		return err
+	case errors.As(err, &rel):
+		return &opError{"unlock", describe(p.key, l.name, p.pair), fmt.Errorf("the lock is released, but: %w", rel.err)}
+	}
+	return &opError{"unlock", describe(p.key, l.name, p.pair), fmt.Errorf("release not confirmed, connection closed: %w", err)}
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"time"
 )
 
@@ -19,9 +18,7 @@ type sharedHolding struct {
 	ending bool  // an Unlock has begun; under the host pin's mu
 	since  time.Time
 	nested nestedLocks // its open re-entered Locks; under the host pin's mu
-
-	tagOnce sync.Once
-	tag     string // its work tag, made on first use
+	tag    lazyTag     // its work tag, made on first use
 }
 
 // hostLost is take's error when the host ended before the key was held on it: the call
@@ -161,7 +158,7 @@ func (h *host) take(ctx context.Context, m *Manager, t target, room <-chan struc
 		sh.end(s.Err())
 		return nil, false, h.lost()
 	}
-	return &Lock{s: s.pin, name: t.name, sh: sh}, true, nil
+	return &Lock{s: s.pin, on: sh, name: t.name}, true, nil
 }
 
 // awaitOpen waits until h has opened (or failed to), ctx ends, or, while h is not open,
@@ -239,10 +236,10 @@ func (h *host) close() {
 	}()
 }
 
-// unlock releases the holding on its host, in the host's next batch, bounded by
+// unlockFor releases the holding on its host, in the host's next batch, bounded by
 // cleanupTimeout whatever ctx (as a Session's Unlock): an unlock cut short would leave it
 // unknown whether the lock is still held.
-func (sh *sharedHolding) unlock() error {
+func (sh *sharedHolding) unlockFor(context.Context, *Lock) error {
 	h, p := sh.h, sh.h.s.pin
 	p.mu.Lock()
 	if sh.err != nil || sh.ending {
