@@ -178,6 +178,15 @@ func (n *nestedLocks) add(r *reentry) int {
 	return len(*n)
 }
 
+// endNested ends the pin's open re-entered Locks as its release begins (under p.mu):
+// endErr ErrNotHeld (an Unlock) ends them as released, else with endErr.
+func (p *pin) endNested(endErr error) {
+	if endErr == ErrNotHeld {
+		endErr = errHoldingReleased
+	}
+	p.nested.endAll(endErr)
+}
+
 // endAll ends every open one with err, and forgets them.
 func (n *nestedLocks) endAll(err error) {
 	for r := range *n {

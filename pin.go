@@ -127,7 +127,7 @@ func newPin(m *Manager, pc *pgxpool.Conn, t target) *pin {
 	pid, token := ownership(pg)
 	s := &pin{m: m, lease: m.lease, pc: pc, pg: pg, cancel: handlerOf(pg), pid: pid, token: token,
 		key: t.key, name: t.name, shared: t.shared, pair: t.pair, gated: t.gated, tried: t.tried,
-		handoff: t.eligible() && m.set.handoffMax > 0,
+		handoff: m.set.handoffMax > 0 && t.eligible(),
 		st:      m.lease.statements(m, t, isDirect(pg)),
 		fd:      connFD(pg), txFD: -1, done: make(chan struct{})}
 	s.hidden.Store(t.hidden)

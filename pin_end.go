@@ -17,11 +17,17 @@ import (
 // way, or the loss Close reports if that release is Close's; else the failed statement's
 // error (the connection is then closed).
 func (p *pin) release(ctx context.Context, endErr error) error {
-	p.awaitSettled(ctx)
-	if err := p.awaitTx(ctx); err != nil {
-		return err
+	if p.settled.Load() != nil { // a Semaphore's slot: see settleFirst
+		p.awaitSettled(ctx)
 	}
 	p.mu.Lock()
+	if p.state == stateInTx { // a caller's transaction (BeginFunc) runs: wait for its end
+		p.mu.Unlock()
+		if err := p.awaitTx(ctx); err != nil {
+			return err
+		}
+		p.mu.Lock()
+	}
 	switch p.state {
 	case stateEnded:
 		err := p.err
@@ -38,19 +44,19 @@ func (p *pin) release(ctx context.Context, endErr error) error {
 	p.state = stateReleasing
 	// Re-entered Locks are part of this holding: they end first, before the server (or
 	// a handoff's successor) can give the lock to anyone else.
-	if endErr == ErrNotHeld {
-		p.nested.endAll(errHoldingReleased)
-	} else {
-		p.nested.endAll(endErr)
+	if p.nested != nil {
+		p.endNested(endErr)
 	}
 	p.mu.Unlock()
-	if endErr == ErrNotHeld && p.passOn() { // an Unlock, with a Lock of this Manager queued
+	if endErr == ErrNotHeld && p.handoff && p.passOn() { // an Unlock, with a Lock of this Manager queued
 		return nil
 	}
 	if !p.stopWatch() {
 		return p.endErr()
 	}
-	p.withdrawValue()
+	if p.handle.announced.Load() { // published (Lock.Publish): see withdrawValue
+		p.withdrawValue()
+	}
 	// Only Close's release ends with a loss: the holding's writes must not commit then.
 	if err := p.unlock(ctx, !errors.Is(endErr, ErrLockLost)); err != nil {
 		var rel *releasedError
@@ -122,7 +128,9 @@ func (p *pin) endAs(keep, handedOff bool, err error) {
 		err = p.err // the loss seen during a transaction, which Done announced already
 	}
 	p.state, p.err = stateEnded, err
-	p.nested.endAll(err)
+	if p.nested != nil {
+		p.nested.endAll(err)
+	}
 	if p.beat != nil {
 		p.beat.Stop()
 	}
@@ -134,8 +142,10 @@ func (p *pin) endAs(keep, handedOff bool, err error) {
 	p.place = nil
 	p.mu.Unlock()
 	if !p.heldSince.IsZero() {
-		p.logEnd(err, p.heldSince)
-		if !p.multi && !p.hidden.Load() {
+		if p.m.set.logger != nil {
+			p.logEnd(err, p.heldSince)
+		}
+		if p.m.set.hooks.Ended != nil && !p.multi && !p.hidden.Load() {
 			ev := p.event(0, time.Since(p.heldSince), endReason(err), lostErr(err))
 			ev.Handoff = handedOff
 			p.m.fireEnded(ev)

@@ -1,6 +1,7 @@
 package advisory
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -95,4 +96,43 @@ func (sh *sharedHolding) workTag() string {
 func (sh *sharedHolding) own(op string, l *Lock, _ bool) (*pin, error) {
 	return nil, &opError{op, describe(sh.t.key, l.name, sh.t.pair), fmt.Errorf("%w: use Do, DoTx or a Manager "+
 		"without WithSharedSessions for a lock that needs its own session", ErrSharedSession)}
+}
+
+// unlockFor releases the holding on its host, in the host's next batch, bounded by
+// cleanupTimeout whatever ctx (as a Session's Unlock): an unlock cut short would leave it
+// unknown whether the lock is still held.
+func (sh *sharedHolding) unlockFor(context.Context, *Lock) error {
+	h, p := sh.h, sh.h.s.pin
+	p.mu.Lock()
+	if sh.err != nil || sh.ending {
+		err := sh.err
+		p.mu.Unlock()
+		if err == nil {
+			err = errHoldingReleasing
+		}
+		return err
+	}
+	sh.ending = true
+	p.mu.Unlock()
+	k := gateKey{sh.t.key, sh.t.pair}
+	hs := &p.m.hosts
+	hs.mu.Lock()
+	h.busy++
+	hs.mu.Unlock()
+	sh.endNested(errHoldingReleased)
+	released, err := h.do(sh.t, false)
+	switch {
+	case err != nil && !errors.Is(err, errNotHeldByServer):
+		hs.done(h, k, nil, false)
+		sh.end(h.s.Err()) // the host is lost: its watch tells the others
+		return sh.endErr()
+	case !released:
+		hs.done(h, k, nil, true)
+		code, words := lossCause(errNotHeldByServer)
+		sh.end(&lostError{code, words, "", errNotHeldByServer})
+		return sh.endErr()
+	}
+	hs.done(h, k, nil, true)
+	sh.end(ErrNotHeld)
+	return nil
 }

@@ -51,6 +51,36 @@ func (h *host) lost() error {
 // pool leaves it for a host that gained room: the call chooses again.
 var errMoved = errors.New("advisory: a shared session has room again")
 
+// sharedRoute serves a call under WithSharedSessions (served), if its target may share:
+// on a shared session if the lock is free there, or with the refusal of a try that
+// finds it taken. A Lock of a key found taken there (now, or lately) goes on to wait on
+// a session of its own; under WithWaitSessions it takes a place to first (parkRoute).
+func (m *Manager) sharedRoute(c *lockCall) (l *Lock, served bool, err error) {
+	if !m.sharable(c.t) {
+		return nil, false, nil
+	}
+	if c.try || !m.hosts.taken.skip(c.t.key) {
+		l, err := m.takeShared(c.ctx, c.t, c.try)
+		if c.t.tried = l == nil && err == nil; c.t.tried { // taken: the wait tries no more
+			m.hosts.taken.record(c.t.key)
+		}
+		var locked *LockedError
+		switch {
+		case l != nil:
+			m.sharedAcquired(c.t, c.try, c.start)
+			return l, true, nil
+		case errors.As(err, &locked):
+			return nil, true, m.notAcquired(c.ctx, c.t, c.try, c.start, err)
+		case err != nil:
+			return nil, true, m.notAcquired(c.ctx, c.t, c.try, c.start, lockError(c.op, c.t, err))
+		}
+	}
+	if c.try || m.hosts.waitPlaces == nil {
+		return nil, false, nil
+	}
+	return m.parkRoute(c)
+}
+
 // takeShared takes t's lock on a shared session. It returns the Lock; or nil, nil when
 // the call must go on as without sharing (a Lock whose key is taken: it waits on a
 // session of its own); or an error: a *LockedError for a try whose key is taken, ctx's
@@ -234,43 +264,4 @@ func (h *host) close() {
 		defer cancel()
 		h.s.Close(ctx) // on failure the connection is closed: it held nothing
 	}()
-}
-
-// unlockFor releases the holding on its host, in the host's next batch, bounded by
-// cleanupTimeout whatever ctx (as a Session's Unlock): an unlock cut short would leave it
-// unknown whether the lock is still held.
-func (sh *sharedHolding) unlockFor(context.Context, *Lock) error {
-	h, p := sh.h, sh.h.s.pin
-	p.mu.Lock()
-	if sh.err != nil || sh.ending {
-		err := sh.err
-		p.mu.Unlock()
-		if err == nil {
-			err = errHoldingReleasing
-		}
-		return err
-	}
-	sh.ending = true
-	p.mu.Unlock()
-	k := gateKey{sh.t.key, sh.t.pair}
-	hs := &p.m.hosts
-	hs.mu.Lock()
-	h.busy++
-	hs.mu.Unlock()
-	sh.endNested(errHoldingReleased)
-	released, err := h.do(sh.t, false)
-	switch {
-	case err != nil && !errors.Is(err, errNotHeldByServer):
-		hs.done(h, k, nil, false)
-		sh.end(h.s.Err()) // the host is lost: its watch tells the others
-		return sh.endErr()
-	case !released:
-		hs.done(h, k, nil, true)
-		code, words := lossCause(errNotHeldByServer)
-		sh.end(&lostError{code, words, "", errNotHeldByServer})
-		return sh.endErr()
-	}
-	hs.done(h, k, nil, true)
-	sh.end(ErrNotHeld)
-	return nil
 }
