@@ -97,7 +97,7 @@ type pin struct {
 	nested nestedLocks // its open re-entered Locks (see lock_reentry.go); under mu
 	inFn   atomic.Bool // a caller's BeginFunc runs fn on the connection (see Lock.usable)
 
-	// A transaction holding's (see holding_tx.go), owned like the connection: its
+	// A transaction holding's (see lease_tx.go), owned like the connection: its
 	// transaction's virtual id, once read (see txLease.identity), and dirty: a caller's
 	// writes (BeginFunc) wait in the transaction for the holding's COMMIT.
 	vxid  string
