@@ -9,8 +9,12 @@ import (
 	"github.com/pgadvisory/advisory/internal/sockfd"
 )
 
-// A Lock is one held advisory lock. It pins one connection until Unlock, loss, or the
-// Manager's Close. Its methods are safe for concurrent use by multiple goroutines.
+// A Lock is one held advisory lock. It stands on one of three things: a session (or, see
+// [WithHolding], a transaction) of its own, on one connection it pins until Unlock, loss,
+// or the Manager's Close; a session its Manager shares among holdings
+// ([WithSharedSessions]; see [Lock.SharesSession]); or the holding of another Lock that
+// its call's ctx carried (re-entered, below). Its methods are safe for concurrent use by
+// multiple goroutines.
 //
 // A re-entered Lock ([Lock.Reentered]; see [Manager.Lock]) is a handle of its own on a
 // holding its call's ctx carried: it pins nothing, and what it reads or runs (Key, PID,

@@ -95,7 +95,7 @@ type pin struct {
 	fenceToken atomic.Int64 // the holding's fencing token once taken (Lock.Token); 0 before
 
 	nested nestedLocks // its open re-entered Locks (see lock_reentry.go); under mu
-	inFn   atomic.Bool // a caller's BeginFunc runs fn on the connection (see Lock.usable)
+	inFn   atomic.Bool // a caller's BeginFunc runs fn on the connection (see reentry.own)
 
 	// A transaction holding's (see lease_tx.go), owned like the connection: its
 	// transaction's virtual id, once read (see txLease.identity), and dirty: a caller's
