@@ -41,7 +41,7 @@ func (m *Manager) Do(ctx context.Context, name string, fn func(ctx context.Conte
 // drainOrUnlock drains earlier holders' work (see Lock.Drain) before fn runs; if that
 // fails, it unlocks and returns the error, with a loss first.
 func drainOrUnlock(ctx context.Context, l *Lock) error {
-	if l.s.m.set.noDrain || l.in != nil { // a re-entered holding was drained when it was taken
+	if l.s.m.set.noDrain || l.Reentered() { // a re-entered holding was drained when it was taken
 		return nil
 	}
 	_, err := l.Drain(ctx)

@@ -94,14 +94,13 @@ func (m *Manager) CreateFenceTable(ctx context.Context) error {
 // Lock returns its holding's token ([ErrNotReentrant] at once while a BeginFunc of the
 // holding runs fn).
 func (l *Lock) Token(ctx context.Context) (int64, error) {
-	if err := l.sharedRefusal("take a fencing token of"); err != nil {
-		return 0, err
+	// A shared lock has no token: said before a re-entered handle's own checks (its end,
+	// a BeginFunc in progress), after a shared session's refusal.
+	if l.Shared() && !l.SharesSession() {
+		return 0, &opError{"take a fencing token of", l.s.describe(), ErrSharedToken}
 	}
-	s := l.s
-	if s.shared {
-		return 0, &opError{"take a fencing token of", s.describe(), ErrSharedToken}
-	}
-	if err := l.usable("take a fencing token of"); err != nil {
+	s, err := l.own("take a fencing token of", true)
+	if err != nil {
 		return 0, err
 	}
 	if tok := s.fenceToken.Load(); tok != 0 {

@@ -37,13 +37,11 @@ func (l *Lock) BeginTxFunc(ctx context.Context, opts pgx.TxOptions, fn func(pgx.
 	if fn == nil {
 		panic("advisory: BeginFunc with a nil function")
 	}
-	if err := l.sharedRefusal("begin a transaction on"); err != nil {
+	s, err := l.own("begin a transaction on", true)
+	if err != nil {
 		return err
 	}
-	if err := l.usable("begin a transaction on"); err != nil {
-		return err
-	}
-	return l.s.runTx(ctx, opts, fn)
+	return s.runTx(ctx, opts, fn)
 }
 
 // DoTx takes the lock with the given name (blocking as [Manager.Lock] does), drains

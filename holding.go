@@ -13,7 +13,7 @@ import (
 // its ROLLBACK or the session's end). A transaction-pooling proxy keeps a client on one
 // server session only for a transaction's length, so behind one only the second kind can
 // hold a lock. The kind is the Manager's (see WithHolding); each pin carries it as its
-// lease, the one place where the two differ (holding_session.go, holding_tx*.go).
+// lease, the one place where the two differ (lease_session.go, lease_tx*.go).
 // docs/architecture.md shows the two side by side; docs/guarantees.md compares them,
 // guarantee by guarantee.
 

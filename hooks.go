@@ -105,3 +105,19 @@ func endReason(err error) string {
 	code, _ := lossCause(err)
 	return code
 }
+
+// fireAcquired calls the Acquired hook, if any, with ev: every route that hands a call
+// its lock (own session, handoff, shared session, a Semaphore's slot) reports it here.
+func (m *Manager) fireAcquired(ev LockEvent) {
+	if h := m.set.hooks.Acquired; h != nil {
+		callUser(m.set.logger, "hook Acquired", func() { h(ev) })
+	}
+}
+
+// fireEnded calls the Ended hook, if any, with ev: every kind of holding (own pin,
+// shared session) reports its end here.
+func (m *Manager) fireEnded(ev LockEvent) {
+	if h := m.set.hooks.Ended; h != nil {
+		callUser(m.set.logger, "hook Ended", func() { h(ev) })
+	}
+}

@@ -40,7 +40,7 @@ func (m *Manager) TryDo(ctx context.Context, name string, atLeast time.Duration,
 		return false, err
 	}
 	until := time.Now().Add(atLeast)
-	if l.in != nil { // its Unlock releases nothing: the holding it re-entered decides
+	if l.Reentered() { // its Unlock releases nothing: the holding it re-entered decides
 		until = time.Time{}
 	}
 	return true, doResult(runHoldUnlock(ctx, l, until, fn))

@@ -105,16 +105,13 @@ func (m *Manager) observeTarget(ctx context.Context, t target) (<-chan Leader, e
 // A re-entered Lock publishes for its holding, whose Unlock announces the release
 // ([ErrNotReentrant] at once while a BeginFunc of the holding runs fn).
 func (l *Lock) Publish(ctx context.Context, value string) error {
-	if err := l.sharedRefusal("publish"); err != nil {
+	s, err := l.own("publish", true)
+	if err != nil {
 		return err
 	}
-	if l.in != nil { // the holding publishes, and announces its own release
-		if err := l.usable("publish"); err != nil {
-			return err
-		}
-		return l.s.handle.Publish(ctx, value)
+	if h := &s.handle; h != l { // re-entered: the holding publishes, and announces its own release
+		return h.Publish(ctx, value)
 	}
-	s := l.s
 	switch {
 	case s.shared:
 		return &opError{"publish", s.describe(), fmt.Errorf("%w: a shared lock does not lead", ErrInvalidOption)}

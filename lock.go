@@ -2,7 +2,6 @@ package advisory
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"sync/atomic"
@@ -10,11 +9,13 @@ import (
 	"github.com/pgadvisory/advisory/internal/sockfd"
 )
 
-// A Lock is one held advisory lock, until Unlock, loss, or the Manager's Close. By default
-// it pins a connection of its own; under [WithSharedSessions] a lock that was free may be
-// held on a server session shared with other holdings of its Manager
-// ([Lock.SharesSession]: it then shares their fate and has no session to lend to
-// BeginFunc, Token, File, Publish or Drain). Its methods are safe for concurrent use by
+// A Lock is one held advisory lock, until Unlock, loss, or the Manager's Close. It stands
+// on one of three things: a session (or, see [WithHolding], a transaction) of its own, on
+// one connection it pins (the default); a session its Manager shares among holdings, for a
+// lock that was free ([WithSharedSessions]; see [Lock.SharesSession]: it then shares
+// their fate and has no session to lend to BeginFunc, Token, File, Publish or Drain); or
+// the holding of another Lock that its call's ctx carried (re-entered, below). Its
+// methods are safe for concurrent use by
 // multiple goroutines.
 //
 // A re-entered Lock ([Lock.Reentered]; see [Manager.Lock]) is a handle of its own on a
@@ -23,31 +24,20 @@ import (
 // own: it ends at its Unlock, which releases nothing on the server, or when the holding
 // ends (released, lost, or its Manager closed), whichever comes first.
 type Lock struct {
-	s         *pin
+	s         *pin    // the pin whose connection its footing is on (see footing)
+	on        footing // what it stands on: s itself, a slot on a shared session, a re-entry
 	name      string
-	announced atomic.Bool    // published (Publish): Unlock announces the release
-	in        *reentry       // set on a re-entered Lock (see lock_reentry.go)
-	sh        *sharedHolding // set on a holding that shares its session (see shared.go)
+	announced atomic.Bool // published (Publish): Unlock announces the release
 }
 
 // Key returns the lock's key.
-func (l *Lock) Key() Key {
-	if l.sh != nil {
-		return l.sh.t.key
-	}
-	return l.s.key
-}
+func (l *Lock) Key() Key { return l.on.holds().key }
 
 // Name returns the name the lock was taken with, or "" for a raw key.
 func (l *Lock) Name() string { return l.name }
 
 // Shared reports whether the lock is held in shared mode.
-func (l *Lock) Shared() bool {
-	if l.sh != nil {
-		return l.sh.t.shared
-	}
-	return l.s.shared
-}
+func (l *Lock) Shared() bool { return l.on.holds().shared }
 
 // PID returns the process ID of the PostgreSQL backend that holds the lock: the pid
 // column of its pg_locks row.
@@ -58,15 +48,7 @@ func (l *Lock) PID() uint32 { return l.s.pid }
 // [Lock.BeginFunc] closes it at once; the connection then goes back when BeginFunc returns.
 // A re-entered Lock's closes at its own Unlock, or before the holding it re-entered is
 // released or when it is lost.
-func (l *Lock) Done() <-chan struct{} {
-	switch {
-	case l.in != nil:
-		return l.in.done
-	case l.sh != nil:
-		return l.sh.done
-	}
-	return l.s.done
-}
+func (l *Lock) Done() <-chan struct{} { return l.on.doneChan() }
 
 // Err returns nil while the lock is held. After Done is closed it returns an error
 // wrapping [ErrLockLost] if the lock was lost (connection terminated, server restarted,
@@ -76,13 +58,7 @@ func (l *Lock) Done() <-chan struct{} {
 func (l *Lock) Err() error {
 	l.s.mu.Lock()
 	defer l.s.mu.Unlock()
-	switch {
-	case l.in != nil:
-		return l.in.err
-	case l.sh != nil:
-		return l.sh.err
-	}
-	return l.s.err
+	return l.on.endOf()
 }
 
 // Unlock releases the lock and returns its connection to the pool. It blocks for one
@@ -102,26 +78,7 @@ func (l *Lock) Err() error {
 //
 // On a re-entered Lock, Unlock ends that handle only, at once, with no statement: it
 // returns nil, or the end it already had (ErrNotHeld, or the holding's loss).
-func (l *Lock) Unlock(ctx context.Context) error {
-	switch {
-	case l.in != nil:
-		return l.unlockNested()
-	case l.sh != nil:
-		return l.sh.unlock()
-	}
-	err := l.s.release(ctx, ErrNotHeld)
-	if l.announced.CompareAndSwap(true, false) {
-		l.s.m.announceReleased(gateKey{l.s.key, l.s.pair})
-	}
-	var rel *releasedError
-	switch {
-	case err == nil, errors.Is(err, ErrNotHeld), errors.Is(err, ErrLockLost):
-		return err
-	case errors.As(err, &rel):
-		return &opError{"unlock", describe(l.s.key, l.name, l.s.pair), fmt.Errorf("the lock is released, but: %w", rel.err)}
-	}
-	return &opError{"unlock", describe(l.s.key, l.name, l.s.pair), fmt.Errorf("release not confirmed, connection closed: %w", err)}
-}
+func (l *Lock) Unlock(ctx context.Context) error { return l.on.unlockFor(ctx, l) }
 
 // File returns a duplicate of the lock connection's socket descriptor, for a child
 // process to inherit (os/exec.Cmd.ExtraFiles), as flock(1) hands its lock descriptor to
@@ -138,7 +95,8 @@ func (l *Lock) Unlock(ctx context.Context) error {
 // has ended, and an error on a platform or connection without a socket descriptor
 // (Linux with TCP or a Unix socket always has one).
 func (l *Lock) File() (*os.File, error) {
-	if err := l.sharedRefusal("hand on the socket of"); err != nil {
+	s, err := l.own("hand on the socket of", false)
+	if err != nil {
 		return nil, err
 	}
 	if err := l.Err(); err != nil {
@@ -146,15 +104,15 @@ func (l *Lock) File() (*os.File, error) {
 	}
 	// The runtime pins the descriptor while sockfd.Dup works on it, so a concurrent close
 	// (a watcher finding the connection dead) cannot hand us a reused number.
-	fd, err := sockfd.Dup(l.s.pg.Conn())
+	fd, err := sockfd.Dup(s.pg.Conn())
 	if err != nil {
 		return nil, fmt.Errorf("advisory: duplicate the lock's socket: %w", err)
 	}
 	// The socket has left the library's hands: a connection the pool handed out again
 	// would carry a later, unrelated lock on a session that a child process keeps alive.
-	l.s.retire.Store(true)
+	s.retire.Store(true)
 	// The poller watches it from now on, not from the armer's next tick.
-	l.s.armed()
+	s.armed()
 	if err := l.Err(); err != nil { // ended meanwhile: the copy would hold nothing
 		sockfd.Close(fd)
 		return nil, err

@@ -63,79 +63,69 @@ const (
 	modeTrySlot                    // a Semaphore's slot try: wait for a connection, then try the lock
 )
 
+// A lockCall is one Lock, TryLock or slot try (see attemptMode) on its way through the
+// routes that may serve it (see attempt).
+type lockCall struct {
+	ctx      context.Context
+	t        target
+	try      bool // fail at once where the lock is taken (modeTry, modeTrySlot)
+	waitPool bool // wait for a pool connection (modeLock, modeTrySlot)
+	op       string
+	start    time.Time
+	// place is the WithWaitSessions place the call holds to wait on a session of its own
+	// (see parkRoute), nil for none: the session that gets the lock keeps it.
+	place chan struct{}
+}
+
 // attempt runs one Lock, TryLock or slot try (see attemptMode) for t. With modeTry it fails
 // at once with ErrPoolExhausted when this Manager pins every connection; the other modes
 // wait for one until ctx ends.
+//
+// The call goes down a list of routes, each in the file of its feature, until one serves
+// it: re-entry of a holding its ctx carries (lock_reentry.go: one ctx lookup when ctx
+// carries none), the key's queue and a handoff from a holder of this Manager
+// (lock_queue.go, lock_handoff.go), a shared session (shared.go) or a place to wait
+// (shared_wait.go) under WithSharedSessions, and last a session of its own (ownRoute).
 func (m *Manager) attempt(ctx context.Context, t target, mode attemptMode) (*Lock, error) {
-	try, waitPool := mode != modeLock, mode != modeTry
 	if err := m.enter(); err != nil {
 		return nil, err
 	}
 	defer m.active.Done()
-	start := time.Now()
-	op := "lock"
-	if try {
-		op = "try lock"
+	c := &lockCall{ctx: ctx, t: t, try: mode != modeLock, waitPool: mode != modeTry, op: "lock", start: time.Now()}
+	if c.try {
+		c.op = "try lock"
 	}
-	// A ctx that carries a holding of the lock re-enters it, or is refused: see
-	// lock_reentry.go. A Semaphore's own calls (quiet) decide that for themselves.
+	// A Semaphore's own calls (quiet) decide re-entry for themselves.
 	if h, _ := ctx.Value(holdingKey{}).(*ctxHolding); h != nil && !t.quiet {
-		if l, handled, err := m.reenter(ctx, h, t, op); handled {
+		if l, handled, err := m.reenter(ctx, h, t, c.op); handled {
 			return l, err
 		}
 	}
-	if t.gated = !try && !t.shared; t.gated {
-		// Goroutines of this Manager after the same key queue here, and wait on the server
-		// one at a time, instead of each pinning a connection.
-		handed, err := m.gates.enter(ctx, t, m.closing)
-		if err != nil {
-			return nil, m.notAcquired(ctx, t, try, start, lockError(op, t, err))
-		}
-		if handed != nil { // a holder of this Manager passed the lock on (see lock_handoff.go)
-			return m.handedTo(ctx, t, handed, start)
+	if c.t.gated = !c.try && !t.shared; c.t.gated {
+		if l, served, err := m.queueRoute(c); served {
+			return l, err
 		}
 		defer m.gates.stopWaiting(gateKey{t.key, t.pair})
 	}
-	// On a shared session if the lock is free (see shared.go); a Lock of a key found taken
-	// there lately waits on a session of its own at once.
-	if m.sharable(t) && (try || !m.hosts.taken.skip(t.key)) {
-		l, err := m.takeShared(ctx, t, try)
-		if t.tried = l == nil && err == nil; t.tried { // taken: the wait below tries no more
-			m.hosts.taken.record(t.key)
+	if m.set.sharePer > 0 {
+		if l, served, err := m.sharedRoute(c); served {
+			return l, err
 		}
-		var locked *LockedError
-		switch {
-		case l != nil:
-			m.sharedAcquired(t, try, start)
-			return l, nil
-		case errors.As(err, &locked):
-			return nil, m.notAcquired(ctx, t, try, start, err)
-		case err != nil:
-			return nil, m.notAcquired(ctx, t, try, start, lockError(op, t, err))
+		if c.place != nil {
+			defer c.leavePlace()
 		}
 	}
-	var place chan struct{}
-	if !try && m.sharable(t) && m.hosts.waitPlaces != nil {
-		// Under WithWaitSessions: a place to wait on a session of its own, or none (see
-		// shared_wait.go).
-		l, p, err := m.park(ctx, t, start)
-		switch {
-		case l != nil:
-			return l, nil
-		case err != nil:
-			return nil, m.notAcquired(ctx, t, try, start, lockError(op, t, err))
-		}
-		place = p
-		defer func() {
-			if place != nil { // not given to a session that holds the lock
-				<-place
-			}
-		}()
-	}
+	return m.ownRoute(c)
+}
+
+// ownRoute takes the lock on a session of the call's own: a pool connection pinned for
+// it. A session the server ended before the call returned is tried once more.
+func (m *Manager) ownRoute(c *lockCall) (*Lock, error) {
+	ctx, t, try := c.ctx, c.t, c.try
 	for attempt := 0; ; attempt++ {
-		s, err := m.acquire(ctx, t, waitPool)
+		s, err := m.acquire(ctx, t, c.waitPool)
 		if err != nil {
-			return nil, m.notAcquired(ctx, t, try, start, lockError(op, t, err))
+			return nil, m.notAcquired(ctx, t, try, c.start, lockError(c.op, t, err))
 		}
 		if try {
 			err = s.tryLock(ctx)
@@ -143,28 +133,39 @@ func (m *Manager) attempt(ctx context.Context, t target, mode attemptMode) (*Loc
 			err = s.lock(ctx)
 		}
 		if err == nil {
-			s.holdPlace(place) // the session and its holding keep the place until the connection goes back
-			place = nil
-			m.gates.held(s)
-			s.logAcquired(start)
-			if h := m.set.hooks.Acquired; h != nil && !t.quiet {
-				ev := s.event(time.Since(start), 0, "", nil)
-				ev.Try = try
-				callUser(m.set.logger, "hook Acquired", func() { h(ev) })
-			}
-			return &s.handle, nil
+			return m.ownAcquired(c, s), nil
 		}
 		s.end(true, ErrNotHeld)
 		var locked *LockedError
 		switch {
 		case errors.As(err, &locked):
-			return nil, m.notAcquired(ctx, t, try, start, err)
+			return nil, m.notAcquired(ctx, t, try, c.start, err)
 		case attempt > 0 || !retryable(ctx, err):
-			return nil, m.notAcquired(ctx, t, try, start, lockError(op, t, err))
+			return nil, m.notAcquired(ctx, t, try, c.start, lockError(c.op, t, err))
 		}
 		s.log(slog.LevelWarn, "advisory: the lock call's session ended before it returned; trying once more",
 			slog.String("cause", err.Error()))
 	}
+}
+
+// ownAcquired hands the call the lock its session s took, and reports it.
+func (m *Manager) ownAcquired(c *lockCall, s *pin) *Lock {
+	if c.place != nil {
+		s.holdPlace(c.place) // the session and its holding keep the place until the connection goes back
+		c.place = nil
+	}
+	if s.handoff {
+		m.gates.held(s)
+	}
+	if m.set.logger != nil {
+		s.logAcquired(c.start)
+	}
+	if m.set.hooks.Acquired != nil && !c.t.quiet {
+		ev := s.event(time.Since(c.start), 0, "", nil)
+		ev.Try = c.try
+		m.fireAcquired(ev)
+	}
+	return &s.handle
 }
 
 // notAcquired reports a failed Lock or TryLock call to the NotAcquired hook, and returns

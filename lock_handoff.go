@@ -210,10 +210,8 @@ func (m *Manager) handedTo(ctx context.Context, t target, p *pin, start time.Tim
 		return nil, m.notAcquired(ctx, t, false, start, lockError("lock", t, err))
 	}
 	p.logAcquired(start)
-	if h := m.set.hooks.Acquired; h != nil {
-		ev := p.event(time.Since(start), 0, "", nil)
-		ev.Handoff = true
-		callUser(m.set.logger, "hook Acquired", func() { h(ev) })
-	}
+	ev := p.event(time.Since(start), 0, "", nil)
+	ev.Handoff = true
+	m.fireAcquired(ev)
 	return &p.handle, nil
 }

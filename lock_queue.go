@@ -205,3 +205,20 @@ func (gs *gates) advance(k gateKey, g *gate) {
 		gs.spare = g
 	}
 }
+
+// queueRoute queues a Lock call behind this Manager's other calls for the key (see
+// gates), so that they wait on the server one at a time instead of each pinning a
+// connection. It serves the call (served) if a holder of this Manager handed it the
+// lock (see lock_handoff.go), or if its wait in the queue failed; else the call goes on,
+// first in the queue, and must leave it (gates.stopWaiting) when it returns.
+func (m *Manager) queueRoute(c *lockCall) (l *Lock, served bool, err error) {
+	handed, err := m.gates.enter(c.ctx, c.t, m.closing)
+	switch {
+	case err != nil:
+		return nil, true, m.notAcquired(c.ctx, c.t, c.try, c.start, lockError(c.op, c.t, err))
+	case handed != nil:
+		l, err = m.handedTo(c.ctx, c.t, handed, c.start)
+		return l, true, err
+	}
+	return nil, false, nil
+}

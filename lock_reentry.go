@@ -98,19 +98,14 @@ func (m *Manager) reentered(ctx context.Context, c *Lock, t target) (*Lock, erro
 	if err := c.Err(); err != nil {
 		return nil, &causeError{"the holding its ctx carries has ended", err}
 	}
-	p := c.s
 	if c.Shared() && !t.shared {
 		return nil, fmt.Errorf("%w: its ctx carries a shared holding of the lock, and the call is exclusive", ErrNotReentrant)
 	}
-	nest := p.nest
-	if c.sh != nil {
-		nest = c.sh.nest
-	}
-	l, depth, err := nest(t.name)
+	l, depth, err := c.nest(t.name)
 	if err != nil {
 		return nil, &causeError{"the holding its ctx carries has ended", err}
 	}
-	p.log(slog.LevelDebug, "advisory: lock re-entered", slog.Int("open", depth))
+	c.s.log(slog.LevelDebug, "advisory: lock re-entered", slog.Int("open", depth))
 	return l, nil
 }
 
@@ -139,12 +134,13 @@ func (m *Manager) refuseForeign(ctx context.Context, c *Lock) error {
 	return err
 }
 
-// A re-entered Lock (Lock.in set) shares its holding's pin, so that what it reads or
-// runs on the holding (Key, PID, Token, BeginFunc, the work tag, Drain) is the holding's;
-// it has its own end: Done, Err and Unlock are its own. The pin keeps its open re-entered
-// Locks (pin.nested, under pin.mu) and ends them when it ends or its release begins, so
-// that they are told before the server frees the lock.
+// A re-entered Lock stands on a reentry: it shares its holding's pin, so that what it
+// reads or runs on the holding (Key, PID, Token, BeginFunc, the work tag, Drain) is the
+// holding's; it has its own end: Done, Err and Unlock are its own. The holding keeps its
+// open re-entered Locks (footing.nestedSet, under the pin's mu) and ends them when it ends
+// or its release begins, so that they are told before the server frees the lock.
 type reentry struct {
+	of   footing // the holding it re-entered: a pin, or a sharedHolding
 	done chan struct{}
 	err  error // under the pin's mu; nil while open
 }
@@ -156,83 +152,88 @@ var errHoldingReleased = fmt.Errorf("%w: the holding it re-entered was released"
 // errHoldingReleasing is the error of a re-entry while the holding is being released.
 var errHoldingReleasing = fmt.Errorf("%w: the holding is being released", ErrNotHeld)
 
-// nest opens a re-entered Lock named name on the held pin, and returns it with the
-// number of the pin's open re-entered Locks; or the holding's end.
-func (p *pin) nest(name string) (*Lock, int, error) {
+// nest opens a re-entered Lock named name on l's holding, and returns it with the
+// number of the holding's open re-entered Locks; or the holding's end.
+func (l *Lock) nest(name string) (*Lock, int, error) {
+	p, f := l.s, l.on.holding()
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	switch {
-	case p.state == stateEnded, p.announced:
-		return nil, 0, p.err
-	case p.closing:
-		return nil, 0, p.closedLoss()
-	case p.state == stateReleasing:
-		return nil, 0, errHoldingReleasing
+	if err := f.nestRefusal(); err != nil {
+		return nil, 0, err
 	}
-	l := &Lock{s: p, name: name, in: &reentry{done: make(chan struct{})}}
-	return l, p.nested.add(l), nil
+	r := &reentry{of: f, done: make(chan struct{})}
+	return &Lock{s: p, on: r, name: name}, f.nestedSet().add(r), nil
 }
 
 // nestedLocks are a holding's open re-entered Locks: a pin's, or a sharedHolding's. The
 // holding's pin's mu guards them.
-type nestedLocks map[*Lock]struct{}
+type nestedLocks map[*reentry]struct{}
 
-// add records l, and returns how many are open.
-func (n *nestedLocks) add(l *Lock) int {
+// add records r, and returns how many are open.
+func (n *nestedLocks) add(r *reentry) int {
 	if *n == nil {
 		*n = nestedLocks{}
 	}
-	(*n)[l] = struct{}{}
+	(*n)[r] = struct{}{}
 	return len(*n)
+}
+
+// endNested ends the pin's open re-entered Locks as its release begins (under p.mu):
+// endErr ErrNotHeld (an Unlock) ends them as released, else with endErr.
+func (p *pin) endNested(endErr error) {
+	if endErr == ErrNotHeld {
+		endErr = errHoldingReleased
+	}
+	p.nested.endAll(endErr)
 }
 
 // endAll ends every open one with err, and forgets them.
 func (n *nestedLocks) endAll(err error) {
-	for l := range *n {
-		l.in.err = err
-		close(l.in.done)
+	for r := range *n {
+		r.err = err
+		close(r.done)
 	}
 	*n = nil
 }
 
-// unlockNested is Unlock of a re-entered Lock: it ends l alone, with no statement.
-func (l *Lock) unlockNested() error {
+func (r *reentry) holds() target             { return r.of.holds() }
+func (r *reentry) doneChan() <-chan struct{} { return r.done }
+func (r *reentry) endOf() error              { return r.err }
+func (r *reentry) workTag() string           { return r.of.workTag() }
+func (r *reentry) holding() footing          { return r.of }
+func (r *reentry) nestRefusal() error        { return r.of.nestRefusal() }
+func (r *reentry) nestedSet() *nestedLocks   { return r.of.nestedSet() }
+
+// unlockFor is Unlock of a re-entered Lock: it ends l alone, with no statement.
+func (r *reentry) unlockFor(_ context.Context, l *Lock) error {
 	p := l.s
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if err := l.in.err; err != nil {
+	if err := r.err; err != nil {
 		return err
 	}
-	l.in.err = ErrNotHeld
-	if l.sh != nil {
-		delete(l.sh.nested, l)
-	} else {
-		delete(p.nested, l)
-	}
-	close(l.in.done)
+	r.err = ErrNotHeld
+	delete(*r.of.nestedSet(), r)
+	close(r.done)
 	return nil
 }
 
-// Reentered reports whether l re-entered a holding that its call's ctx carried (see
-// [Manager], reentrancy): its Unlock then releases nothing on the server, and it ends when that
-// holding ends, if not before. It does not block.
-func (l *Lock) Reentered() bool { return l.in != nil }
-
-// usable is checked first by the calls of a re-entered Lock that use its holding's
-// connection (BeginFunc, Token, Publish, Drain): nil for a Lock that is not re-entered;
-// else l's own end, if it has ended, or ErrNotReentrant while a BeginFunc of the holding
-// runs fn: the call would wait for that transaction, and code run by its fn (a nested
-// DoTx, say) would wait for itself.
-func (l *Lock) usable(op string) error {
-	if l.in == nil {
-		return nil
+// own is the holding's session, if it has one of its own: first l's own end, if it has
+// ended; then, for a call that runs a statement on it (BeginFunc, Token, Publish,
+// Drain), ErrNotReentrant while a BeginFunc of the holding runs fn: the call would wait
+// for that transaction, and code run by its fn (a nested DoTx, say) would wait for
+// itself.
+func (r *reentry) own(op string, l *Lock, stmt bool) (*pin, error) {
+	p, err := r.of.own(op, l, stmt)
+	if err != nil {
+		return nil, err
 	}
 	if err := l.Err(); err != nil {
-		return err
+		return nil, err
 	}
-	if l.s.inFn.Load() {
-		return &opError{op, l.s.describe(), fmt.Errorf("%w: a transaction of the holding is in progress "+
+	if stmt && p.inFn.Load() {
+		return nil, &opError{op, p.describe(), fmt.Errorf("%w: a transaction of the holding is in progress "+
 			"(BeginFunc, DoTx): use that transaction", ErrNotReentrant)}
 	}
-	return nil
+	return p, nil
 }

@@ -119,7 +119,8 @@ func TestLockFileKeepsTheSessionAlive(t *testing.T) {
 		require.True(t, time.Now().Before(deadline), "freed once the last descriptor closed")
 		time.Sleep(5 * time.Millisecond)
 	}
-	_, err = (&Lock{s: &pin{err: ErrNotHeld, state: stateEnded}}).File()
+	ended := &pin{err: ErrNotHeld, state: stateEnded}
+	_, err = (&Lock{s: ended, on: ended}).File()
 	require.ErrorIs(t, err, ErrNotHeld)
 }
 

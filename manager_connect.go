@@ -17,7 +17,6 @@ import (
 
 	"github.com/pgadvisory/advisory/internal/cancelreq"
 	"github.com/pgadvisory/advisory/internal/connstr"
-	"github.com/pgadvisory/advisory/internal/sockfd"
 )
 
 // minServerVersion is the oldest PostgreSQL the library supports, as serverVersion
@@ -123,20 +122,7 @@ func configure(cfg *pgxpool.Config, set *settings, ps *proxyState) *pgxpool.Conf
 	cc.AfterNetConnect = markMain(&ps.cancels, cc.AfterNetConnect)
 	cc.BuildContextWatcherHandler = newCancelHandler(set.cancelGrace)
 	cc.OnNotice = noticeRecorder(cc.OnNotice)
-	// An idle pooled connection whose backend was terminated (or whose server went away)
-	// already has the FATAL, or an EOF, waiting in its socket: ping it, which fails, so
-	// that the pool hands out another instead of a Lock meeting the FATAL. pgxpool pings
-	// by itself only connections idle for more than a second.
-	ping := cfg.ShouldPing
-	cfg.ShouldPing = func(ctx context.Context, p pgxpool.ShouldPingParams) bool {
-		if pg := p.Conn.PgConn(); sockfd.Pending(pg.Conn(), connFD(pg)) {
-			return true
-		}
-		if ping != nil {
-			return ping(ctx, p)
-		}
-		return p.IdleDuration > time.Second
-	}
+	cfg.ShouldPing = pingDead(cfg.ShouldPing)
 	next := cfg.AfterConnect
 	cfg.AfterConnect = func(ctx context.Context, conn *pgx.Conn) error {
 		if err := setUp(ctx, conn, set, ps); err != nil {

@@ -4,6 +4,11 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/pgadvisory/advisory/internal/sockfd"
 )
 
 // enter registers a call in progress; the caller must call m.active.Done when it returns.
@@ -120,6 +125,23 @@ func (m *Manager) unreserve() {
 	m.mu.Lock()
 	m.pinned--
 	m.mu.Unlock()
+}
+
+// pingDead is the pool's ShouldPing (after ping, the configuration's own, if any): an
+// idle pooled connection whose backend was terminated (or whose server went away)
+// already has the FATAL, or an EOF, waiting in its socket: ping it, which fails, so that
+// the pool hands out another instead of a Lock meeting the FATAL. pgxpool pings by
+// itself only connections idle for more than a second.
+func pingDead(ping func(context.Context, pgxpool.ShouldPingParams) bool) func(context.Context, pgxpool.ShouldPingParams) bool {
+	return func(ctx context.Context, p pgxpool.ShouldPingParams) bool {
+		if pg := p.Conn.PgConn(); sockfd.Pending(pg.Conn(), connFD(pg)) {
+			return true
+		}
+		if ping != nil {
+			return ping(ctx, p)
+		}
+		return p.IdleDuration > time.Second
+	}
 }
 
 // acquire takes a connection from the pool for a new session. With wait false it fails at

@@ -88,8 +88,15 @@ func setUp(ctx context.Context, conn *pgx.Conn, set *settings, ps *proxyState) e
 		}
 		ps.noteProxy()
 	}
+	return stamp(ctx, pg, settings, seen, set, ps, reported)
+}
+
+// stamp is setUp's last step on a connection that may lock: it applies the session
+// settings and a fresh ownership token, and records what setUp found in its CustomData.
+func stamp(ctx context.Context, pg *pgconn.PgConn, kv [][2]string, seen look, set *settings,
+	ps *proxyState, reported string) error {
 	token := newToken()
-	if err := apply(ctx, pg, append(settings, [2]string{ownerSetting, token}), seen.pid, reported); err != nil {
+	if err := apply(ctx, pg, append(kv, [2]string{ownerSetting, token}), seen.pid, reported); err != nil {
 		if errors.Is(err, errNotApplied) && seen.pid != pg.PID() {
 			return ps.sharing(pg, seen, fmt.Sprintf("the connection's setup statement did not run on its "+
 				"backend (pid %d), or found another client's token there; it changed nothing", seen.pid))

@@ -52,4 +52,4 @@ func (m *Manager) HoldersPair(ctx context.Context, p Pair) ([]Holder, error) {
 func (l *Lock) Pair() (Pair, bool) { return pairOf(l.Key()), l.pairForm() }
 
 // pairForm reports whether the lock is held in the two-int4 form.
-func (l *Lock) pairForm() bool { return l.sh == nil && l.s.pair }
+func (l *Lock) pairForm() bool { return l.on.holds().pair }

@@ -95,9 +95,9 @@ type pin struct {
 	fenceToken atomic.Int64 // the holding's fencing token once taken (Lock.Token); 0 before
 
 	nested nestedLocks // its open re-entered Locks (see lock_reentry.go); under mu
-	inFn   atomic.Bool // a caller's BeginFunc runs fn on the connection (see Lock.usable)
+	inFn   atomic.Bool // a caller's BeginFunc runs fn on the connection (see reentry.own)
 
-	// A transaction holding's (see holding_tx.go), owned like the connection: its
+	// A transaction holding's (see lease_tx.go), owned like the connection: its
 	// transaction's virtual id, once read (see txLease.identity), and dirty: a caller's
 	// writes (BeginFunc) wait in the transaction for the holding's COMMIT.
 	vxid  string
@@ -106,9 +106,8 @@ type pin struct {
 	beat *time.Timer   // the heartbeat's timer (see pin_heartbeat.go); nil while off. Under mu
 	turn chan struct{} // a Session's turn, which its heartbeat takes too; nil for a Lock
 
-	workOnce sync.Once
-	tag      string // the holding's work tag (see workTag), made on first use
-	dbOID    uint32 // the database's oid, read at set-up (see look): work tags and checks
+	tag   lazyTag // the holding's work tag (see workTag), made on first use
+	dbOID uint32  // the database's oid, read at set-up (see look): work tags and checks
 }
 
 type sessionState int
@@ -128,11 +127,11 @@ func newPin(m *Manager, pc *pgxpool.Conn, t target) *pin {
 	pid, token := ownership(pg)
 	s := &pin{m: m, lease: m.lease, pc: pc, pg: pg, cancel: handlerOf(pg), pid: pid, token: token,
 		key: t.key, name: t.name, shared: t.shared, pair: t.pair, gated: t.gated, tried: t.tried,
-		handoff: t.eligible() && m.set.handoffMax > 0,
+		handoff: m.set.handoffMax > 0 && t.eligible(),
 		st:      m.lease.statements(m, t, isDirect(pg)),
 		fd:      connFD(pg), txFD: -1, done: make(chan struct{})}
 	s.hidden.Store(t.hidden)
-	s.handle = Lock{s: s, name: t.name}
+	s.handle = Lock{s: s, on: s, name: t.name}
 	s.dbOID, _ = pg.CustomData()[dbOIDKey].(uint32) // read here, once: statements write CustomData
 	tok := pg.CustomData()[tokenKey]                // already boxed: the token as any, without a copy
 	if _, ok := tok.(string); !ok {

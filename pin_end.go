@@ -3,6 +3,7 @@ package advisory
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
@@ -16,11 +17,17 @@ import (
 // way, or the loss Close reports if that release is Close's; else the failed statement's
 // error (the connection is then closed).
 func (p *pin) release(ctx context.Context, endErr error) error {
-	p.awaitSettled(ctx)
-	if err := p.awaitTx(ctx); err != nil {
-		return err
+	if p.settled.Load() != nil { // a Semaphore's slot: see settleFirst
+		p.awaitSettled(ctx)
 	}
 	p.mu.Lock()
+	if p.state == stateInTx { // a caller's transaction (BeginFunc) runs: wait for its end
+		p.mu.Unlock()
+		if err := p.awaitTx(ctx); err != nil {
+			return err
+		}
+		p.mu.Lock()
+	}
 	switch p.state {
 	case stateEnded:
 		err := p.err
@@ -37,19 +44,19 @@ func (p *pin) release(ctx context.Context, endErr error) error {
 	p.state = stateReleasing
 	// Re-entered Locks are part of this holding: they end first, before the server (or
 	// a handoff's successor) can give the lock to anyone else.
-	if endErr == ErrNotHeld {
-		p.nested.endAll(errHoldingReleased)
-	} else {
-		p.nested.endAll(endErr)
+	if p.nested != nil {
+		p.endNested(endErr)
 	}
 	p.mu.Unlock()
-	if endErr == ErrNotHeld && p.passOn() { // an Unlock, with a Lock of this Manager queued
+	if endErr == ErrNotHeld && p.handoff && p.passOn() { // an Unlock, with a Lock of this Manager queued
 		return nil
 	}
 	if !p.stopWatch() {
 		return p.endErr()
 	}
-	p.withdrawValue()
+	if p.handle.announced.Load() { // published (Lock.Publish): see withdrawValue
+		p.withdrawValue()
+	}
 	// Only Close's release ends with a loss: the holding's writes must not commit then.
 	if err := p.unlock(ctx, !errors.Is(endErr, ErrLockLost)); err != nil {
 		var rel *releasedError
@@ -121,7 +128,9 @@ func (p *pin) endAs(keep, handedOff bool, err error) {
 		err = p.err // the loss seen during a transaction, which Done announced already
 	}
 	p.state, p.err = stateEnded, err
-	p.nested.endAll(err)
+	if p.nested != nil {
+		p.nested.endAll(err)
+	}
 	if p.beat != nil {
 		p.beat.Stop()
 	}
@@ -133,11 +142,13 @@ func (p *pin) endAs(keep, handedOff bool, err error) {
 	p.place = nil
 	p.mu.Unlock()
 	if !p.heldSince.IsZero() {
-		p.logEnd(err, p.heldSince)
-		if h := p.m.set.hooks.Ended; h != nil && !p.multi && !p.hidden.Load() {
+		if p.m.set.logger != nil {
+			p.logEnd(err, p.heldSince)
+		}
+		if p.m.set.hooks.Ended != nil && !p.multi && !p.hidden.Load() {
 			ev := p.event(0, time.Since(p.heldSince), endReason(err), lostErr(err))
 			ev.Handoff = handedOff
-			callUser(p.m.set.logger, "hook Ended", func() { h(ev) })
+			p.m.fireEnded(ev)
 		}
 	}
 	if dup >= 0 {
@@ -180,4 +191,45 @@ func (p *pin) discard() {
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 	defer cancel()
 	p.pg.Close(ctx)
+}
+
+// The pin as a footing (see lock_footing.go): the Lock's session, or its transaction,
+// of its own.
+
+func (p *pin) holds() target             { return target{key: p.key, name: p.name, shared: p.shared, pair: p.pair} }
+func (p *pin) doneChan() <-chan struct{} { return p.done }
+func (p *pin) endOf() error              { return p.err }
+func (p *pin) holding() footing          { return p }
+func (p *pin) nestedSet() *nestedLocks   { return &p.nested }
+
+// own: the pin is a session (or transaction) of the Lock's own.
+func (p *pin) own(string, *Lock, bool) (*pin, error) { return p, nil }
+
+// nestRefusal: a re-entry nests only while the pin holds its lock.
+func (p *pin) nestRefusal() error {
+	switch {
+	case p.state == stateEnded, p.announced:
+		return p.err
+	case p.closing:
+		return p.closedLoss()
+	case p.state == stateReleasing:
+		return errHoldingReleasing
+	}
+	return nil
+}
+
+// unlockFor is Unlock of l, the pin's own Lock: see Lock.Unlock.
+func (p *pin) unlockFor(ctx context.Context, l *Lock) error {
+	err := p.release(ctx, ErrNotHeld)
+	if l.announced.CompareAndSwap(true, false) {
+		p.m.announceReleased(gateKey{p.key, p.pair})
+	}
+	var rel *releasedError
+	switch {
+	case err == nil, errors.Is(err, ErrNotHeld), errors.Is(err, ErrLockLost):
+		return err
+	case errors.As(err, &rel):
+		return &opError{"unlock", describe(p.key, l.name, p.pair), fmt.Errorf("the lock is released, but: %w", rel.err)}
+	}
+	return &opError{"unlock", describe(p.key, l.name, p.pair), fmt.Errorf("release not confirmed, connection closed: %w", err)}
 }

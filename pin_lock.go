@@ -16,9 +16,21 @@ import (
 // holds the lock, ctx was not done, and the watcher runs; on any error it does not hold
 // the lock, as verified with the server or by closing the connection.
 func (p *pin) lock(ctx context.Context) error {
-	disarm := p.logWaitLater(ctx)
-	pid, owned, err := p.wait(ctx)
-	disarm()
+	var disarm func() bool
+	if p.m.set.logger != nil {
+		disarm = p.logWaitLater(ctx)
+	}
+	var pid uint32
+	var owned *bool
+	var err error
+	if p.m.set.heartbeat > 0 { // in slices (see pin_slices.go)
+		pid, owned, err = p.wait(ctx)
+	} else {
+		pid, owned, err = p.lease.take(p, ctx, false)
+	}
+	if disarm != nil {
+		disarm()
+	}
 	p.setState(stateSettling)
 	interrupted := p.cancel.Settle()
 	if perr := p.lease.check(p, pid, owned, err); perr != nil {

@@ -80,7 +80,7 @@ func (p *pin) ownRow(ctx context.Context, sql string) error {
 			}
 		}
 		_, err = rr.Close()
-		if !again && sqlState(err) == "26000" {
+		if !again && err != nil && sqlState(err) == "26000" {
 			p.forgetOwn(sql)
 			continue
 		}

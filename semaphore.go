@@ -117,10 +117,10 @@ func (sem *Semaphore) report(ctx context.Context, try bool, start time.Time, l *
 		ev := LockEvent{Name: sem.name, Key: sem.turnstile.key, Try: try, Wait: time.Since(start),
 			Reason: failReason(ctx, err), Err: err}
 		callUser(sem.m.set.logger, "hook NotAcquired", func() { hooks.NotAcquired(ev) })
-	case err == nil && hooks.Acquired != nil:
+	case err == nil:
 		ev := l.s.event(time.Since(start), 0, "", nil)
 		ev.Try = try
-		callUser(sem.m.set.logger, "hook Acquired", func() { hooks.Acquired(ev) })
+		sem.m.fireAcquired(ev)
 	}
 	if err != nil {
 		return nil, err

@@ -1,6 +1,7 @@
 package advisory
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -18,9 +19,8 @@ func (m *Manager) sharedAcquired(t target, try bool, start time.Time) {
 		m.set.logger.Debug("advisory: lock acquired on a shared session", slog.String("lock", describe(t.key, t.name, t.pair)),
 			slog.Duration("waited", wait.Round(time.Microsecond)))
 	}
-	if h := m.set.hooks.Acquired; h != nil && !t.quiet {
-		ev := LockEvent{Name: t.name, Key: t.key, Shared: t.shared, Try: try, Wait: wait}
-		callUser(m.set.logger, "hook Acquired", func() { h(ev) })
+	if !t.quiet {
+		m.fireAcquired(LockEvent{Name: t.name, Key: t.key, Shared: t.shared, Try: try, Wait: wait})
 	}
 }
 
@@ -47,10 +47,7 @@ func (sh *sharedHolding) end(err error) {
 		p.log(slog.LevelWarn, "advisory: lock on a shared session lost", slog.String("lock", describe(sh.t.key, sh.t.name, sh.t.pair)),
 			slog.Duration("held", held.Round(time.Microsecond)), slog.String("cause", err.Error()))
 	}
-	if hook := p.m.set.hooks.Ended; hook != nil {
-		ev := LockEvent{Name: sh.t.name, Key: sh.t.key, Shared: sh.t.shared, Held: held, Reason: endReason(err), Err: lostErr(err)}
-		callUser(p.m.set.logger, "hook Ended", func() { hook(ev) })
-	}
+	p.m.fireEnded(LockEvent{Name: sh.t.name, Key: sh.t.key, Shared: sh.t.shared, Held: held, Reason: endReason(err), Err: lostErr(err)})
 	close(sh.done)
 }
 
@@ -69,43 +66,73 @@ func (sh *sharedHolding) endNested(err error) {
 	p.mu.Unlock()
 }
 
-// nest opens a re-entered Lock named name on the holding (see pin.nest).
-func (sh *sharedHolding) nest(name string) (*Lock, int, error) {
-	p := sh.h.s.pin
-	p.mu.Lock()
-	defer p.mu.Unlock()
+// The sharedHolding as a footing (see lock_footing.go): a slot on a shared session.
+
+func (sh *sharedHolding) holds() target             { return sh.t }
+func (sh *sharedHolding) doneChan() <-chan struct{} { return sh.done }
+func (sh *sharedHolding) endOf() error              { return sh.err }
+func (sh *sharedHolding) holding() footing          { return sh }
+func (sh *sharedHolding) nestedSet() *nestedLocks   { return &sh.nested }
+
+// nestRefusal: a re-entry nests only while the holding is held, its Unlock not begun.
+func (sh *sharedHolding) nestRefusal() error {
 	switch {
 	case sh.err != nil:
-		return nil, 0, sh.err
+		return sh.err
 	case sh.ending:
-		return nil, 0, errHoldingReleasing
+		return errHoldingReleasing
 	}
-	l := &Lock{s: p, name: name, sh: sh, in: &reentry{done: make(chan struct{})}}
-	return l, sh.nested.add(l), nil
+	return nil
 }
 
 // workTag is the holding's work tag: its key's prefix, and its host's pid with a nonce
 // of its own (see pin.workTag).
 func (sh *sharedHolding) workTag() string {
-	sh.tagOnce.Do(func() {
-		p := sh.h.s.pin
-		sh.tag = tagPrefix(p.dbOID, sh.t.key, sh.t.pair) + holderTag(p.pid)
-	})
-	return sh.tag
+	p := sh.h.s.pin
+	return sh.tag.get(func() string { return tagPrefix(p.dbOID, sh.t.key, sh.t.pair) }, p.pid)
 }
 
-// sharedRefusal is the error of a call that needs a session of the holding's own (see
-// WithSharedSessions), or nil for a Lock that has one.
-func (l *Lock) sharedRefusal(op string) error {
-	if l.sh == nil {
-		return nil
-	}
-	return &opError{op, describe(l.sh.t.key, l.name, l.sh.t.pair), fmt.Errorf("%w: use Do, DoTx or a Manager "+
+// own: a holding that shares its session has none of its own (see WithSharedSessions).
+func (sh *sharedHolding) own(op string, l *Lock, _ bool) (*pin, error) {
+	return nil, &opError{op, describe(sh.t.key, l.name, sh.t.pair), fmt.Errorf("%w: use Do, DoTx or a Manager "+
 		"without WithSharedSessions for a lock that needs its own session", ErrSharedSession)}
 }
 
-// SharesSession reports whether the lock is held on a server session that other holdings
-// of its Manager may share (see [WithSharedSessions]): then its loss is the session's,
-// and the calls that need a session of the lock's own fail with [ErrSharedSession]. It
-// does not block.
-func (l *Lock) SharesSession() bool { return l.sh != nil }
+// unlockFor releases the holding on its host, in the host's next batch, bounded by
+// cleanupTimeout whatever ctx (as a Session's Unlock): an unlock cut short would leave it
+// unknown whether the lock is still held.
+func (sh *sharedHolding) unlockFor(context.Context, *Lock) error {
+	h, p := sh.h, sh.h.s.pin
+	p.mu.Lock()
+	if sh.err != nil || sh.ending {
+		err := sh.err
+		p.mu.Unlock()
+		if err == nil {
+			err = errHoldingReleasing
+		}
+		return err
+	}
+	sh.ending = true
+	p.mu.Unlock()
+	k := gateKey{sh.t.key, sh.t.pair}
+	hs := &p.m.hosts
+	hs.mu.Lock()
+	h.busy++
+	hs.mu.Unlock()
+	sh.endNested(errHoldingReleased)
+	released, err := h.do(sh.t, false)
+	switch {
+	case err != nil && !errors.Is(err, errNotHeldByServer):
+		hs.done(h, k, nil, false)
+		sh.end(h.s.Err()) // the host is lost: its watch tells the others
+		return sh.endErr()
+	case !released:
+		hs.done(h, k, nil, true)
+		code, words := lossCause(errNotHeldByServer)
+		sh.end(&lostError{code, words, "", errNotHeldByServer})
+		return sh.endErr()
+	}
+	hs.done(h, k, nil, true)
+	sh.end(ErrNotHeld)
+	return nil
+}

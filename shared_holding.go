@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"time"
 )
 
@@ -19,9 +18,7 @@ type sharedHolding struct {
 	ending bool  // an Unlock has begun; under the host pin's mu
 	since  time.Time
 	nested nestedLocks // its open re-entered Locks; under the host pin's mu
-
-	tagOnce sync.Once
-	tag     string // its work tag, made on first use
+	tag    lazyTag     // its work tag, made on first use
 }
 
 // hostLost is take's error when the host ended before the key was held on it: the call
@@ -53,6 +50,36 @@ func (h *host) lost() error {
 // errMoved is take's error when a Lock waiting for a host whose opening waits for the
 // pool leaves it for a host that gained room: the call chooses again.
 var errMoved = errors.New("advisory: a shared session has room again")
+
+// sharedRoute serves a call under WithSharedSessions (served), if its target may share:
+// on a shared session if the lock is free there, or with the refusal of a try that
+// finds it taken. A Lock of a key found taken there (now, or lately) goes on to wait on
+// a session of its own; under WithWaitSessions it takes a place to first (parkRoute).
+func (m *Manager) sharedRoute(c *lockCall) (l *Lock, served bool, err error) {
+	if !m.sharable(c.t) {
+		return nil, false, nil
+	}
+	if c.try || !m.hosts.taken.skip(c.t.key) {
+		l, err := m.takeShared(c.ctx, c.t, c.try)
+		if c.t.tried = l == nil && err == nil; c.t.tried { // taken: the wait tries no more
+			m.hosts.taken.record(c.t.key)
+		}
+		var locked *LockedError
+		switch {
+		case l != nil:
+			m.sharedAcquired(c.t, c.try, c.start)
+			return l, true, nil
+		case errors.As(err, &locked):
+			return nil, true, m.notAcquired(c.ctx, c.t, c.try, c.start, err)
+		case err != nil:
+			return nil, true, m.notAcquired(c.ctx, c.t, c.try, c.start, lockError(c.op, c.t, err))
+		}
+	}
+	if c.try || m.hosts.waitPlaces == nil {
+		return nil, false, nil
+	}
+	return m.parkRoute(c)
+}
 
 // takeShared takes t's lock on a shared session. It returns the Lock; or nil, nil when
 // the call must go on as without sharing (a Lock whose key is taken: it waits on a
@@ -161,7 +188,7 @@ func (h *host) take(ctx context.Context, m *Manager, t target, room <-chan struc
 		sh.end(s.Err())
 		return nil, false, h.lost()
 	}
-	return &Lock{s: s.pin, name: t.name, sh: sh}, true, nil
+	return &Lock{s: s.pin, on: sh, name: t.name}, true, nil
 }
 
 // awaitOpen waits until h has opened (or failed to), ctx ends, or, while h is not open,
@@ -237,43 +264,4 @@ func (h *host) close() {
 		defer cancel()
 		h.s.Close(ctx) // on failure the connection is closed: it held nothing
 	}()
-}
-
-// unlock releases the holding on its host, in the host's next batch, bounded by
-// cleanupTimeout whatever ctx (as a Session's Unlock): an unlock cut short would leave it
-// unknown whether the lock is still held.
-func (sh *sharedHolding) unlock() error {
-	h, p := sh.h, sh.h.s.pin
-	p.mu.Lock()
-	if sh.err != nil || sh.ending {
-		err := sh.err
-		p.mu.Unlock()
-		if err == nil {
-			err = errHoldingReleasing
-		}
-		return err
-	}
-	sh.ending = true
-	p.mu.Unlock()
-	k := gateKey{sh.t.key, sh.t.pair}
-	hs := &p.m.hosts
-	hs.mu.Lock()
-	h.busy++
-	hs.mu.Unlock()
-	sh.endNested(errHoldingReleased)
-	released, err := h.do(sh.t, false)
-	switch {
-	case err != nil && !errors.Is(err, errNotHeldByServer):
-		hs.done(h, k, nil, false)
-		sh.end(h.s.Err()) // the host is lost: its watch tells the others
-		return sh.endErr()
-	case !released:
-		hs.done(h, k, nil, true)
-		code, words := lossCause(errNotHeldByServer)
-		sh.end(&lostError{code, words, "", errNotHeldByServer})
-		return sh.endErr()
-	}
-	hs.done(h, k, nil, true)
-	sh.end(ErrNotHeld)
-	return nil
 }

@@ -219,3 +219,25 @@ func (p *pin) holdPlace(place chan struct{}) {
 func varied(d time.Duration) time.Duration {
 	return d/2 + rand.N(d)
 }
+
+// parkRoute gives a Lock under WithWaitSessions a place to wait on a session of its own
+// (c.place, which the session that gets the lock keeps: see ownAcquired), or parks it
+// without a session until it takes the lock on a shared session (served), or fails.
+func (m *Manager) parkRoute(c *lockCall) (l *Lock, served bool, err error) {
+	l, place, err := m.park(c.ctx, c.t, c.start)
+	switch {
+	case l != nil:
+		return l, true, nil
+	case err != nil:
+		return nil, true, m.notAcquired(c.ctx, c.t, c.try, c.start, lockError(c.op, c.t, err))
+	}
+	c.place = place
+	return nil, false, nil
+}
+
+// leavePlace gives back the call's place if no session that holds the lock kept it.
+func (c *lockCall) leavePlace() {
+	if c.place != nil {
+		<-c.place
+	}
+}

@@ -34,10 +34,7 @@ func (l *Lock) WorkAppName(base string) string { return l.workName(base, false) 
 
 // workName is WorkAppName, with the pooled mark (see pooledMark) after the tag if pooled.
 func (l *Lock) workName(base string, pooled bool) string {
-	name := l.s.workTag()
-	if l.sh != nil {
-		name = l.sh.workTag()
-	}
+	name := l.on.workTag()
 	if pooled {
 		name += pooledMark
 	}
@@ -239,14 +236,12 @@ func (l *Lock) WorkConfig(cfg *pgconn.Config) {
 // holding's own work; while a BeginFunc of the holding runs fn it fails at once with
 // [ErrNotReentrant].
 func (l *Lock) Drain(ctx context.Context) (DrainReport, error) {
-	if err := l.sharedRefusal("drain the work of"); err != nil {
+	s, err := l.own("drain the work of", true)
+	if err != nil {
 		return DrainReport{}, err
 	}
-	if err := l.usable("drain the work of"); err != nil {
-		return DrainReport{}, err
-	}
-	d := &drainer{s: l.s, prefix: l.s.workPrefix(), start: time.Now(), index: map[sessionKey]int{}}
-	err := d.run(ctx)
+	d := &drainer{s: s, prefix: s.workPrefix(), start: time.Now(), index: map[sessionKey]int{}}
+	err = d.run(ctx)
 	return d.report, err
 }
 

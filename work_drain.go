@@ -116,7 +116,7 @@ func (d *drainer) onLockConn(ctx context.Context, stmt func(sctx context.Context
 }
 
 // freshStats makes the next statement on the lock's connection read pg_stat_activity as
-// it is now. Inside a transaction (a transaction holding's: see holding_tx.go) the server
+// it is now. Inside a transaction (a transaction holding's: see lease_tx.go) the server
 // reads it once and shows that snapshot until the transaction ends, or until
 // pg_stat_clear_snapshot; outside one, each statement reads it anew.
 func (p *pin) freshStats(ctx context.Context) error {

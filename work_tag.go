@@ -7,14 +7,25 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // workTag returns the holding's tag, made on first use.
-func (p *pin) workTag() string {
-	p.workOnce.Do(func() { p.tag = p.workPrefix() + holderTag(p.pid) })
-	return p.tag
+func (p *pin) workTag() string { return p.tag.get(p.workPrefix, p.pid) }
+
+// A lazyTag is a holding's work tag, made on first use: every kind of footing keeps
+// its tag in one.
+type lazyTag struct {
+	once sync.Once
+	tag  string
+}
+
+// get returns the tag: prefix's, then the holder part for the backend pid.
+func (w *lazyTag) get(prefix func() string, pid uint32) string {
+	w.once.Do(func() { w.tag = prefix() + holderTag(pid) })
+	return w.tag
 }
 
 // holderTag is the holder part of a work tag: the holding backend's pid, a dot, and a

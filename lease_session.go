@@ -19,7 +19,7 @@ func (sessionLease) statements(m *Manager, t target, direct bool) statements {
 }
 
 func (sessionLease) take(p *pin, ctx context.Context, try bool) (uint32, *bool, error) {
-	if d := p.sliced(); d > 0 && !try { // a slice of the wait: see pin_slices.go
+	if d := p.m.set.heartbeat; d > 0 && !try { // a slice of the wait (p.sliced()): see pin_slices.go
 		p.cancel.SetWaiting(true)
 		defer p.cancel.SetWaiting(false)
 		return p.sliceRow(ctx, sliceText(p.st.lock, keyLiteral(p.key), p.token, d))

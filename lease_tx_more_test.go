@@ -16,7 +16,7 @@ import (
 )
 
 // More of transaction holdings on a direct connection: tokens, Sessions, the drain,
-// in-process handoff, leaders and the heartbeat (see holding_tx_test.go).
+// in-process handoff, leaders and the heartbeat (see lease_tx_test.go).
 
 // TestTransactionHoldingTokens: tokens increase across holders, session and transaction
 // holdings alike; a token is durable once returned, though the holding's own transaction
