@@ -37,7 +37,7 @@ func QueuedForTest(m *Manager, key Key) int {
 }
 
 // WithPrepareNamedAtForTest makes a connection prepare a named statement at its n-th use
-// on that connection instead of its prepareNamedAt-th (see statements_firstuse.go).
+// on that connection instead of its prepareNamedAt-th (see pin_prepared.go).
 func WithPrepareNamedAtForTest(n int) Option {
 	return Option{apply: func(s *settings) error { s.prepareNamedAt = n; return nil }}
 }

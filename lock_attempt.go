@@ -9,6 +9,89 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 )
 
+// Lock takes the lock with the given name, blocking until it is held or ctx ends; the wait
+// happens on the server, with no polling. ctx governs getting a connection and the wait.
+// If ctx ends first, the error satisfies errors.Is(err, ctx.Err()), promptly, and the lock
+// is not held (a grant that raced the cancel is released first); it also wraps
+// [ErrPoolExhausted] if every connection stayed pinned by this Manager. An invalid name
+// wraps [ErrInvalidKey]; a closed Manager, [ErrClosed]. A connection found dead, or a
+// session the server ends before Lock returns (pg_terminate_backend while it waits), holds
+// nothing: Lock tries once more on a fresh connection, and returns a second such failure.
+//
+// Goroutines of one Manager that Lock the same name queue in the process, first come first
+// served, pinning at most two connections; across processes the order is the server's
+// ([WithLocalHandoff] lets the lock pass between them, within a bound).
+//
+// A call whose ctx carries a holding of the same lock re-enters it, or fails with
+// [ErrNotReentrant], at once (see [Manager]); any other Lock of a name this Manager holds
+// waits for its release, as PostgreSQL's would (after a second, a Warn is logged).
+func (m *Manager) Lock(ctx context.Context, name string) (*Lock, error) {
+	t, err := m.named(name, false)
+	if err != nil {
+		return nil, err
+	}
+	return m.attempt(ctx, t, modeLock)
+}
+
+// LockShared is [Manager.Lock] in shared mode (pg_advisory_lock_shared): any number of
+// shared holders coexist; an exclusive Lock of the same name waits for all of them, and
+// shared ones wait for an exclusive holder.
+func (m *Manager) LockShared(ctx context.Context, name string) (*Lock, error) {
+	t, err := m.named(name, true)
+	if err != nil {
+		return nil, err
+	}
+	return m.attempt(ctx, t, modeLock)
+}
+
+// LockKey is [Manager.Lock] for a raw 64-bit key (pg_advisory_lock(key)).
+func (m *Manager) LockKey(ctx context.Context, key Key) (*Lock, error) {
+	return m.attempt(ctx, target{key: key}, modeLock)
+}
+
+// LockKeyShared is [Manager.LockShared] for a raw 64-bit key.
+func (m *Manager) LockKeyShared(ctx context.Context, key Key) (*Lock, error) {
+	return m.attempt(ctx, target{key: key, shared: true}, modeLock)
+}
+
+// TryLock takes the lock with the given name if no other session holds it, without
+// waiting for it. If it is held elsewhere, TryLock returns a *[LockedError] wrapping
+// [ErrLocked]. It does not wait for a pool connection either when this Manager's locks and
+// waits pin all of them: it returns an error wrapping [ErrPoolExhausted] at once (under
+// [WithSharedSessions] too, when every shared session is full as well). ctx governs
+// connecting and the round trip; if ctx ends during the round trip the statement is
+// cancelled, as a Lock's wait is, and the lock is not held when TryLock returns: a grant
+// that raced the cancel is released first. Invalid names and a closed Manager fail as for
+// [Manager.Lock], and a dead connection or an ended session is tried once more as there;
+// a ctx that carries a holding of the lock re-enters it as there.
+func (m *Manager) TryLock(ctx context.Context, name string) (*Lock, error) {
+	t, err := m.named(name, false)
+	if err != nil {
+		return nil, err
+	}
+	return m.attempt(ctx, t, modeTry)
+}
+
+// TryLockShared is [Manager.TryLock] in shared mode (pg_try_advisory_lock_shared): it
+// fails with [ErrLocked] only if an exclusive holder has the lock.
+func (m *Manager) TryLockShared(ctx context.Context, name string) (*Lock, error) {
+	t, err := m.named(name, true)
+	if err != nil {
+		return nil, err
+	}
+	return m.attempt(ctx, t, modeTry)
+}
+
+// TryLockKey is [Manager.TryLock] for a raw 64-bit key (pg_try_advisory_lock(key)).
+func (m *Manager) TryLockKey(ctx context.Context, key Key) (*Lock, error) {
+	return m.attempt(ctx, target{key: key}, modeTry)
+}
+
+// TryLockKeyShared is [Manager.TryLockShared] for a raw 64-bit key.
+func (m *Manager) TryLockKeyShared(ctx context.Context, key Key) (*Lock, error) {
+	return m.attempt(ctx, target{key: key, shared: true}, modeTry)
+}
+
 // target is what a Lock call asks for: a key, the name it came from ("" for a raw key),
 // and the mode.
 type target struct {

@@ -106,7 +106,7 @@ func requireCheckedStatements(t *testing.T, cfg modelcheck.Config) {
 }
 
 // namesPreparedSoon returns cfg with every connection's statement cache at 4 and names
-// prepared at their second use (see statements_firstuse.go: half the cache is the budget
+// prepared at their second use (see pin_prepared.go: half the cache is the budget
 // of prepared named statements), so that the model's few names reach every path: prepared,
 // unprepared before their second use, and unprepared past the budget.
 func namesPreparedSoon(cfg modelcheck.Config) modelcheck.Config {

@@ -3,7 +3,7 @@ package advisory
 import (
 	"context"
 	"errors"
-	"strconv"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/pgadvisory/advisory/internal/cancelreq"
+	"github.com/pgadvisory/advisory/internal/sockfd"
 	"github.com/pgadvisory/advisory/internal/sockwatch"
 )
 
@@ -200,49 +201,103 @@ func (p *pin) unlockRow(ctx context.Context) (uint32, *bool, error) {
 	return pid, ok, err
 }
 
-// unlockFailure says what a failed unlock means. If the connection failed by itself (the
-// session was terminated, the server went away, the network failed) rather than because
-// ctx ended, the lock may have been lost before the unlock reached the server: that is a
-// loss, and the caller must hear ErrLockLost. A FATAL from the server is such a failure
-// even when ctx has ended too (the two raced): the server ended the session, ctx did not.
-func (p *pin) unlockFailure(ctx context.Context, err error) (endErr error, lost bool) {
-	if errors.Is(err, errNotHeldByServer) || serverEnded(err) || (ctx.Err() == nil && !usable(p.pg, err)) {
-		return p.lossError(err, ""), true
-	}
-	return err, false
-}
-
-// op and describe name the session in messages: the lock it holds, or, for a Session's
-// connection, the connection.
-func (p *pin) op() string {
-	if p.multi {
-		return "session"
-	}
-	return "lock"
-}
-
-func (p *pin) describe() string {
-	if p.multi {
-		return "(backend pid " + strconv.FormatUint(uint64(p.pid), 10) + ")"
-	}
-	return describe(p.key, p.name, p.pair)
-}
-
 func (p *pin) setState(st sessionState) {
 	p.mu.Lock()
 	p.state = st
 	p.mu.Unlock()
 }
 
-// isHeld reports whether the pin holds its lock: held, or lent to a transaction.
-func (p *pin) isHeld() bool {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return (p.state == stateHeld || p.state == stateInTx) && !p.announced
+// Keys of a connection's PgConn.CustomData set by its setup (see manager_setup.go): the backend
+// pid as pg_backend_pid() reported it (a proxy answers the startup with a BackendKeyData
+// of its own, so PgConn.PID is not to be trusted for this), the ownership token, and the
+// socket's descriptor (see connFD), the database's oid (see workTag), and, only on a connection that goes straight to its
+// backend (see look.directPath), directKey.
+const (
+	backendPIDKey = "advisory.backendPID"
+	tokenKey      = "advisory.token"
+	fdKey         = "advisory.fd"
+	directKey     = "advisory.direct"
+	dbOIDKey      = "advisory.dbOID"
+)
+
+// isDirect reports whether the connection was found at setup to go straight to its
+// backend, with no proxy or address translation between.
+func isDirect(pg *pgconn.PgConn) bool {
+	d, _ := pg.CustomData()[directKey].(bool)
+	return d
 }
 
-func (p *pin) isClosing() bool {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.closing
+// connFD returns the descriptor of the connection's socket (-1 if it has none), found
+// once at setup: a connection keeps its socket for life, and asking the runtime for it
+// on every Lock cost two allocations.
+func connFD(pg *pgconn.PgConn) int {
+	if fd, ok := pg.CustomData()[fdKey].(int); ok {
+		return fd
+	}
+	return sockfd.FD(pg.Conn())
+}
+
+func ownership(pg *pgconn.PgConn) (pid uint32, token string) {
+	pid, ok := pg.CustomData()[backendPIDKey].(uint32)
+	if !ok {
+		pid = pg.PID()
+	}
+	token, _ = pg.CustomData()[tokenKey].(string)
+	return pid, token
+}
+
+// isPoolerSymptom reports the errors pgx's prepared statements meet behind a
+// transaction-pooling proxy: a statement prepared on this very connection vanished
+// (26000), or one of the same name already exists (42P05) because another client
+// prepared it on the same backend.
+func isPoolerSymptom(err error) bool {
+	code := sqlState(err)
+	return code == "26000" || code == "42P05"
+}
+
+// checkBackend fails the session loudly, and closes its connection, if a lock statement
+// ran on a backend other than the connection's own (owned is nil: the statement did
+// nothing there, see ownedBy) or hit a prepared-statement symptom. It never unlocks
+// anything on a backend that is not the connection's own: that lock would be someone
+// else's. Other errors are left to the caller.
+func (p *pin) checkBackend(pid uint32, owned *bool, err error) error {
+	switch {
+	case err == nil:
+		if perr := p.checkOwned(pid, owned); perr != nil {
+			p.discard()
+			return perr
+		}
+	case isPoolerSymptom(err):
+		p.discard()
+		return fmt.Errorf("%w: a statement prepared on this connection met another client's on the server"+sessionHint+": %w", ErrPooler, err)
+	}
+	return nil
+}
+
+// sessionHint ends the errors of session holdings that met a transaction pooler the
+// probe did not catch (busy clients can hide one): what the user can do.
+const sessionHint = "; a session-level lock cannot be held through a transaction pooler (PgBouncer " +
+	"pool_mode=transaction?): hold by transaction " +
+	"(WithHolding(HoldingTransaction)), or connect directly or through session pooling"
+
+// checkOwned returns nil if a statement that returned (pid, owned) ran on the
+// connection's own backend, and ErrStandby if it ran on a standby.
+func (p *pin) checkOwned(pid uint32, owned *bool) error {
+	switch {
+	case pid == 0: // a lock statement on a standby (see statements_primary.go)
+		return standbyError()
+	case owned == nil && pid == p.pid:
+		return fmt.Errorf("%w: the connection's backend (pid %d) no longer carries its ownership token: "+
+			"another client's statements ran there"+sessionHint, ErrPooler, pid)
+	case owned == nil || pid != p.pid:
+		return fmt.Errorf("%w: the connection's backend is pid %d but the statement ran on pid %d, "+
+			"which belongs to another client; it did nothing there"+sessionHint, ErrPooler, p.pid, pid)
+	}
+	return nil
+}
+
+// foreignError is the error of a clean-up statement that ran on another client's backend.
+func (p *pin) foreignError() error {
+	return fmt.Errorf("%w: a statement of the connection (backend pid %d) ran on another client's backend; "+
+		"it did nothing there", ErrPooler, p.pid)
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
@@ -232,4 +233,45 @@ func (p *pin) unlockFor(ctx context.Context, l *Lock) error {
 		return &opError{"unlock", describe(p.key, l.name, p.pair), fmt.Errorf("the lock is released, but: %w", rel.err)}
 	}
 	return &opError{"unlock", describe(p.key, l.name, p.pair), fmt.Errorf("release not confirmed, connection closed: %w", err)}
+}
+
+// unlockFailure says what a failed unlock means. If the connection failed by itself (the
+// session was terminated, the server went away, the network failed) rather than because
+// ctx ended, the lock may have been lost before the unlock reached the server: that is a
+// loss, and the caller must hear ErrLockLost. A FATAL from the server is such a failure
+// even when ctx has ended too (the two raced): the server ended the session, ctx did not.
+func (p *pin) unlockFailure(ctx context.Context, err error) (endErr error, lost bool) {
+	if errors.Is(err, errNotHeldByServer) || serverEnded(err) || (ctx.Err() == nil && !usable(p.pg, err)) {
+		return p.lossError(err, ""), true
+	}
+	return err, false
+}
+
+// op and describe name the session in messages: the lock it holds, or, for a Session's
+// connection, the connection.
+func (p *pin) op() string {
+	if p.multi {
+		return "session"
+	}
+	return "lock"
+}
+
+func (p *pin) describe() string {
+	if p.multi {
+		return "(backend pid " + strconv.FormatUint(uint64(p.pid), 10) + ")"
+	}
+	return describe(p.key, p.name, p.pair)
+}
+
+// isHeld reports whether the pin holds its lock: held, or lent to a transaction.
+func (p *pin) isHeld() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return (p.state == stateHeld || p.state == stateInTx) && !p.announced
+}
+
+func (p *pin) isClosing() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.closing
 }

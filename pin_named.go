@@ -15,7 +15,7 @@ import (
 // (Holders, pgadvisory status and anyone looking read it there), and on a direct
 // connection its key as a literal: one text per name, which the server parses at each
 // use until the connection has used it often enough to prepare it
-// (statements_firstuse.go). A fleet that locks many names, each rarely on any one
+// (pin_prepared.go). A fleet that locks many names, each rarely on any one
 // connection, paid that parse on nearly every lock. Measured at fleet scale (bench
 // -statements: 1,000 backends, 1,000 names, plain pgx, 7 interleaved reps on 2 CPUs): the
 // named statement cost 1.31x the by-key statement's server CPU per lock when paced

@@ -58,7 +58,7 @@ var baseStatements = func() (b [2][2][2]statements) {
 // the name's comment (and on a direct connection its key) written in when it has a name.
 func statementsFor(name string, shared, pair, direct bool) statements {
 	st := baseStatements[b2i(direct)][b2i(shared)][b2i(pair)]
-	// With a name the statement text differs per name: statements_firstuse.go says when
+	// With a name the statement text differs per name: pin_prepared.go says when
 	// such a text is prepared on a connection (from its 32nd use, within a budget per
 	// connection) and when it is sent unprepared, parsed by the server each time.
 	if name != "" {

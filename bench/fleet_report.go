@@ -193,7 +193,7 @@ func (fr fleetResults) findings(b *strings.Builder) {
 		"round trip of its own) and caches it (`statement_cache_capacity`, 512 by default); over 1,000 names, "+
 		"prepared on first use, named locks reached 0.26x raw's locks/s (an earlier run of this table). The "+
 		"library prepares a name's statement once a connection has run it 32 times, up to half the statement "+
-		"cache per connection, so that none is evicted and prepared again (statements_firstuse.go, which gives the "+
+		"cache per connection, so that none is evicted and prepared again (pin_prepared.go, which gives the "+
 		"measurements behind 32: a use that prepares costs about three unprepared ones; one connection cycling "+
 		"1,000 names, `BenchmarkCycleManyNames`: 1.57x the raw floor before the budget, 1.17x with it). Until "+
 		"then the server parses the named statement at each use, which with 1,000 backends each used rarely is "+
