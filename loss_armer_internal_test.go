@@ -120,6 +120,28 @@ func TestLossWhileQueuedInTheArmer(t *testing.T) {
 	assert.Zero(t, locksOn(t, admin, t.Name(), t.Name()+"/unlock"))
 }
 
+// TestArmerTicksThroughSteadyTraffic (issue 47): after a tick that armed a session, the
+// armer keeps ticking instead of parking, so a Lock held meanwhile is armed at the next
+// tick without waking the armer's goroutine itself; only a tick that finds nothing
+// queued parks it.
+func TestArmerTicksThroughSteadyTraffic(t *testing.T) {
+	m, _ := armerManager(t, 500*time.Millisecond)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	require.Eventually(t, func() bool { return m.armer.parks.Load() == 1 }, 10*time.Second, time.Millisecond, "parked, nothing queued")
+	first, err := m.Lock(ctx, t.Name()+"/1")
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return watchOf(first.s) == watchPolled }, 10*time.Second, time.Millisecond)
+	second, err := m.Lock(ctx, t.Name()+"/2")
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return watchOf(second.s) == watchPolled }, 10*time.Second, time.Millisecond)
+	assert.Equal(t, int64(1), m.armer.parks.Load(), "the armer parked between two ticks that armed sessions")
+	require.Eventually(t, func() bool { return m.armer.parks.Load() == 2 }, 10*time.Second, time.Millisecond,
+		"parked after a tick that found nothing")
+	require.NoError(t, first.Unlock(ctx))
+	require.NoError(t, second.Unlock(ctx))
+}
+
 func requireHeldByPID(t *testing.T, admin *pgxpool.Pool, key Key, pid uint32) {
 	t.Helper()
 	var holder uint32
