@@ -83,6 +83,9 @@ func pooledRows(variants bool) []*pooledRow {
 			open: rawPooled("BEGIN; " + pooledSettings + pooledLibLock)},
 		&pooledRow{name: "raw, 2 round trips, SET LOCAL x8 and the library's lock SELECT", floor: 0,
 			open: rawPooled("BEGIN; " + pooledSetLocal + pooledLibLock)},
+		&pooledRow{name: "raw, 2 round trips, SET LOCAL of the 4 timeouts and checks only (no keepalive)", floor: 0,
+			open: rawPooled("BEGIN; SET LOCAL lock_timeout = 0; SET LOCAL statement_timeout = 0; " +
+				"SET LOCAL idle_in_transaction_session_timeout = 0; SET LOCAL client_connection_check_interval = 1000; " + pooledLibLock)},
 		&pooledRow{name: "raw, 2 round trips, SET LOCAL x2, 6 set_config in the lock SELECT", floor: 0,
 			open: rawPooled("BEGIN; SET LOCAL statement_timeout = 0; SET LOCAL client_connection_check_interval = 1000; " + pooledInLock)},
 	)

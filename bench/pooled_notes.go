@@ -49,6 +49,12 @@ per-round ratios; the other placements within 0.1x):
 | 2 round trips, the library's text now (SET LOCAL + lock SELECT) | 1.16x |
 | 2 round trips, 2 SET LOCAL and the other 6 set_config inside the lock SELECT | 1.22x |
 
+In another run with one more row (5 rounds of 500 cycles, load 12 → 10, one core): the
+library's text now 1.25x, the same without the four keepalive settings 1.13x, the lock
+SELECT alone 1.09x. The more rows a run interleaves, the longer each connection idles
+between its cycles, and the worse the library's ratio (1.42-1.45x one core in that run,
+against 1.22-1.37x with the four rows alone): part of its cost is waking up after idling.
+
 - **The settings** cost the server 0.11-0.19x of the floor as SET LOCAL statements,
   0.24-0.32x as one SELECT of set_config (planned, given a snapshot, answered with a
   row). Each holding must carry all eight: behind a transaction pooler its transaction
