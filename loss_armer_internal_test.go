@@ -125,7 +125,9 @@ func TestLossWhileQueuedInTheArmer(t *testing.T) {
 // tick without waking the armer's goroutine itself; only a tick that finds nothing
 // queued parks it.
 func TestArmerTicksThroughSteadyTraffic(t *testing.T) {
-	m, _ := armerManager(t, 500*time.Millisecond)
+	// The second Lock must be queued within a tick of the first's arming: a delay far
+	// longer than a Lock, whatever the machine's load.
+	m, _ := armerManager(t, 3*time.Second)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	require.Eventually(t, func() bool { return m.armer.parks.Load() == 1 }, 10*time.Second, time.Millisecond, "parked, nothing queued")
