@@ -66,10 +66,12 @@ func (a *armer) poke() {
 	}
 }
 
-// run ticks every delay while ticks find sessions queued, and parks after a tick that
-// found none. In steady traffic it so wakes once per delay, on its timer: a queue finds it
-// ticking, and its poke only fills the wake channel's buffer, without waking a thread
-// (waking the goroutine for every Lock cost a thread wake-up per cycle; issue 47).
+// run ticks every delay while its ticks find sessions queued at a rate of two or more
+// per tick, and parks after a tick that finds fewer. In steady traffic it so wakes once
+// per delay, on its timer: a queue finds it ticking, and its poke only fills the wake
+// channel's buffer, without waking a thread (waking the goroutine for every Lock cost a
+// thread wake-up per cycle; issue 47). Sparse traffic (a session or none per tick) parks
+// it after each tick, as before: a tick that would find nothing costs a wake-up too.
 func (a *armer) run() {
 	defer close(a.done)
 	t := time.NewTimer(a.delay)
@@ -89,14 +91,17 @@ func (a *armer) run() {
 				t.Stop()
 				return
 			}
-			busy = a.tick() > 0
+			busy = a.tick() >= steadyBatch
 		}
 	}
 }
 
+// steadyBatch is how many sessions a tick must find for run to keep ticking.
+const steadyBatch = 2
+
 // tick registers the sessions queued since the last tick that are still held, and
 // returns how many were queued. A session queued meanwhile waits for the next tick (run
-// keeps ticking after a tick that found any), or pokes run if it parked.
+// keeps ticking after a tick that found steadyBatch or more), or pokes run if it parked.
 func (a *armer) tick() int {
 	a.mu.Lock()
 	batch := a.pending
