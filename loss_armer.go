@@ -2,6 +2,7 @@ package advisory
 
 import (
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -36,6 +37,7 @@ type armer struct {
 	wake    chan struct{}
 	stop    chan struct{}
 	done    chan struct{}
+	parks   atomic.Int64 // how many times run parked (tests)
 }
 
 func newArmer(delay time.Duration) *armer {
@@ -64,40 +66,55 @@ func (a *armer) poke() {
 	}
 }
 
-// run ticks every delay while sessions are queued, and parks while none are.
+// run ticks every delay while its ticks find sessions queued at a rate of two or more
+// per tick, and parks after a tick that finds fewer. In steady traffic it so wakes once
+// per delay, on its timer: a queue finds it ticking, and its poke only fills the wake
+// channel's buffer, without waking a thread (waking the goroutine for every Lock cost a
+// thread wake-up per cycle; issue 47). Sparse traffic (a session or none per tick) parks
+// it after each tick, as before: a tick that would find nothing costs a wake-up too.
 func (a *armer) run() {
 	defer close(a.done)
 	t := time.NewTimer(a.delay)
 	t.Stop()
 	for {
+		a.parks.Add(1)
 		select {
 		case <-a.wake:
 		case <-a.stop:
 			return
 		}
-		t.Reset(a.delay)
-		select {
-		case <-t.C:
-		case <-a.stop:
-			t.Stop()
-			return
-		}
-		a.mu.Lock()
-		batch := a.pending
-		a.pending, a.spare = a.spare[:0], nil
-		a.mu.Unlock()
-		for i, p := range batch {
-			p.armed()
-			batch[i] = nil // the slice is reused: let ended sessions go
-		}
-		a.mu.Lock()
-		a.spare = batch[:0]
-		more := len(a.pending) > 0
-		a.mu.Unlock()
-		if more {
-			a.poke()
+		for busy := true; busy; {
+			t.Reset(a.delay)
+			select {
+			case <-t.C:
+			case <-a.stop:
+				t.Stop()
+				return
+			}
+			busy = a.tick() >= steadyBatch
 		}
 	}
+}
+
+// steadyBatch is how many sessions a tick must find for run to keep ticking.
+const steadyBatch = 2
+
+// tick registers the sessions queued since the last tick that are still held, and
+// returns how many were queued. A session queued meanwhile waits for the next tick (run
+// keeps ticking after a tick that found steadyBatch or more), or pokes run if it parked.
+func (a *armer) tick() int {
+	a.mu.Lock()
+	batch := a.pending
+	a.pending, a.spare = a.spare[:0], nil
+	a.mu.Unlock()
+	for i, p := range batch {
+		p.armed()
+		batch[i] = nil // the slice is reused: let ended sessions go
+	}
+	a.mu.Lock()
+	a.spare = batch[:0]
+	a.mu.Unlock()
+	return len(batch)
 }
 
 // close stops the armer's goroutine; sessions still queued are not registered (Close

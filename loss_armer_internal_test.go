@@ -4,6 +4,7 @@ package advisory
 
 import (
 	"context"
+	"strconv"
 	"testing"
 	"time"
 
@@ -118,6 +119,40 @@ func TestLossWhileQueuedInTheArmer(t *testing.T) {
 	require.Equal(t, watchArming, watchOf(u.s))
 	require.ErrorIs(t, u.Unlock(ctx), ErrLockLost, "Unlock reads the loss itself")
 	assert.Zero(t, locksOn(t, admin, t.Name(), t.Name()+"/unlock"))
+}
+
+// TestArmerTicksThroughSteadyTraffic (issue 47): after a tick that armed steadyBatch
+// sessions or more, the armer keeps ticking instead of parking, so a Lock held meanwhile
+// is armed at the next tick without waking the armer's goroutine itself; a tick that
+// finds fewer parks it.
+func TestArmerTicksThroughSteadyTraffic(t *testing.T) {
+	// The Locks must be queued within a tick of each other: a delay far longer than a
+	// Lock, whatever the machine's load.
+	m, _ := armerManager(t, 3*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	require.Eventually(t, func() bool { return m.armer.parks.Load() == 1 }, 10*time.Second, time.Millisecond, "parked, nothing queued")
+	var held []*Lock
+	lock := func() *Lock {
+		l, err := m.Lock(ctx, t.Name()+"/"+strconv.Itoa(len(held)))
+		require.NoError(t, err)
+		held = append(held, l)
+		return l
+	}
+	armed := func(l *Lock) {
+		require.Eventually(t, func() bool { return watchOf(l.s) == watchPolled }, 10*time.Second, time.Millisecond)
+	}
+	for range 2 { // two ticks that arm two sessions each: steady traffic
+		a, b := lock(), lock()
+		armed(a)
+		armed(b)
+	}
+	assert.Equal(t, int64(1), m.armer.parks.Load(), "the armer parked between two ticks that armed two sessions each")
+	require.Eventually(t, func() bool { return m.armer.parks.Load() == 2 }, 10*time.Second, time.Millisecond,
+		"parked after a tick that found none")
+	for _, l := range held {
+		require.NoError(t, l.Unlock(ctx))
+	}
 }
 
 func requireHeldByPID(t *testing.T, admin *pgxpool.Pool, key Key, pid uint32) {

@@ -99,9 +99,11 @@ func runFleetChild() int {
 		return 1
 	}
 	defer closeFn()
-	if err := openAll(ctx, spec, lock); err != nil {
-		fmt.Println("ERROR", err)
-		return 1
+	if spec.Impl != implRawOnDemand { // it opens connections as the traffic needs them
+		if err := openAll(ctx, spec, lock); err != nil {
+			fmt.Println("ERROR", err)
+			return 1
+		}
 	}
 	fmt.Println("READY")
 	in := bufio.NewScanner(os.Stdin)

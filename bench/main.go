@@ -91,6 +91,8 @@ func main() {
 		"with -fleet-hold of work under each lock; printed, and written to -docs's benchmarks-shared.json")
 	flag.IntVar(&shc.rounds, "shared-rounds", 2, "shared fleet: rounds, the order rotated")
 	flag.StringVar(&shc.impls, "shared-impls", "", "shared fleet: the implementations beside raw, comma-separated (default: all)")
+	flag.StringVar(&shc.skews, "shared-skews", "uniform,hot", "shared fleet: the skews to run (uniform, hot)")
+	flag.IntVar(&sharedRawConns, "shared-raw-conns", sharedRawConns, "shared fleet: \""+implRawBudget+"\"'s pool per replica")
 	flag.IntVar(&sharedWaits, "shared-waits", sharedWaits, "shared fleet: \""+implParked+"\"'s WithWaitSessions bound per replica")
 	flag.DurationVar(&shc.duration, "shared-duration", 20*time.Second, "shared fleet: timed window of each point")
 	ic := idleConfig{}
@@ -104,7 +106,23 @@ func main() {
 	flag.IntVar(&sc.reps, "statements-reps", 5, "statements probe: windows per mode and phase, interleaved")
 	flag.DurationVar(&sc.window, "statements-window", 8*time.Second, "statements probe: each window")
 	flag.Float64Var(&sc.rate, "statements-rate", 1000, "statements probe: the paced phase's locks/s in all")
+	pcfg := pooledConfig{}
+	pooled := flag.Bool("pooled", false, "run only the transaction-holding cycle through a real PgBouncer (pooled.go) against raw's "+
+		"2-round-trip floor, in every placement, printed")
+	flag.IntVar(&pcfg.rounds, "pooled-rounds", 10, "pooled cycle: rounds (each opens every connection afresh)")
+	flag.IntVar(&pcfg.cycles, "pooled-cycles", 1000, "pooled cycle: timed cycles per row, round and placement")
+	flag.IntVar(&pcfg.warmups, "pooled-warmups", 100, "pooled cycle: untimed cycles per row before (and again after placing)")
+	flag.BoolVar(&pcfg.variants, "pooled-variants", false, "pooled cycle: also the 3-round-trip floor and raw carrying the settings")
+	flag.StringVar(&pcfg.placements, "pooled-placements", "", "pooled cycle: placements (default all: unpinned, one core, two cores)")
+	flag.StringVar(&pcfg.profile, "pooled-cpuprofile", "", "pooled cycle: write a CPU profile of the client to this file")
 	flag.Parse()
+	if *pooled {
+		if err := runPooled(context.Background(), pcfg, os.Stdout); err != nil {
+			fmt.Fprintln(os.Stderr, "bench:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if *statements {
 		sc.conns, sc.names = fc.procs*fc.goroutines, fc.names
 		if err := runStatements(context.Background(), sc, os.Stdout); err != nil {

@@ -404,6 +404,17 @@ themselves cost what raw pgx's do (35 µs against 36 µs). The 6-8.5 µs more:
   49.7-52.8 µs (raw 49.9-55.4), and the wall time from 1.14-1.17x raw to 0.98-1.01x. The
   price: a loss in a holding's first millisecond is seen up to a millisecond later
   (docs/guarantees.md, "A holding is watched from its first millisecond").
+  Until issue 47 the armer's goroutine parked after every tick, so the next Lock's queue
+  woke it: a goroutine, and often a thread, woken per cycle. It now keeps ticking after a
+  tick that armed two sessions or more (a Manager taking locks faster than one per
+  millisecond), and parks after one that armed fewer, as before
+  (TestArmerTicksThroughSteadyTraffic). Direct cycle, one core,
+  ` + "`-probe -probe-placement \"one core\" -probe-samples 4000`" + `, three runs of each build
+  alternated, 2026-11-29, load average 8-25 (other jobs), two sessions of three runs:
+  Lock + Unlock 1.09-1.14x of raw before, 1.09-1.13x after; TryLock + Unlock 1.08-1.12x
+  before, 1.06-1.10x after. Within this machine's noise (the probe's rows take turns, so
+  each Manager locks about once a millisecond, below the steady rate), and short of the
+  1.07x issue 47 asked for Lock.
 - **The pool and its liveness peek, about 2-2.75 µs**: pgxpool Acquire and Release, and
   ShouldPing's recvfrom(MSG_PEEK) (0.75 µs). It buys: an idle connection whose backend was
   terminated is found before a Lock meets its FATAL.

@@ -28,6 +28,23 @@ const implParked = "advisory WithWaitSessions"
 // sharedWaits is implParked's WithWaitSessions bound per replica (-shared-waits).
 var sharedWaits = 6
 
+// The raw floors of issue 47 beside plain "raw" (a pool of a connection per goroutine,
+// all opened before the window): raw at the connection budget the shared sessions use
+// (-shared-raw-conns per replica, opened before the window), and raw's pool as a
+// program sizes it and lets it open connections as they are needed.
+const (
+	implRawBudget   = "raw same budget"
+	implRawOnDemand = "raw on demand"
+)
+
+// sharedRawConns is implRawBudget's pool per replica (-shared-raw-conns).
+var sharedRawConns = 7
+
+// isRaw reports the raw implementations, which the library's are compared with.
+func isRaw(impl string) bool {
+	return impl == "raw" || impl == implRawBudget || impl == implRawOnDemand
+}
+
 // sharedPerSession is the bench's WithSharedSessions bound: high enough never to bind,
 // so that what is measured is how many sessions the traffic itself needs.
 const sharedPerSession = 1000
@@ -37,6 +54,7 @@ type sharedConfig struct {
 	rounds   int
 	duration time.Duration
 	impls    string // comma-separated, beside raw; "": all
+	skews    string // "uniform", "hot" or both, comma-separated
 }
 
 // sharedResults is docs/benchmarks-shared.json: the last -shared run of each number of
@@ -117,9 +135,15 @@ func runSharedFleet(ctx context.Context, cfg fleetConfig, sc sharedConfig, self 
 	}
 	for r := range sc.rounds {
 		for _, hot := range []bool{false, true} {
+			if !strings.Contains(sc.skews, map[bool]string{false: "uniform", true: "hot"}[hot]) {
+				continue
+			}
 			for i := range impls {
 				sh := childShape{impl: impls[(i+r)%len(impls)], hot: hot, procs: cfg.procs, goroutines: cfg.goroutines,
 					names: cfg.names, conns: cfg.goroutines, duration: sc.duration, hold: cfg.hold, round: r}
+				if sh.impl == implRawBudget {
+					sh.conns = sharedRawConns
+				}
 				pt, err := runPoint(ctx, sh, cfg.warmup, self, ms.srv.DSN(), ms.admin, ms.meter)
 				if err != nil {
 					return err
@@ -131,23 +155,45 @@ func runSharedFleet(ctx context.Context, cfg fleetConfig, sc sharedConfig, self 
 			}
 		}
 	}
-	for _, skew := range []string{"uniform", "hot 90/10"} {
-		for _, impl := range impls[1:] {
-			var rate, conns []float64
-			for r := range sc.rounds {
-				raw, it := pointOf(res.Points, "raw", skew, r), pointOf(res.Points, impl, skew, r)
-				rate = append(rate, it.LocksPerSec/raw.LocksPerSec)
-				conns = append(conns, float64(it.PeakConns)/float64(raw.PeakConns))
-			}
-			fmt.Fprintf(out, "%s, %s / raw: locks/s %s; server connections %s\n", impl, skew, spreadOver(rate, "rounds"),
-				spreadOver(conns, "rounds"))
-		}
-	}
+	printSharedRatios(out, res.Points, impls, sc.rounds)
 	res.Load, res.Took = load+" → "+loadAverage(), time.Since(start).Round(time.Second).String()
 	return writeShared(cfg.docs, func(r *sharedResults) {
 		r.Machine, r.Settings = machineLine(), ms.settings
 		r.Fleets[fmt.Sprintf("fleet_%d_names", cfg.names)] = res
 	})
+}
+
+// printSharedRatios prints, per skew, every library implementation's locks/s and server
+// connections over each raw one's, per round, and the median p50 and p99 of each.
+func printSharedRatios(out io.Writer, pts []fleetPoint, impls []string, rounds int) {
+	for _, skew := range []string{"uniform", "hot 90/10"} {
+		if !slices.ContainsFunc(pts, func(p fleetPoint) bool { return p.Skew == skew }) {
+			continue
+		}
+		for _, impl := range impls {
+			var p50, p99 []float64
+			for r := range rounds {
+				pt := pointOf(pts, impl, skew, r)
+				p50, p99 = append(p50, pt.P50), append(p99, pt.P99)
+			}
+			fmt.Fprintf(out, "%s, %s: p50 %.2f ms, p99 %.2f ms (medians over %d rounds)\n", impl, skew, median(p50), median(p99), rounds)
+		}
+		for _, base := range impls {
+			for _, impl := range impls {
+				if !isRaw(base) || isRaw(impl) {
+					continue
+				}
+				var rate, conns []float64
+				for r := range rounds {
+					raw, it := pointOf(pts, base, skew, r), pointOf(pts, impl, skew, r)
+					rate = append(rate, it.LocksPerSec/raw.LocksPerSec)
+					conns = append(conns, float64(it.PeakConns)/float64(raw.PeakConns))
+				}
+				fmt.Fprintf(out, "%s, %s / %s: locks/s %s; server connections %s\n", impl, skew, base,
+					spreadOver(rate, "rounds"), spreadOver(conns, "rounds"))
+			}
+		}
+	}
 }
 
 // pointOf returns the point of impl and skew in round r.

@@ -59,6 +59,13 @@ point is in [benchmarks-shared.json](benchmarks-shared.json).
     lock 138-142 µs against raw's 97-105 µs). Their p50 is higher (62-96 ms against
     19-45 ms): a parked Lock never goes before the server's queue, and notices a release
     only at its next try. Their p99 is lower (550-851 ms against 671-1,058 ms).
+  - That raw is no floor for hot keys (issue 47): it opens all 1,000 connections before
+    the window. Raw at the shared sessions' budget (a pool of 7 per replica: 140
+    connections) and raw's pool opening connections as needed both beat parking on hot
+    keys: 0.79x-0.88x and 0.69x-0.89x of their locks/s, with a p99 about twice theirs
+    (` + "`" + `-shared -shared-skews hot -shared-impls "advisory WithWaitSessions,raw same budget,raw on demand"` + "`" + `,
+    2 rounds of 15 s, 2026-11-29; see [scale.md](scale.md) for the figures and when not
+    to park).
   - Before the ticks, each parked Lock tried on a timer of its own, one round trip per
     try: hot 0.76x-0.93x (median 0.81x) on 18-19 % of raw's connections, client CPU per
     lock 165-185 µs. In one profile of that build (hot, 20 replicas), the shared
