@@ -47,7 +47,9 @@ func runSuite(m *testing.M) int {
 	if poolNet != nil {
 		defer poolNet.Close()
 	}
-	return pgtest.Suite{Srv: &srv, Err: &startErr, Admin: &admin, Start: startServer}.Run(m)
+	// The parallel tests (after the serial ones, which fault the shared server) wait on
+	// timeouts: they all run at once (an explicit -parallel wins).
+	return pgtest.Suite{Srv: &srv, Err: &startErr, Admin: &admin, Start: startServer, Parallel: 8}.Run(m)
 }
 
 // startServer starts the suite's server: one that also listens on the partition lab's
