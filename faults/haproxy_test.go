@@ -182,6 +182,7 @@ func TestHAProxyShutdownSessions(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short: the test starts a server of its own")
 	}
+	serversLane.join(t)
 	ctx := ctxT(t, 2*time.Minute)
 	own, err := pgtest.StartLocal(ctx, pgtest.Options{})
 	pgtest.Need(t, own, err)
