@@ -48,8 +48,10 @@ func runSuite(m *testing.M) int {
 		defer poolNet.Close()
 	}
 	// The parallel tests (after the serial ones, which fault the shared server) wait on
-	// timeouts: they all run at once (an explicit -parallel wins).
-	return pgtest.Suite{Srv: &srv, Err: &startErr, Admin: &admin, Start: startServer, Parallel: 8}.Run(m)
+	// timeouts, and lanes (lanes_test.go) bound which of them overlap: all may start at
+	// once, so that tests queued for a lane hold no place another needs (an explicit
+	// -parallel wins).
+	return pgtest.Suite{Srv: &srv, Err: &startErr, Admin: &admin, Start: startServer, Parallel: 32}.Run(m)
 }
 
 // startServer starts the suite's server: one that also listens on the partition lab's
