@@ -4,15 +4,16 @@ import "testing"
 
 // The slow fault tests run in the package's parallel phase, after the serial tests, which
 // restart, crash or fill the shared server or load the CPUs with chaos runs. A lane keeps
-// apart the tests that must not overlap: those that partition the same network lab take
-// turns on it, and the tests with servers of their own (failovers, Patroni) run a few at
-// a time, while the other lanes go on. Each test still runs alone on what it faults.
+// apart the tests that must not overlap. The tests that cut a network lab (the partition
+// lab, the pooler network) share one lane: they take turns on their labs and their
+// tables, and their bounds are timings that a busy machine stretches. The tests with
+// servers of their own (failovers, Patroni) take turns in another lane, beside them.
+// Each test still runs alone on what it faults.
 type lane chan struct{}
 
 var (
-	partitionLane = make(lane, 1) // netLab and its work-markers table: one test at a time
-	poolerLane    = make(lane, 1) // poolNet and its PgBouncers: one test at a time
-	serversLane   = make(lane, 3) // servers of a test's own: initdb, base backups, failovers
+	networkLane = make(lane, 1) // netLab, poolNet, their PgBouncers and tables: one test at a time
+	serversLane = make(lane, 1) // servers of a test's own: initdb, base backups, failovers
 )
 
 // join marks t parallel, then blocks until l has room; t leaves l when it ends. Call it

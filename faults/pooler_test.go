@@ -32,7 +32,7 @@ func needPoolNet(t *testing.T) {
 	t.Helper()
 	needNet(t, poolNet != nil, poolErr, true)
 	dsn(t)
-	poolerLane.join(t)
+	networkLane.join(t)
 }
 
 // poolerCase is one PgBouncer (transaction mode, three server connections, in the

@@ -122,7 +122,7 @@ func TestSIGKILLedSharedHolderFreesEveryLock(t *testing.T) {
 // frees its lock, within the client bound, as a holding of its own session is.
 func TestPartitionSharedHoldingsAreToldBeforeTheServerFrees(t *testing.T) {
 	needNet(t, netLab != nil, labErr, true)
-	partitionLane.join(t)
+	networkLane.join(t)
 	dsn(t)
 	name := t.Name()
 	keys := sharedKeys(name)
