@@ -20,8 +20,9 @@ import (
 // keeps a client on its backends for the session (one per server), so it is a session
 // proxy, not a transaction pooler; but it may send a statement it takes for a read to the
 // standby, where an advisory lock is local to the standby and excludes nobody on the
-// primary. They run in parallel, with each other and the package's other tests: what they
-// assert are counts and pg_locks rows, never a time.
+// primary. Like the other tests that make a standby of the shared server, these do not run
+// in parallel: a base backup taken while parallel tests write WAL fast (CREATE DATABASE)
+// failed with "requested WAL segment has already been removed".
 
 // pgpoolManagers is how many Managers (each its own Pgpool sessions, with their
 // load-balance node drawn at random: the standby for about one in two) a test makes, and
@@ -37,7 +38,6 @@ const (
 // (HoldingSession), and lock and unlock with no ErrPooler, on the primary.
 func TestPgpoolIsASessionProxy(t *testing.T) {
 	pgtest.Need(t, srv, startErr)
-	t.Parallel()
 	pp, sb := pgtest.PgpoolForTest(t, srv, pgtest.PgpoolDefaults)
 	ctx := ctxT(t)
 	for i := range pgpoolManagers {
@@ -70,12 +70,8 @@ func TestPgpoolIsASessionProxy(t *testing.T) {
 // Manager's lock statements then meet the standby after a set-up on the primary.
 func TestPgpoolNeverLocksOnTheStandby(t *testing.T) {
 	pgtest.Need(t, srv, startErr)
-	t.Parallel()
-	t.Run("session-level", func(t *testing.T) { t.Parallel(); pgpoolNeverOnTheStandby(t) })
-	t.Run("statement-level", func(t *testing.T) {
-		t.Parallel()
-		pgpoolNeverOnTheStandby(t, "statement_level_load_balance = on")
-	})
+	t.Run("session-level", func(t *testing.T) { pgpoolNeverOnTheStandby(t) })
+	t.Run("statement-level", func(t *testing.T) { pgpoolNeverOnTheStandby(t, "statement_level_load_balance = on") })
 }
 
 func pgpoolNeverOnTheStandby(t *testing.T, extra ...string) {
@@ -212,7 +208,6 @@ func (c *pgpoolCount) managed(ctx context.Context, dsn, name string) {
 // transaction lock then holds on the primary: no ErrStandby, nothing on the standby.
 func TestPgpoolRoutedToThePrimary(t *testing.T) {
 	pgtest.Need(t, srv, startErr)
-	t.Parallel()
 	pp, sb := pgtest.PgpoolForTest(t, srv, pgtest.PgpoolFunctionList,
 		"app_name_redirect_preference_list = 'locker:primary'")
 	ctx := ctxT(t)

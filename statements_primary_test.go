@@ -24,7 +24,6 @@ import (
 // Before, each was granted the key on the standby.
 func TestLockStatementsProveAPrimary(t *testing.T) {
 	pgtest.Need(t, srv, startErr)
-	t.Parallel()
 	sb := pgtest.StandbyForTest(t, srv)
 	ctx := ctxT(t)
 	conn, look := connectStandby(t, sb.DSN()), connectStandby(t, sb.DSN())
