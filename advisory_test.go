@@ -25,8 +25,13 @@ func TestMain(m *testing.M) {
 	os.Exit(runTests(m))
 }
 
+// testParallel is the package's default -parallel: its tests mostly wait on the server
+// (round trips, lock waits, loss detection), so more of them run at once than there are
+// CPUs. An explicit -parallel wins.
+const testParallel = 8
+
 func runTests(m *testing.M) int {
-	return pgtest.Suite{Srv: &srv, Err: &startErr, Admin: &admin, Setup: setup}.Run(m)
+	return pgtest.Suite{Srv: &srv, Err: &startErr, Admin: &admin, Setup: setup, Parallel: testParallel}.Run(m)
 }
 
 // setup points internal tests (package advisory) at the server through the environment,

@@ -17,6 +17,7 @@ import (
 // server does not enforce advisory locks"); it is ErrServerChanged now, which says to
 // retry, and New never names the engine there.
 func TestNewThroughRoundRobinNeverBlamesTheEngine(t *testing.T) {
+	t.Parallel() // its own servers and HAProxy; it counts outcomes, no time
 	rr := pgtest.RoundRobinForTest(t)
 	counts := map[string]int{}
 	for i := range 20 {

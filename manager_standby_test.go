@@ -16,9 +16,10 @@ import (
 // Manager there would "hold" a key that a Manager on the primary holds too. New on a
 // standby must fail with ErrStandby.
 //
-// Like the other tests that start servers or background load (standbys, PgBouncers), it
-// does not run in parallel with the package's other tests: on two cores its load would
-// stretch their timings.
+// Like the other tests that make a standby of the shared server, it does not run in
+// parallel with the package's other tests: on two cores its load would stretch their
+// timings, and a base backup taken while parallel tests write WAL fast (CREATE DATABASE)
+// failed with "requested WAL segment has already been removed".
 func TestHotStandbyIsRefused(t *testing.T) {
 	pgtest.Need(t, srv, startErr)
 	sb := pgtest.StandbyForTest(t, srv)

@@ -20,7 +20,9 @@ import (
 // keeps a client on its backends for the session (one per server), so it is a session
 // proxy, not a transaction pooler; but it may send a statement it takes for a read to the
 // standby, where an advisory lock is local to the standby and excludes nobody on the
-// primary. Like the other tests that start servers, these do not run in parallel.
+// primary. Like the other tests that make a standby of the shared server, these do not run
+// in parallel: a base backup taken while parallel tests write WAL fast (CREATE DATABASE)
+// failed with "requested WAL segment has already been removed".
 
 // pgpoolManagers is how many Managers (each its own Pgpool sessions, with their
 // load-balance node drawn at random: the standby for about one in two) a test makes, and

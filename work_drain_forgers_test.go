@@ -40,7 +40,7 @@ func forgeInALoop(ctx context.Context, connString string, opened *atomic.Int64) 
 }
 
 // TestDrainUnderAForgersLoop (issue 46, item 3): a LOGIN-only role forges the lock's tag
-// in four loops, each opening a new session in template1 every 5 ms (and keeping
+// in four loops, each opening a new session in another database every 5 ms (and keeping
 // its last five). A superuser's drain
 // covers every role, so it counts the forger's sessions; it waits only for those there
 // when it began (the only ones that can be an earlier holder's work), terminates the
@@ -50,7 +50,8 @@ func forgeInALoop(ctx context.Context, connString string, opened *atomic.Int64) 
 func TestDrainUnderAForgersLoop(t *testing.T) {
 	t.Parallel()
 	name := t.Name()
-	forged := dsn(t, "user="+tempRole(t), "password=pw", "dbname=template1", "application_name="+forgedTag(t, name))
+	db := forgersDatabase(t)
+	forged := dsn(t, "user="+tempRole(t), "password=pw", "dbname="+db, "application_name="+forgedTag(t, name))
 	ctx, stop := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	var opened atomic.Int64

@@ -28,12 +28,13 @@ func forgedTag(t *testing.T, name string) string {
 		strconv.FormatUint(uint64(advisory.KeyOf(name)), 36) + "/1.aaaaaa"
 }
 
-// forger connects as a LOGIN-only role of its own to template1 with app as its
-// application_name, and stays idle; it returns the session's pid.
+// forger connects as a LOGIN-only role of its own to another database (forgersDatabase)
+// with app as its application_name, and stays idle; it returns the session's pid.
 func forger(t *testing.T, app string) uint32 {
 	t.Helper()
+	db := forgersDatabase(t)
 	role := tempRole(t)
-	c, err := pgx.Connect(ctxT(t), dsn(t, "user="+role, "password=pw", "dbname=template1", "application_name="+app))
+	c, err := pgx.Connect(ctxT(t), dsn(t, "user="+role, "password=pw", "dbname="+db, "application_name="+app))
 	require.NoError(t, err)
 	t.Cleanup(func() { c.Close(context.Background()) })
 	return c.PgConn().PID()
@@ -64,7 +65,7 @@ func sleepingSession(t *testing.T, c *pgx.Conn) uint32 {
 }
 
 // TestDrainIgnoresAForgedTag (issue 37, item 1): holders that run as a LOGIN-only role,
-// without pg_signal_backend, meet a session of another LOGIN-only role, in template1,
+// without pg_signal_backend, meet a session of another LOGIN-only role, in another database,
 // whose application_name carries a forged tag of their lock. Their own earlier holder's
 // work (their role) is drained as before; the forger's session stops nobody: Do runs fn,
 // Lead leads, and the session is left alone.

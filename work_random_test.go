@@ -28,6 +28,7 @@ import (
 // commits, no other holding of the key started. Seeded (ADVISORY_WORK_SEED); 8 s, or
 // ADVISORY_WORK_DURATION.
 func TestWorkNeverOverlapsRandomized(t *testing.T) {
+	t.Parallel() // its own key and table; the invariant is an order of server times
 	seed, duration := workSettings(t)
 	t.Logf("seed %d (ADVISORY_WORK_SEED), %v", seed, duration)
 	ctx := ctxT(t)

@@ -125,6 +125,25 @@ func TestDoDrainsAnEarlierHoldersWork(t *testing.T) {
 	requireNoAcquired(t, second)
 }
 
+// forgersDatabase creates a database of the test's own for LOGIN-only roles' sessions
+// and drops it when the test ends. A forger there, rather than in template1, never makes
+// a parallel test's CREATE DATABASE (advisorytest's, a copy of template1) fail with
+// "source database is being accessed by other users". It is made from template0, which
+// no session can hold open. Call it before tempRole: the role's clean-up, which runs
+// first, ends its sessions.
+func forgersDatabase(t *testing.T) string {
+	t.Helper()
+	ctx := context.Background()
+	db := fmt.Sprintf("forgers_%d", rand.Uint32())
+	_, err := admin.Exec(ctx, "CREATE DATABASE "+db+" TEMPLATE template0")
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		_, err := admin.Exec(ctx, "DROP DATABASE "+db)
+		assert.NoError(t, err)
+	})
+	return db
+}
+
 // tempRole creates a LOGIN role with password "pw", dropped with its sessions when the
 // test ends.
 func tempRole(t *testing.T) string {

@@ -25,6 +25,7 @@ func TestTokensNeverRepeatAcrossAnAsynchronousPromotion(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short: the promotion test starts two servers")
 	}
+	serversLane.join(t)
 	ctx := ctxT(t, 2*time.Minute)
 	primary, standby := primaryWithStandby(t, ctx)
 

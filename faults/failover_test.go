@@ -25,6 +25,7 @@ func TestFailoverTellsEveryHolderAndLocksOnTheNewPrimary(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short: the failover test starts two servers")
 	}
+	serversLane.join(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	primary, standby := primaryWithStandby(t, ctx)

@@ -29,8 +29,12 @@ import (
 // itself never frees it (it holds until continued or killed); in a Patroni cluster the
 // next holder is granted on the promoted standby once the leader key expires (ttl, 30 s
 // by default), later still.
+//
+// The frozen tests run in parallel with each other (each waits its heartbeat bound, about
+// 7 s) after the package's serial tests, none of which they could disturb.
 func TestHAProxyFrozenHolder(t *testing.T) {
 	pgtest.Need(t, srv, startErr)
+	t.Parallel()
 	h := pgtest.HAProxyForTest(t, srv, pgtest.HAProxyOptions{})
 	ctx := ctxT(t, time.Minute)
 	m, err := advisory.New(ctx, h.DSN())
@@ -65,17 +69,19 @@ func TestHAProxyFrozenHolder(t *testing.T) {
 // connection is closed; once the holder lets go and the backend is continued, it is never
 // granted the lock (it sees its client gone), and the key is free for the next. Before,
 // the Lock stayed queued on the frozen server until its ctx ended, with WithHeartbeat too.
+//
+// The two cases run in parallel, each on a Manager of its own behind the same HAProxy.
 func TestHAProxyFrozenWaiter(t *testing.T) {
 	pgtest.Need(t, srv, startErr)
+	t.Parallel()
 	h := pgtest.HAProxyForTest(t, srv, pgtest.HAProxyOptions{})
 	ctx := ctxT(t, 2*time.Minute)
-	m, err := advisory.New(ctx, h.DSN())
-	require.NoError(t, err)
-	t.Cleanup(m.Close)
 	holder, err := advisory.New(ctx, srv.DSN())
 	require.NoError(t, err)
 	t.Cleanup(holder.Close)
 	t.Run("Lock", func(t *testing.T) {
+		t.Parallel()
+		m := proxiedManager(t, ctx, h)
 		frozenWait(t, m, holder, func(name string) error {
 			l, err := m.Lock(ctx, name)
 			if l != nil {
@@ -85,6 +91,8 @@ func TestHAProxyFrozenWaiter(t *testing.T) {
 		})
 	})
 	t.Run("Session", func(t *testing.T) { // its wait ends the Session, and the lock it held
+		t.Parallel()
+		m := proxiedManager(t, ctx, h)
 		S, err := m.Session(ctx)
 		require.NoError(t, err)
 		require.NoError(t, S.Lock(ctx, t.Name()+"/first"))
@@ -95,6 +103,15 @@ func TestHAProxyFrozenWaiter(t *testing.T) {
 		require.NoError(t, err, "the Session's first lock is free")
 		require.NoError(t, next.Unlock(ctx))
 	})
+}
+
+// proxiedManager returns a Manager with default options through h, closed when t ends.
+func proxiedManager(t *testing.T, ctx context.Context, h *pgtest.HAProxy) *advisory.Manager {
+	t.Helper()
+	m, err := advisory.New(ctx, h.DSN())
+	require.NoError(t, err)
+	t.Cleanup(m.Close)
+	return m
 }
 
 // frozenWait: wait(name) waits through m for a lock holder holds; its backend is frozen;
@@ -165,6 +182,7 @@ func TestHAProxyShutdownSessions(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short: the test starts a server of its own")
 	}
+	serversLane.join(t)
 	ctx := ctxT(t, 2*time.Minute)
 	own, err := pgtest.StartLocal(ctx, pgtest.Options{})
 	pgtest.Need(t, own, err)

@@ -47,7 +47,11 @@ func runSuite(m *testing.M) int {
 	if poolNet != nil {
 		defer poolNet.Close()
 	}
-	return pgtest.Suite{Srv: &srv, Err: &startErr, Admin: &admin, Start: startServer}.Run(m)
+	// The parallel tests (after the serial ones, which fault the shared server) wait on
+	// timeouts, and lanes (lanes_test.go) bound which of them overlap: all may start at
+	// once, so that tests queued for a lane hold no place another needs (an explicit
+	// -parallel wins).
+	return pgtest.Suite{Srv: &srv, Err: &startErr, Admin: &admin, Start: startServer, Parallel: 32}.Run(m)
 }
 
 // startServer starts the suite's server: one that also listens on the partition lab's

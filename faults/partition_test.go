@@ -103,6 +103,7 @@ func (l *partitionLab) close() {
 // take its lock. a < b in every run is the library's core safety property.
 func TestPartitionHolderIsToldBeforeTheServerFreesTheLock(t *testing.T) {
 	needNet(t, netLab != nil, labErr, true)
+	networkLane.join(t)
 	dsn(t)
 	rounds := 1
 	if v, err := strconv.Atoi(os.Getenv("ADVISORY_PARTITION_ROUNDS")); err == nil && v > 0 {

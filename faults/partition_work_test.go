@@ -77,6 +77,7 @@ func pairsOfEachKind(t *testing.T, start func(*testing.T, string) partitionedHol
 func needPartitionLab(t *testing.T) context.Context {
 	t.Helper()
 	needNet(t, netLab != nil, labErr, true)
+	networkLane.join(t)
 	ctx := ctxT(t, 5*time.Minute)
 	t.Cleanup(func() { require.NoError(t, netLab.heal(), "the partition's rules are removed") })
 	_, err := admin.Exec(ctx, "CREATE TABLE IF NOT EXISTS "+workMarkers+

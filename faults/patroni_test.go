@@ -27,6 +27,7 @@ func TestPatroniFrozenPrimary(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short: a Patroni cluster takes tens of seconds")
 	}
+	serversLane.join(t)
 	// ttl 15 s: at least HeartbeatTold (7 s) + the library's minimum margin (5 s), the
 	// least a cluster manager may wait before handing the lock on (docs/keepalive.md);
 	// Patroni's default is 30 s. With ttl 10 the idle holder was told 2.9 s before the grant.

@@ -32,6 +32,7 @@ func needPoolNet(t *testing.T) {
 	t.Helper()
 	needNet(t, poolNet != nil, poolErr, true)
 	dsn(t)
+	networkLane.join(t)
 }
 
 // poolerCase is one PgBouncer (transaction mode, three server connections, in the

@@ -26,6 +26,7 @@ func TestRunWaitRidesOutAFailover(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short: the failover test starts two servers")
 	}
+	serversLane.join(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	primary, standby := primaryWithStandby(t, ctx)
@@ -97,6 +98,7 @@ func TestRunWaitGivesUpWhenTheServerStaysDown(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short: starts a server of its own")
 	}
+	serversLane.join(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	server, err := pgtest.StartLocal(ctx, pgtest.Options{})
@@ -132,6 +134,7 @@ func TestRunLostWaitEndsOnASignalOrItsWait(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short: starts a server of its own")
 	}
+	serversLane.join(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	server, err := pgtest.StartLocal(ctx, pgtest.Options{})

@@ -36,6 +36,7 @@ func TestTokensSurviveSynchronousFailover(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short: the synchronous failover test starts two servers and fails over 3 times")
 	}
+	serversLane.join(t)
 	began := time.Now()
 	ctx := ctxT(t, 3*time.Minute)
 	pair := pgtest.SyncPairForTest(t)

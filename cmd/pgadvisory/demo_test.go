@@ -17,6 +17,7 @@ import (
 // stopped workers never committed.
 func TestDemo(t *testing.T) {
 	dsn(t) // the demo starts its own server; skip or fail with the rest when none can be had
+	t.Parallel()
 	p := startEnv(t, []string{"ADVISORY_TEST_DSN="}, "demo")
 	r := wait(t, p)
 	require.Equal(t, 0, r.code, "stdout:\n%s\nstderr:\n%s", r.stdout, r.stderr)

@@ -210,7 +210,9 @@ func TestRunDrainsWorkInAnotherDatabase(t *testing.T) {
 	t.Parallel()
 	needPsql(t)
 	db := fmt.Sprintf("drain_other_%d", rand.Uint32())
-	_, err := pgxExec(t, "CREATE DATABASE "+db)
+	// From template0, which no session holds open: a forger's session in template1 (a
+	// parallel test's) would make a copy of template1 fail.
+	_, err := pgxExec(t, "CREATE DATABASE "+db+" TEMPLATE template0")
 	require.NoError(t, err)
 	// DROP DATABASE waits up to 5 s for the session, terminated by then, to go.
 	t.Cleanup(func() { pgxExec(t, "DROP DATABASE IF EXISTS "+db) })

@@ -56,7 +56,9 @@ func runTests(m *testing.M) int {
 			return 1
 		}
 	}
-	return pgtest.Suite{Srv: &srv, Err: &startErr}.Run(m)
+	// Its tests mostly wait on the CLI's processes and the server: more of them run at
+	// once than there are CPUs (an explicit -parallel wins).
+	return pgtest.Suite{Srv: &srv, Err: &startErr, Parallel: 8}.Run(m)
 }
 
 func dsn(t testing.TB) string {

@@ -88,9 +88,10 @@ esac
 // here) whose published port is a local server: the commands it runs, the DSN built from
 // `docker port`, removal of the container on Ctrl-C, and the fallback to local binaries
 // when docker run fails or no engine answers (then docker run is not tried, and its error
-// is not shown).
+// is not shown). The three cases run in parallel, each demo with a log of its own.
 func TestDemoDockerCLI(t *testing.T) {
 	dsn(t) // skip or fail with the rest when there is no server
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	srv, err := pgtest.StartLocal(ctx, pgtest.Options{})
@@ -106,6 +107,7 @@ func TestDemoDockerCLI(t *testing.T) {
 		{"no engine", "", "1", "PostgreSQL is up (local binaries)"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			log := filepath.Join(t.TempDir(), "docker.log")
 			p := startEnv(t, []string{"PATH=" + dir + string(os.PathListSeparator) + os.Getenv("PATH"),
 				"ADVISORY_TEST_DSN=", "ADVISORY_TEST_PGBIN=", "FAKE_DOCKER_LOG=" + log, "FAKE_DOCKER_FAIL=" + tc.fail, "FAKE_DOCKER_NOENGINE=" + tc.noEngine,

@@ -30,7 +30,11 @@ func TestVersionFromAClone(t *testing.T) {
 	out, err := exec.Command("git", "clone", "--quiet", "../..", clone).CombinedOutput()
 	require.NoError(t, err, "%s", out)
 	pg := filepath.Join(dir, "pgadvisory")
-	build := exec.Command("go", "build", "-buildvcs=true", "-o", pg, "./cmd/pgadvisory")
+	// -trimpath (as the Dockerfile and docs/migrations.md build) changes no version or VCS
+	// information, and keeps the compiled packages independent of the clone's directory,
+	// a new one each run: they come from the build cache (without it the build took 20 s
+	// of CPU every run; with it, 2.6 s once cached).
+	build := exec.Command("go", "build", "-buildvcs=true", "-trimpath", "-o", pg, "./cmd/pgadvisory")
 	build.Dir = clone
 	out, err = build.CombinedOutput()
 	require.NoError(t, err, "%s", out)

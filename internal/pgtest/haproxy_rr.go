@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -144,14 +145,25 @@ func RoundRobinForTest(t T) *RoundRobin {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
+	srvs, errs := make([]*Server, 2), make([]error, 2)
+	var wg sync.WaitGroup
+	for i := range srvs { // at once: initdb and start-up mostly wait
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			srvs[i], errs[i] = StartLocal(ctx, Options{})
+		}()
+	}
+	wg.Wait()
 	var ports []int
-	for range 2 {
-		s, err := StartLocal(ctx, Options{})
-		if err != nil {
-			unavailable(t, "a PostgreSQL server", err)
+	for _, s := range srvs {
+		if s != nil {
+			t.Cleanup(func() { s.Close() })
+			ports = append(ports, s.Port())
 		}
-		t.Cleanup(func() { s.Close() })
-		ports = append(ports, s.Port())
+	}
+	if err := errors.Join(errs...); err != nil {
+		unavailable(t, "a PostgreSQL server", err)
 	}
 	r, err := StartRoundRobin(ctx, ports...)
 	if err != nil {

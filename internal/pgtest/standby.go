@@ -103,7 +103,9 @@ func (s *Standby) CatchUp(ctx context.Context) error {
 // (pg_is_in_recovery() is false), bounded by 60 s and ctx.
 func (s *Standby) Promote(ctx context.Context) error {
 	var ok bool
-	if err := queryRow(ctx, s.DSN(), "SELECT pg_promote(true, 60)", &ok); err != nil {
+	// pg_promote waits up to its own 60 s: the query may take that long (a loaded machine
+	// took more than queryRow's 10 s), and no more.
+	if err := queryRowWithin(ctx, 65*time.Second, s.DSN(), "SELECT pg_promote(true, 60)", &ok); err != nil {
 		return fmt.Errorf("pgtest: pg_promote: %w", err)
 	}
 	if !ok {
@@ -116,9 +118,15 @@ func (s *Standby) Promote(ctx context.Context) error {
 	})
 }
 
-// queryRow runs one query on a fresh connection and scans its single row into dst.
+// queryRow runs one query on a fresh connection and scans its single row into dst,
+// within 10 s.
 func queryRow(ctx context.Context, dsn, sql string, dst any, args ...any) error {
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	return queryRowWithin(ctx, 10*time.Second, dsn, sql, dst, args...)
+}
+
+// queryRowWithin is queryRow within limit.
+func queryRowWithin(ctx context.Context, limit time.Duration, dsn, sql string, dst any, args ...any) error {
+	ctx, cancel := context.WithTimeout(ctx, limit)
 	defer cancel()
 	conn, err := pgx.Connect(ctx, dsn)
 	if err != nil {

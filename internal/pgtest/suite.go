@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"strconv"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 )
@@ -33,11 +34,20 @@ type Suite struct {
 	// Setup prepares the package's shared state (an admin pool, DATABASE_URL); nil: none.
 	// An error fails the run.
 	Setup func(ctx context.Context, srv *Server) (cleanup func(), err error)
+	// Parallel, if above zero, is the package's -test.parallel when the command line sets
+	// none. Go's default is GOMAXPROCS, which suits CPU-bound tests; a package whose tests
+	// mostly wait on servers (round trips, lock waits, timers) finishes sooner with more of
+	// them running at once. An explicit -parallel (or -test.parallel) always wins.
+	Parallel int
 }
 
 // Run runs m as the Suite says and returns the exit code for os.Exit.
 func (s Suite) Run(m M) int {
 	ctx := context.Background()
+	flag.Parse()
+	if s.Parallel > 0 && !flagGiven("test.parallel") {
+		flag.Set("test.parallel", strconv.Itoa(s.Parallel))
+	}
 	start := s.Start
 	if start == nil {
 		start = Start
@@ -49,7 +59,6 @@ func (s Suite) Run(m M) int {
 			return 1
 		}
 		fmt.Fprintf(os.Stderr, "no PostgreSQL: database tests skip, examples are not run: %v\n", *s.Err)
-		flag.Parse()
 		if f := flag.Lookup("test.skip"); f != nil && f.Value.String() == "" {
 			flag.Set("test.skip", "^Example")
 		}
@@ -76,6 +85,13 @@ func (s Suite) Run(m M) int {
 		}
 	}
 	return m.Run()
+}
+
+// flagGiven reports whether the command line set the flag name.
+func flagGiven(name string) bool {
+	given := false
+	flag.Visit(func(f *flag.Flag) { given = given || f.Name == name })
+	return given
 }
 
 // SettleReaders sends one round trip on every idle connection of pool. pgx starts a
