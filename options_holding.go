@@ -125,6 +125,14 @@ func WithSharedSessions(perSession int) Option {
 // held; a Lock overtaken by a queue spends a connection on its wait, as without the
 // option.
 //
+// When not to park: on hot keys that many processes want at once and hold briefly, the
+// server's queue hands a key over in one round trip, while a parked Lock learns of a
+// release only at its next try; there parking is slower than waiting on a session
+// (measured at the same connection budget: 0.79-0.88x raw pgx's locks/s, p99 about
+// twice; docs/scale.md). Where the connections allow it, give n as many places as the
+// waits a process has at once, or leave the option off; parking pays where most waits
+// are for keys that are merely held.
+//
 // A wait place is the session's: a Lock that waited on one and hands the lock on
 // ([WithLocalHandoff]) hands its place on with it, until the session goes back to the
 // pool.
