@@ -1,6 +1,7 @@
 // Package pglocal runs a throwaway PostgreSQL cluster from the local server binaries
-// (initdb + postgres): in a temporary directory, on a free loopback port, with fsync off,
-// as the postgres OS user when the caller is root, and tied to the calling process so that
+// (initdb + postgres): in a temporary directory ([TempRoot]: a tmpfs when there is one with
+// room), on a free loopback port, with fsync off, as the postgres OS user when the caller
+// is root, and tied to the calling process so that
 // it dies with it: the postmaster gets a parent-death signal, and a watchdog shell that
 // outlives the caller removes the directory once the caller is gone, however it ended.
 //
@@ -127,10 +128,10 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 	return c, nil
 }
 
-// prepare makes the temp dir (short path: the socket path is limited to 107 bytes), picks a
-// port, and arranges to run as the postgres user when we are root (initdb refuses root).
+// prepare makes the temp dir under TempRoot (short path: the socket path is limited to 107
+// bytes), picks a port, and arranges to run as the postgres user when we are root (initdb refuses root).
 func (c *Cluster) prepare() error {
-	dir, err := os.MkdirTemp("/tmp", "pgt")
+	dir, err := os.MkdirTemp(TempRoot(), "pgt")
 	if err != nil {
 		return err
 	}
