@@ -70,8 +70,13 @@ func TestPgpoolIsASessionProxy(t *testing.T) {
 // Manager's lock statements then meet the standby after a set-up on the primary.
 func TestPgpoolNeverLocksOnTheStandby(t *testing.T) {
 	pgtest.Need(t, srv, startErr)
-	t.Run("session-level", func(t *testing.T) { pgpoolNeverOnTheStandby(t) })
-	t.Run("statement-level", func(t *testing.T) { pgpoolNeverOnTheStandby(t, "statement_level_load_balance = on") })
+	// The two run at once, each with its standby and Pgpool, while the package's other
+	// tests wait (see the note above).
+	t.Run("session-level", func(t *testing.T) { t.Parallel(); pgpoolNeverOnTheStandby(t) })
+	t.Run("statement-level", func(t *testing.T) {
+		t.Parallel()
+		pgpoolNeverOnTheStandby(t, "statement_level_load_balance = on")
+	})
 }
 
 func pgpoolNeverOnTheStandby(t *testing.T, extra ...string) {
