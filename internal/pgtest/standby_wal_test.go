@@ -47,11 +47,8 @@ func TestStandbysWhileThePrimaryRecyclesWAL(t *testing.T) {
 		made.Add(1)
 		go func() {
 			defer made.Done()
-			for range 3 {
-				sb, err := pgtest.StartStandby(ctx, primary)
-				if !assert.NoError(t, err, "a standby of a primary that recycles WAL") {
-					return
-				}
+			sb, err := pgtest.StartStandby(ctx, primary)
+			if assert.NoError(t, err, "a standby of a primary that recycles WAL") {
 				assert.NoError(t, sb.Close())
 			}
 		}()
