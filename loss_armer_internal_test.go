@@ -126,6 +126,8 @@ func TestLossWhileQueuedInTheArmer(t *testing.T) {
 // is armed at the next tick without waking the armer's goroutine itself; a tick that
 // finds fewer parks it.
 func TestArmerTicksThroughSteadyTraffic(t *testing.T) {
+	// It waits out four ticks of its own Manager's armer, idle: in parallel with the rest.
+	t.Parallel()
 	// The Locks must be queued within a tick of each other: a delay far longer than a
 	// Lock, whatever the machine's load.
 	m, _ := armerManager(t, 3*time.Second)

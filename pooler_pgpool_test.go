@@ -20,9 +20,10 @@ import (
 // keeps a client on its backends for the session (one per server), so it is a session
 // proxy, not a transaction pooler; but it may send a statement it takes for a read to the
 // standby, where an advisory lock is local to the standby and excludes nobody on the
-// primary. Like the other tests that make a standby of the shared server, these do not run
-// in parallel: a base backup taken while parallel tests write WAL fast (CREATE DATABASE)
-// failed with "requested WAL segment has already been removed".
+// primary. Like the other tests that make a standby of the shared server, these run in
+// parallel with the package's other tests: each standby streams through a replication slot
+// of its own (pglocal), so a base backup taken while parallel tests write WAL fast (CREATE
+// DATABASE) no longer fails with "requested WAL segment has already been removed".
 
 // pgpoolManagers is how many Managers (each its own Pgpool sessions, with their
 // load-balance node drawn at random: the standby for about one in two) a test makes, and
@@ -37,6 +38,7 @@ const (
 // Managers, and TryLock failed with ErrPooler. Every Manager must see a session proxy
 // (HoldingSession), and lock and unlock with no ErrPooler, on the primary.
 func TestPgpoolIsASessionProxy(t *testing.T) {
+	t.Parallel()
 	pgtest.Need(t, srv, startErr)
 	pp, sb := pgtest.PgpoolForTest(t, srv, pgtest.PgpoolDefaults)
 	ctx := ctxT(t)
@@ -69,9 +71,14 @@ func TestPgpoolIsASessionProxy(t *testing.T) {
 // statement_level_load_balance, Pgpool chooses the server of each statement anew: a
 // Manager's lock statements then meet the standby after a set-up on the primary.
 func TestPgpoolNeverLocksOnTheStandby(t *testing.T) {
+	t.Parallel()
 	pgtest.Need(t, srv, startErr)
-	t.Run("session-level", func(t *testing.T) { pgpoolNeverOnTheStandby(t) })
-	t.Run("statement-level", func(t *testing.T) { pgpoolNeverOnTheStandby(t, "statement_level_load_balance = on") })
+	// The two run at once, each with its standby and Pgpool.
+	t.Run("session-level", func(t *testing.T) { t.Parallel(); pgpoolNeverOnTheStandby(t) })
+	t.Run("statement-level", func(t *testing.T) {
+		t.Parallel()
+		pgpoolNeverOnTheStandby(t, "statement_level_load_balance = on")
+	})
 }
 
 func pgpoolNeverOnTheStandby(t *testing.T, extra ...string) {
@@ -207,6 +214,7 @@ func (c *pgpoolCount) managed(ctx context.Context, dsn, name string) {
 // configuration, where lock statements are otherwise balanced, every Manager and every
 // transaction lock then holds on the primary: no ErrStandby, nothing on the standby.
 func TestPgpoolRoutedToThePrimary(t *testing.T) {
+	t.Parallel()
 	pgtest.Need(t, srv, startErr)
 	pp, sb := pgtest.PgpoolForTest(t, srv, pgtest.PgpoolFunctionList,
 		"app_name_redirect_preference_list = 'locker:primary'")

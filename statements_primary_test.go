@@ -23,6 +23,7 @@ import (
 // report it (pid 0); XactLock and TryXactLock in every mode must return ErrStandby.
 // Before, each was granted the key on the standby.
 func TestLockStatementsProveAPrimary(t *testing.T) {
+	t.Parallel()
 	pgtest.Need(t, srv, startErr)
 	sb := pgtest.StandbyForTest(t, srv)
 	ctx := ctxT(t)

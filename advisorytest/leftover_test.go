@@ -98,7 +98,7 @@ func startHelper(t *testing.T, mode, bin string) (*exec.Cmd, string) {
 // names it on its command line.
 func requireGone(t *testing.T, dir string) {
 	t.Helper()
-	require.True(t, strings.HasPrefix(dir, "/tmp/pgt"), "unexpected cluster directory %s", dir)
+	require.True(t, strings.HasPrefix(dir, pglocal.TempRoot()+"/pgt"), "unexpected cluster directory %s", dir)
 	var left []string
 	require.Eventually(t, func() bool {
 		left = processesUsing(dir)

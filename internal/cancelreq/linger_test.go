@@ -34,6 +34,7 @@ func TestCancelsNeverAbandonedThroughPgBouncer(t *testing.T) {
 		{"under TLS", []pgtest.PgBouncerOption{pgtest.WithClientTLS()}, " sslmode=require"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel() // each with a PgBouncer of its own
 			b := pgtest.PgBouncerForTest(t, srv, pgtest.PoolTransaction, tc.opts...)
 			pid := b.PID()
 			var cancels cancelreq.Cancels

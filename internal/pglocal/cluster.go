@@ -29,6 +29,8 @@ type Cluster struct {
 	// floors holds, for a standby, the primary's values of the settings it may not set
 	// lower (see standbyFloors).
 	floors map[string]int
+	// slot is a standby's replication slot on the primary at slotOn ("" if none).
+	slot, slotOn string
 }
 
 // DSN returns a keyword/value connection string for the superuser postgres over TCP on
@@ -102,6 +104,7 @@ func (c *Cluster) Follow(ctx context.Context, primaryDSN string) error {
 // removes the directory.
 func (c *Cluster) Close() error {
 	c.stopServer()
+	c.dropSlot()
 	if c.dir == "" {
 		return nil
 	}
@@ -123,8 +126,11 @@ func (c *Cluster) start(ctx context.Context) error {
 		"-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off",
 		"-c", "max_connections=" + c.atLeast("max_connections", 300), "-c", "shared_buffers=64MB",
 		// What a streaming standby (Options.BaseBackupFrom) needs of its primary; initdb's
-		// pg_hba.conf already admits replication from 127.0.0.1 with -A trust.
-		"-c", "wal_level=replica", "-c", "max_wal_senders=" + c.atLeast("max_wal_senders", 10)}
+		// pg_hba.conf already admits replication from 127.0.0.1 with -A trust. A test
+		// package runs up to 7 standbys of its server at once, each with a slot, and a base
+		// backup takes two senders.
+		"-c", "wal_level=replica", "-c", "max_wal_senders=" + c.atLeast("max_wal_senders", 20),
+		"-c", "max_replication_slots=20"}
 	for _, name := range []string{"max_worker_processes", "max_prepared_transactions", "max_locks_per_transaction"} {
 		if v, ok := c.floors[name]; ok {
 			args = append(args, "-c", name+"="+strconv.Itoa(v))

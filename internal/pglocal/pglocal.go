@@ -1,6 +1,7 @@
 // Package pglocal runs a throwaway PostgreSQL cluster from the local server binaries
-// (initdb + postgres): in a temporary directory, on a free loopback port, with fsync off,
-// as the postgres OS user when the caller is root, and tied to the calling process so that
+// (initdb + postgres): in a temporary directory ([TempRoot]: a tmpfs when there is one with
+// room), on a free loopback port, with fsync off, as the postgres OS user when the caller
+// is root, and tied to the calling process so that
 // it dies with it: the postmaster gets a parent-death signal, and a watchdog shell that
 // outlives the caller removes the directory once the caller is gone, however it ended.
 //
@@ -26,6 +27,7 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -127,10 +129,10 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 	return c, nil
 }
 
-// prepare makes the temp dir (short path: the socket path is limited to 107 bytes), picks a
-// port, and arranges to run as the postgres user when we are root (initdb refuses root).
+// prepare makes the temp dir under TempRoot (short path: the socket path is limited to 107
+// bytes), picks a port, and arranges to run as the postgres user when we are root (initdb refuses root).
 func (c *Cluster) prepare() error {
-	dir, err := os.MkdirTemp("/tmp", "pgt")
+	dir, err := os.MkdirTemp(TempRoot(), "pgt")
 	if err != nil {
 		return err
 	}
@@ -178,16 +180,51 @@ func (c *Cluster) initdb(ctx context.Context) error {
 }
 
 // basebackup copies the primary into dir/data as a standby, and reads the primary's
-// settings that a hot standby may not set lower (see standbyFloors).
+// settings that a hot standby may not set lower (see standbyFloors). The standby streams
+// through a replication slot of its own on the primary (-C -S, and -R names it in
+// primary_slot_name), which Close drops: without one, a primary that wrote WAL fast (other
+// tests' CREATE DATABASE) and checkpointed (another base backup's) between the start of
+// the copy and the start of its WAL stream had removed the segment the stream asked for
+// ("requested WAL segment has already been removed"). The slot is made, reserving WAL,
+// before the copy begins: pg_basebackup's own -C makes it only once the copy has begun.
 func (c *Cluster) basebackup(ctx context.Context, primaryDSN string) error {
+	c.dropSlot()
+	slot := "pglocal_" + strings.ToLower(filepath.Base(c.dir))
+	conn, err := pgx.Connect(ctx, primaryDSN)
+	if err != nil {
+		return fmt.Errorf("replication slot on the primary: %w", err)
+	}
+	_, err = conn.Exec(ctx, "SELECT pg_catalog.pg_create_physical_replication_slot($1, true)", slot)
+	conn.Close(ctx)
+	if err != nil {
+		return fmt.Errorf("replication slot on the primary: %w", err)
+	}
+	c.slot, c.slotOn = slot, primaryDSN
 	cmd := c.command(ctx, "pg_basebackup", "-D", filepath.Join(c.dir, "data"), "-R", "-X", "stream",
-		"-c", "fast", "--no-sync", "-d", primaryDSN)
+		"-S", slot, "-c", "fast", "--no-sync", "-d", primaryDSN)
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return fmt.Errorf("pg_basebackup: %w: %s", err, out)
 	}
 	floors, err := standbyFloors(ctx, primaryDSN)
 	c.floors = floors
 	return err
+}
+
+// dropSlot drops the replication slot a base backup made on the primary, if any (the
+// server must be stopped: an active slot cannot be dropped). A primary that is gone keeps
+// it: that is only WAL kept on a server nobody uses.
+func (c *Cluster) dropSlot() {
+	if c.slot == "" {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if conn, err := pgx.Connect(ctx, c.slotOn+" connect_timeout=2"); err == nil {
+		conn.Exec(ctx, "SELECT pg_catalog.pg_drop_replication_slot(slot_name) FROM pg_catalog.pg_replication_slots "+
+			"WHERE slot_name = $1 AND NOT active", c.slot)
+		conn.Close(ctx)
+	}
+	c.slot, c.slotOn = "", ""
 }
 
 // standbyFloors returns the primary's values of the settings a hot standby refuses to

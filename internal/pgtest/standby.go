@@ -24,8 +24,9 @@ type Standby struct {
 
 // StartStandby makes a hot standby of primary: pg_basebackup -R (WAL streamed during the
 // copy, standby.signal and primary_conninfo written) into a temp dir, then postgres on a
-// free port. The primary must allow replication connections from 127.0.0.1 for its DSN's
-// user (a local cluster of this package does: wal_level=replica, max_wal_senders=10, and
+// free port. It streams through a replication slot of its own on the primary, made before
+// the copy and dropped by Close, so it may be made while other tests write WAL fast. The primary must allow replication connections from 127.0.0.1 for its DSN's
+// user (a local cluster of this package does: wal_level=replica, max_wal_senders=20, and
 // initdb's trust line for replication). It blocks until the standby accepts connections or
 // ctx ends. Without pg_basebackup, or with binaries of another major version than the
 // primary's, it returns an error wrapping [ErrUnavailable]. On error nothing is left.
