@@ -73,6 +73,9 @@ func (p *pin) release(ctx context.Context, endErr error) error {
 		return failure
 	}
 	p.end(!p.retire.Load(), endErr)
+	if p.m.set.sharePer > 0 { // a Lock of this Manager parked for the key tries now (see wakeParked)
+		p.m.hosts.wakeParked(gateKey{p.key, p.pair})
+	}
 	return nil
 }
 

@@ -68,8 +68,9 @@ func (m *Manager) park(ctx context.Context, t target, start time.Time) (*Lock, c
 	if c := m.set.parkedCount; c != nil {
 		c.Add(1)
 	}
-	m.hosts.park()
-	defer m.hosts.unpark()
+	k := gateKey{t.key, t.pair}
+	wake := m.hosts.park(k)
+	defer m.hosts.unpark(k, wake)
 	if m.set.logger != nil {
 		m.set.logger.Debug("advisory: lock waits without a session (every WithWaitSessions place is taken)",
 			slog.String("lock", describe(t.key, t.name, t.pair)), slog.Int("places", cap(places)))
@@ -86,6 +87,8 @@ func (m *Manager) park(ctx context.Context, t target, start time.Time) (*Lock, c
 		case <-m.closing:
 			return nil, nil, ErrClosed
 		case <-timer.C:
+		case <-wake: // this Manager released the key: try now, in the next batch
+			timer.Stop()
 		}
 		l, err := m.takeShared(ctx, t, true)
 		var locked *LockedError
@@ -170,19 +173,51 @@ func (h *host) queued(k Key) (bool, error) {
 	return q, err
 }
 
-// park counts a parked Lock: while any is, the Manager keeps a shared session open for
-// their tries even if it holds nothing, instead of opening one and giving it back at
-// every tick.
-func (hs *hostSet) park() {
+// park counts a parked Lock of k: while any is, the Manager keeps a shared session open
+// for their tries even if it holds nothing, instead of opening one and giving it back at
+// every tick. It returns the channel that wakes the Lock when this Manager releases k
+// (see wakeParked); nil if another Lock is parked for k already (a shared-mode Lock: the
+// exclusive ones are queued one at a time per key, see gate), which then only polls.
+func (hs *hostSet) park(k gateKey) chan struct{} {
 	hs.mu.Lock()
+	defer hs.mu.Unlock()
 	hs.parked++
-	hs.mu.Unlock()
+	if _, ok := hs.parkedFor[k]; ok {
+		return nil
+	}
+	if hs.parkedFor == nil {
+		hs.parkedFor = make(map[gateKey]chan struct{})
+	}
+	wake := make(chan struct{}, 1)
+	hs.parkedFor[k] = wake
+	return wake
 }
 
-// unpark counts a parked Lock out, and gives back the shared sessions left idle.
-func (hs *hostSet) unpark() {
+// wakeParked wakes the Lock parked for k, if any, to try at once: a holding of this
+// Manager has just released k. Without it, the Lock would learn of the release only at
+// its next try, up to a quarter of its wait later, while the key lay free or went to
+// another process's try; woken, it tries in the next batch. A waiter in the server's
+// queue still goes first: the server granted it k at the release, and refuses the try.
+func (hs *hostSet) wakeParked(k gateKey) {
+	hs.mu.Lock()
+	wake := hs.parkedFor[k]
+	hs.mu.Unlock()
+	if wake != nil {
+		select {
+		case wake <- struct{}{}:
+		default: // woken already
+		}
+	}
+}
+
+// unpark counts a parked Lock of k out (wake: what park returned), and gives back the
+// shared sessions left idle.
+func (hs *hostSet) unpark(k gateKey, wake chan struct{}) {
 	hs.mu.Lock()
 	hs.parked--
+	if wake != nil {
+		delete(hs.parkedFor, k)
+	}
 	var idle []*host
 	for _, h := range slices.Clone(hs.hosts) {
 		if hs.idle(h) {
