@@ -162,7 +162,7 @@ func (p *pin) endAs(keep, handedOff bool, err error) {
 		p.giveBack(keep)
 	}
 	if place != nil { // after the connection went back: the next wait may take it
-		<-place
+		p.m.hosts.givePlace(place)
 	}
 	if !announced {
 		close(p.done) // last: when Done closes, everything the session had is given back

@@ -16,12 +16,14 @@ import (
 // until the connection goes back to the pool (a handoff passes it on with the session).
 // A Lock without a place parks: it holds no connection, and tries its key again on a
 // shared session, after a pause of a quarter of its wait so far, until it gets the key,
-// a place frees (places are given in the order the parked Locks asked), or its ctx ends.
-// A parked Lock never takes a key before a waiter in the server's queue: PostgreSQL
-// refuses a try while anyone waits for the key. So that a key always queued for (handed
-// over through the server's queue) does not starve it, a Lock parked for parkPatience
-// asks whether a session waits for its key, and if one does waits on a session of its
-// own, beyond the places: the places bound the waits that cost nothing but time.
+// a place frees (places are given in the order the parked Locks asked, but see
+// shared_wait_places.go), or its ctx ends; a release by a Lock of its own Manager wakes it
+// to try at once (wakeParked). A parked Lock never takes a key before a waiter in the
+// server's queue: PostgreSQL refuses a try while anyone waits for the key. So that a key
+// always queued for (handed over through the server's queue) does not starve it, a Lock
+// parked for parkPatience asks whether a session waits for its key, and if one does goes
+// first for the next place, or after parkPatience more without one waits on a session
+// of its own, beyond the places: the places bound the waits that cost nothing but time.
 
 // A parked Lock's pause before its next try is a quarter of how long it has been parked,
 // from parkFirst to parkLongest: a release is noticed within about a quarter of the wait
@@ -36,10 +38,11 @@ const (
 	parkTick    = 8 * time.Millisecond
 	// parkPatience: a Lock parked this long asks, after each try it is refused (its tries
 	// are then 250 ms to 1 s apart), whether a session waits in the server's queue for its
-	// key; if one does, it stops parking and waits on a session of its own, beyond
-	// WithWaitSessions' places. PostgreSQL
-	// refuses a try while any session waits for the key, so a parked Lock of a key that
-	// others hand over through the server's queue would otherwise never be granted.
+	// key; if one does, it goes first for the next place given back (see
+	// shared_wait_places.go), and if none is within parkPatience more, it waits on a
+	// session of its own, beyond WithWaitSessions' places. PostgreSQL refuses a try while
+	// any session waits for the key, so a parked Lock of a key that others hand over
+	// through the server's queue would otherwise never be granted.
 	parkPatience = time.Second
 )
 
@@ -78,9 +81,14 @@ func (m *Manager) park(ctx context.Context, t target, start time.Time) (*Lock, c
 	parked := time.Now()
 	timer := time.NewTimer(m.hosts.parkPause(parked, parked))
 	defer timer.Stop()
+	var first firstPlace // once a queue has overtaken it (see parkPatience)
+	defer first.leave(&m.hosts)
 	for {
 		select {
 		case places <- struct{}{}:
+			return nil, places, nil
+		case <-first.handed:
+			first.handed = nil
 			return nil, places, nil
 		case <-ctx.Done():
 			return nil, nil, ctx.Err()
@@ -99,7 +107,7 @@ func (m *Manager) park(ctx context.Context, t target, start time.Time) (*Lock, c
 		case err != nil && !errors.As(err, &locked):
 			return nil, nil, err
 		}
-		if since := time.Since(parked); since >= parkPatience && m.hosts.queued(t) {
+		if since := time.Since(parked); since >= parkPatience && m.hosts.queued(t) && first.overdue(&m.hosts) {
 			m.overtaken(t, since)
 			return nil, nil, nil // a wait on a session of its own, beyond the places
 		}
@@ -232,23 +240,6 @@ func (hs *hostSet) unpark(k gateKey, wake chan struct{}) {
 	}
 }
 
-// holdPlace gives the session that holds a lock the WithWaitSessions place its Lock
-// waited on (nil: none), to give back with its connection (see endAs); if the session
-// has ended already, the place goes back now.
-func (p *pin) holdPlace(place chan struct{}) {
-	if place == nil {
-		return
-	}
-	p.mu.Lock()
-	if p.state != stateEnded {
-		p.place = place
-		p.mu.Unlock()
-		return
-	}
-	p.mu.Unlock()
-	<-place
-}
-
 // varied is d, give or take up to a half, so that the Locks parked for one key in many
 // processes do not all try at the same instant.
 func varied(d time.Duration) time.Duration {
@@ -268,11 +259,4 @@ func (m *Manager) parkRoute(c *lockCall) (l *Lock, served bool, err error) {
 	}
 	c.place = place
 	return nil, false, nil
-}
-
-// leavePlace gives back the call's place if no session that holds the lock kept it.
-func (c *lockCall) leavePlace() {
-	if c.place != nil {
-		<-c.place
-	}
 }

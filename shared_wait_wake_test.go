@@ -13,15 +13,15 @@ import (
 )
 
 // parkedOnePlace returns a Manager with shared sessions and one WithWaitSessions place,
-// that place kept by a Lock holding name+"/busy" on a session of its own (unlocked at
-// the test's end), so that its next Lock of a taken key parks; parked counts its parked
-// Locks.
-func parkedOnePlace(t *testing.T, name string) (*advisory.Manager, *atomic.Int64) {
+// that place kept by lead, a Lock holding name+"/busy" on a session of its own (unlocked
+// at the test's end), so that its next Lock of a taken key parks; parked counts its
+// parked Locks.
+func parkedOnePlace(t *testing.T, name string) (m *advisory.Manager, parked *atomic.Int64, lead *advisory.Lock) {
 	t.Helper()
 	ctx := ctxT(t)
 	holder := newManager(t, nil)
-	parked := new(atomic.Int64)
-	m := newManager(t, nil, advisory.WithSharedSessions(16), advisory.WithWaitSessions(1),
+	parked = new(atomic.Int64)
+	m = newManager(t, nil, advisory.WithSharedSessions(16), advisory.WithWaitSessions(1),
 		advisory.WithParkCounterForTest(parked))
 	busy := name + "/busy"
 	first, err := holder.Lock(ctx, busy)
@@ -29,11 +29,11 @@ func parkedOnePlace(t *testing.T, name string) (*advisory.Manager, *atomic.Int64
 	leader := lockCall(ctx, m, busy)
 	waitForWaiters(t, advisory.KeyOf(busy), 1)
 	require.NoError(t, first.Unlock(ctx))
-	lead := received(t, leader, 10*time.Second, "the Lock keeping m's place")
-	require.NoError(t, lead.err)
-	require.False(t, lead.l.SharesSession())
-	t.Cleanup(func() { lead.l.Unlock(context.Background()) })
-	return m, parked
+	r := received(t, leader, 10*time.Second, "the Lock keeping m's place")
+	require.NoError(t, r.err)
+	require.False(t, r.l.SharesSession())
+	t.Cleanup(func() { r.l.Unlock(context.Background()) })
+	return m, parked, r.l
 }
 
 // timedLock is a Lock call on a goroutine that reports its result and when it returned.
@@ -61,7 +61,7 @@ func timedLockCall(ctx context.Context, m *advisory.Manager, name string) <-chan
 func TestParkedLockWokenByThisManagersUnlock(t *testing.T) {
 	t.Parallel()
 	ctx := ctxT(t)
-	m, parked := parkedOnePlace(t, t.Name())
+	m, parked, _ := parkedOnePlace(t, t.Name())
 	const n = 3
 	var first [n]*advisory.Lock
 	var calls [n]<-chan timedLock
@@ -114,7 +114,7 @@ func TestParkedLockWokenByThisManagersUnlock(t *testing.T) {
 func TestWokenParkedLockStillYieldsToAQueuedWaiter(t *testing.T) {
 	t.Parallel()
 	ctx := ctxT(t)
-	m, parked := parkedOnePlace(t, t.Name())
+	m, parked, _ := parkedOnePlace(t, t.Name())
 	other := newManager(t, nil)
 	hot := t.Name() + "/hot"
 	first, err := m.Lock(ctx, hot)
@@ -145,4 +145,58 @@ func TestWokenParkedLockStillYieldsToAQueuedWaiter(t *testing.T) {
 	require.NoError(t, r.err)
 	requireHeldBy(t, advisory.KeyOf(hot), r.l.PID())
 	require.NoError(t, r.l.Unlock(ctx))
+}
+
+// TestOvertakenParkedLockGoesFirstForAPlace (issue 47): a parked Lock that a queue
+// overtakes (another process hands its key over through the server's queue, so every
+// try is refused) is given the next place freed, before a Lock parked earlier for a key
+// that is merely held, and does not wait beyond the places meanwhile: for parkPatience
+// after it found the queue, its Manager has no session past its place and its shared
+// one. Before, it went beyond the places as soon as it found the queue, and the freed
+// place went to the Lock that asked first.
+func TestOvertakenParkedLockGoesFirstForAPlace(t *testing.T) {
+	t.Parallel()
+	ctx := ctxT(t)
+	m, parked, lead := parkedOnePlace(t, t.Name())
+	holder := newManager(t, nil)
+	other := newManager(t, nil)
+	hot, held := t.Name()+"/hot", t.Name()+"/held"
+	heldLock, err := holder.Lock(ctx, held)
+	require.NoError(t, err)
+	defer heldLock.Unlock(ctx)
+	early := timedLockCall(ctx, m, held) // parks first: its key is merely held
+	eventually(t, 10*time.Second, func() bool { return parked.Load() == 1 }, "the first Lock parks")
+
+	handOver(t, other, hot, 20*time.Millisecond)
+	waitForWaiters(t, advisory.KeyOf(hot), 1)
+	began := time.Now()
+	late := timedLockCall(ctx, m, hot)
+	eventually(t, 10*time.Second, func() bool { return parked.Load() == 2 }, "the second Lock parks")
+	// Its first refused try past parkPatience finds the queue by 1.4 s; until 2 s it must
+	// not wait beyond the places.
+	time.Sleep(time.Until(began.Add(1700 * time.Millisecond)))
+	require.EqualValues(t, 2, m.Stat().AcquiredConns(), "m's sessions: the place's and the shared one")
+	require.Zero(t, waiters(t, advisory.KeyOf(held)))
+
+	require.NoError(t, lead.Unlock(ctx)) // the place goes back
+	var r timedLock
+	select {
+	case r = <-late:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the overtaken Lock: nothing 10 s after the place was given back")
+	}
+	require.NoError(t, r.err)
+	require.False(t, r.l.SharesSession(), "taken on a session of its own: the place")
+	requireHeldBy(t, r.l.Key(), r.l.PID())
+	select {
+	case e := <-early:
+		t.Fatalf("the Lock of the merely held key returned: %v", e.err)
+	default:
+	}
+	require.Zero(t, waiters(t, advisory.KeyOf(held)), "the Lock parked first still parks: the place went to the overtaken one")
+	require.NoError(t, r.l.Unlock(ctx))
+	require.NoError(t, heldLock.Unlock(ctx))
+	e := <-early
+	require.NoError(t, e.err)
+	require.NoError(t, e.l.Unlock(ctx))
 }
