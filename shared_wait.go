@@ -107,7 +107,10 @@ func (m *Manager) park(ctx context.Context, t target, start time.Time) (*Lock, c
 		case err != nil && !errors.As(err, &locked):
 			return nil, nil, err
 		}
-		if since := time.Since(parked); since >= parkPatience && m.hosts.queued(t) && first.overdue(&m.hosts) {
+		// Once first for a place, it does not ask again: a queue that overtook it is likely
+		// to stay, and each question reads the whole of pg_locks.
+		if since := time.Since(parked); since >= parkPatience && (first.handed != nil || m.hosts.queued(t)) &&
+			first.overdue(&m.hosts) {
 			m.overtaken(t, since)
 			return nil, nil, nil // a wait on a session of its own, beyond the places
 		}
