@@ -130,11 +130,11 @@ func WithSharedSessions(perSession int) Option {
 //
 // When not to park: on hot keys that many processes want at once and hold briefly, the
 // server's queue hands a key over in one round trip, while a parked Lock learns of a
-// release only at its next try; there parking is slower than waiting on a session
-// (measured at the same connection budget: 0.79-0.88x raw pgx's locks/s, p99 about
-// twice; docs/scale.md). Where the connections allow it, give n as many places as the
-// waits a process has at once, or leave the option off; parking pays where most waits
-// are for keys that are merely held.
+// release by another process only at its next try, and each try costs client and server
+// CPU; there parking is no faster than waiting on a session at the same connection
+// budget, and its p99 is longer (docs/scale.md has the figures). Where the connections
+// allow it, give n as many places as the waits a process has at once, or leave the
+// option off; parking pays where most waits are for keys that are merely held.
 //
 // A wait place is the session's: a Lock that waited on one and hands the lock on
 // ([WithLocalHandoff]) hands its place on with it, until the session goes back to the
