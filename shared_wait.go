@@ -107,15 +107,26 @@ func (m *Manager) park(ctx context.Context, t target, start time.Time) (*Lock, c
 		case err != nil && !errors.As(err, &locked):
 			return nil, nil, err
 		}
-		// Once first for a place, it does not ask again: a queue that overtook it is likely
-		// to stay, and each question reads the whole of pg_locks.
-		if since := time.Since(parked); since >= parkPatience && (first.handed != nil || m.hosts.queued(t)) &&
-			first.overdue(&m.hosts) {
-			m.overtaken(t, since)
+		if m.outwaited(t, parked, &first) {
 			return nil, nil, nil // a wait on a session of its own, beyond the places
 		}
 		timer.Reset(m.hosts.parkPause(parked, time.Now()))
 	}
+}
+
+// outwaited reports whether a Lock parked since parked, just refused a try, stops
+// parking to wait on a session of its own beyond the places (see parkPatience): past
+// parkPatience with a session queued for its key, it first goes first for a place, and
+// stops only past parkPatience more without one. Once first, it does not ask again: a
+// queue that overtook it is likely to stay, and each question reads the whole of
+// pg_locks.
+func (m *Manager) outwaited(t target, parked time.Time, first *firstPlace) bool {
+	since := time.Since(parked)
+	if since < parkPatience || first.handed == nil && !m.hosts.queued(t) || !first.overdue(&m.hosts) {
+		return false
+	}
+	m.overtaken(t, since)
+	return true
 }
 
 // overtaken logs a parked Lock that stops parking because a session waits in the
