@@ -195,7 +195,7 @@ func (m *Manager) attempt(ctx context.Context, t target, mode attemptMode) (*Loc
 			return l, err
 		}
 		if c.place != nil {
-			defer c.leavePlace()
+			defer c.leavePlace(&m.hosts)
 		}
 	}
 	return m.ownRoute(c)

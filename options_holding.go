@@ -109,29 +109,32 @@ func WithSharedSessions(perSession int) Option {
 // the key (then on the shared session), or one of the n places frees and it waits on a
 // session of its own, in the order the Locks asked; its ctx ends that wait as any other,
 // leaving nothing held or waiting. Each of its tries costs a row in a shared session's
-// next statement. TryLock, Do, DoTx, TryDo, Lead and Semaphores are not affected.
+// next statement. When a Lock of the same Manager releases the key, the parked Lock
+// tries at once, in the next statement. TryLock, Do, DoTx, TryDo, Lead and Semaphores
+// are not affected.
 //
 // The bound on a parked Lock's wait: PostgreSQL refuses a try while another session
 // waits for the key, so a parked Lock is never granted before a waiter in the server's
 // queue, and a key that is always queued for (handed over from waiter to waiter) is never
 // free for a try. A Lock parked for 1 s therefore asks, after each try that is refused
 // (they are then 250 ms to 1 s apart), whether a session waits for its key (a read of
-// pg_locks on a shared session); if one does, it stops parking and waits in the server's
-// queue on a session of its own, even beyond the n places, and is granted as without
-// this option, after the holdings queued before it. While others queue for the key,
-// parking thus adds a little over 1 s to its wait; while nobody queues, a parked Lock
-// takes the key at its first try after the release (within a quarter of its wait so far,
-// at most 1 s, and a tick). n bounds the sessions of Locks that wait on keys merely
-// held; a Lock overtaken by a queue spends a connection on its wait, as without the
-// option.
+// pg_locks on a shared session); if one does, it is given the next place that frees,
+// before the Locks parked earlier, and waits in the server's queue on that session. Only
+// if no place frees within 1 s more (the places are kept by long holdings) does it wait
+// on a session of its own beyond the n places, granted as without this option. While
+// others queue for the key, parking thus adds 1 to 2 s to its wait; while nobody
+// queues, a parked Lock takes the key at its first try after the release (within a
+// quarter of its wait so far, at most 1 s, and a tick). n bounds the sessions of the
+// Manager's waits, except those of Locks overtaken by a queue while every place stays
+// taken for over a second.
 //
 // When not to park: on hot keys that many processes want at once and hold briefly, the
 // server's queue hands a key over in one round trip, while a parked Lock learns of a
-// release only at its next try; there parking is slower than waiting on a session
-// (measured at the same connection budget: 0.79-0.88x raw pgx's locks/s, p99 about
-// twice; docs/scale.md). Where the connections allow it, give n as many places as the
-// waits a process has at once, or leave the option off; parking pays where most waits
-// are for keys that are merely held.
+// release by another process only at its next try, and each try costs client and server
+// CPU; there parking is no faster than waiting on a session at the same connection
+// budget, and its p99 is longer (docs/scale.md has the figures). Where the connections
+// allow it, give n as many places as the waits a process has at once, or leave the
+// option off; parking pays where most waits are for keys that are merely held.
 //
 // A wait place is the session's: a Lock that waited on one and hands the lock on
 // ([WithLocalHandoff]) hands its place on with it, until the session goes back to the

@@ -73,6 +73,9 @@ func (p *pin) release(ctx context.Context, endErr error) error {
 		return failure
 	}
 	p.end(!p.retire.Load(), endErr)
+	if p.m.set.sharePer > 0 { // a Lock of this Manager parked for the key tries now (see wakeParked)
+		p.m.hosts.wakeParked(gateKey{p.key, p.pair})
+	}
 	return nil
 }
 
@@ -159,7 +162,7 @@ func (p *pin) endAs(keep, handedOff bool, err error) {
 		p.giveBack(keep)
 	}
 	if place != nil { // after the connection went back: the next wait may take it
-		<-place
+		p.m.hosts.givePlace(place)
 	}
 	if !announced {
 		close(p.done) // last: when Done closes, everything the session had is given back

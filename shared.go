@@ -35,6 +35,12 @@ type hostSet struct {
 	waitPlaces chan struct{}
 	parkPhase  int64 // where the Manager's parked Locks' ticks fall, in ns (see parkPause)
 	parked     int   // Locks parked now; while any is, an empty host stays open (see idle)
+	// parkedFor has, for each key a parked Lock waits for, the channel that wakes it to
+	// try at once when this Manager releases the key (see wakeParked); under mu.
+	parkedFor map[gateKey]chan struct{}
+	// first has a channel for each parked Lock that a queue overtook, oldest first: a
+	// place freed goes to them before the other parked Locks (see givePlace); under mu.
+	first []chan struct{}
 	// room, once a Lock waits for a host whose opening waits for the pool, is closed when
 	// an open host gains room (see choose); nil while no Lock waits so.
 	room chan struct{}

@@ -134,5 +134,6 @@ func (sh *sharedHolding) unlockFor(context.Context, *Lock) error {
 	}
 	hs.done(h, k, nil, true)
 	sh.end(ErrNotHeld)
+	hs.wakeParked(k)
 	return nil
 }

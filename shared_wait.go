@@ -16,12 +16,14 @@ import (
 // until the connection goes back to the pool (a handoff passes it on with the session).
 // A Lock without a place parks: it holds no connection, and tries its key again on a
 // shared session, after a pause of a quarter of its wait so far, until it gets the key,
-// a place frees (places are given in the order the parked Locks asked), or its ctx ends.
-// A parked Lock never takes a key before a waiter in the server's queue: PostgreSQL
-// refuses a try while anyone waits for the key. So that a key always queued for (handed
-// over through the server's queue) does not starve it, a Lock parked for parkPatience
-// asks whether a session waits for its key, and if one does waits on a session of its
-// own, beyond the places: the places bound the waits that cost nothing but time.
+// a place frees (places are given in the order the parked Locks asked, but see
+// shared_wait_places.go), or its ctx ends; a release by a Lock of its own Manager wakes it
+// to try at once (wakeParked). A parked Lock never takes a key before a waiter in the
+// server's queue: PostgreSQL refuses a try while anyone waits for the key. So that a key
+// always queued for (handed over through the server's queue) does not starve it, a Lock
+// parked for parkPatience asks whether a session waits for its key, and if one does goes
+// first for the next place, or after parkPatience more without one waits on a session
+// of its own, beyond the places: the places bound the waits that cost nothing but time.
 
 // A parked Lock's pause before its next try is a quarter of how long it has been parked,
 // from parkFirst to parkLongest: a release is noticed within about a quarter of the wait
@@ -36,10 +38,11 @@ const (
 	parkTick    = 8 * time.Millisecond
 	// parkPatience: a Lock parked this long asks, after each try it is refused (its tries
 	// are then 250 ms to 1 s apart), whether a session waits in the server's queue for its
-	// key; if one does, it stops parking and waits on a session of its own, beyond
-	// WithWaitSessions' places. PostgreSQL
-	// refuses a try while any session waits for the key, so a parked Lock of a key that
-	// others hand over through the server's queue would otherwise never be granted.
+	// key; if one does, it goes first for the next place given back (see
+	// shared_wait_places.go), and if none is within parkPatience more, it waits on a
+	// session of its own, beyond WithWaitSessions' places. PostgreSQL refuses a try while
+	// any session waits for the key, so a parked Lock of a key that others hand over
+	// through the server's queue would otherwise never be granted.
 	parkPatience = time.Second
 )
 
@@ -68,8 +71,9 @@ func (m *Manager) park(ctx context.Context, t target, start time.Time) (*Lock, c
 	if c := m.set.parkedCount; c != nil {
 		c.Add(1)
 	}
-	m.hosts.park()
-	defer m.hosts.unpark()
+	k := gateKey{t.key, t.pair}
+	wake := m.hosts.park(k)
+	defer m.hosts.unpark(k, wake)
 	if m.set.logger != nil {
 		m.set.logger.Debug("advisory: lock waits without a session (every WithWaitSessions place is taken)",
 			slog.String("lock", describe(t.key, t.name, t.pair)), slog.Int("places", cap(places)))
@@ -77,15 +81,22 @@ func (m *Manager) park(ctx context.Context, t target, start time.Time) (*Lock, c
 	parked := time.Now()
 	timer := time.NewTimer(m.hosts.parkPause(parked, parked))
 	defer timer.Stop()
+	var first firstPlace // once a queue has overtaken it (see parkPatience)
+	defer first.leave(&m.hosts)
 	for {
 		select {
 		case places <- struct{}{}:
+			return nil, places, nil
+		case <-first.handed:
+			first.handed = nil
 			return nil, places, nil
 		case <-ctx.Done():
 			return nil, nil, ctx.Err()
 		case <-m.closing:
 			return nil, nil, ErrClosed
 		case <-timer.C:
+		case <-wake: // this Manager released the key: try now, in the next batch
+			timer.Stop()
 		}
 		l, err := m.takeShared(ctx, t, true)
 		var locked *LockedError
@@ -96,12 +107,26 @@ func (m *Manager) park(ctx context.Context, t target, start time.Time) (*Lock, c
 		case err != nil && !errors.As(err, &locked):
 			return nil, nil, err
 		}
-		if since := time.Since(parked); since >= parkPatience && m.hosts.queued(t) {
-			m.overtaken(t, since)
+		if m.outwaited(t, parked, &first) {
 			return nil, nil, nil // a wait on a session of its own, beyond the places
 		}
 		timer.Reset(m.hosts.parkPause(parked, time.Now()))
 	}
+}
+
+// outwaited reports whether a Lock parked since parked, just refused a try, stops
+// parking to wait on a session of its own beyond the places (see parkPatience): past
+// parkPatience with a session queued for its key, it first goes first for a place, and
+// stops only past parkPatience more without one. Once first, it does not ask again: a
+// queue that overtook it is likely to stay, and each question reads the whole of
+// pg_locks.
+func (m *Manager) outwaited(t target, parked time.Time, first *firstPlace) bool {
+	since := time.Since(parked)
+	if since < parkPatience || first.handed == nil && !m.hosts.queued(t) || !first.overdue(&m.hosts) {
+		return false
+	}
+	m.overtaken(t, since)
+	return true
 }
 
 // overtaken logs a parked Lock that stops parking because a session waits in the
@@ -170,19 +195,51 @@ func (h *host) queued(k Key) (bool, error) {
 	return q, err
 }
 
-// park counts a parked Lock: while any is, the Manager keeps a shared session open for
-// their tries even if it holds nothing, instead of opening one and giving it back at
-// every tick.
-func (hs *hostSet) park() {
+// park counts a parked Lock of k: while any is, the Manager keeps a shared session open
+// for their tries even if it holds nothing, instead of opening one and giving it back at
+// every tick. It returns the channel that wakes the Lock when this Manager releases k
+// (see wakeParked); nil if another Lock is parked for k already (a shared-mode Lock: the
+// exclusive ones are queued one at a time per key, see gate), which then only polls.
+func (hs *hostSet) park(k gateKey) chan struct{} {
 	hs.mu.Lock()
+	defer hs.mu.Unlock()
 	hs.parked++
-	hs.mu.Unlock()
+	if _, ok := hs.parkedFor[k]; ok {
+		return nil
+	}
+	if hs.parkedFor == nil {
+		hs.parkedFor = make(map[gateKey]chan struct{})
+	}
+	wake := make(chan struct{}, 1)
+	hs.parkedFor[k] = wake
+	return wake
 }
 
-// unpark counts a parked Lock out, and gives back the shared sessions left idle.
-func (hs *hostSet) unpark() {
+// wakeParked wakes the Lock parked for k, if any, to try at once: a holding of this
+// Manager has just released k. Without it, the Lock would learn of the release only at
+// its next try, up to a quarter of its wait later, while the key lay free or went to
+// another process's try; woken, it tries in the next batch. A waiter in the server's
+// queue still goes first: the server granted it k at the release, and refuses the try.
+func (hs *hostSet) wakeParked(k gateKey) {
+	hs.mu.Lock()
+	wake := hs.parkedFor[k]
+	hs.mu.Unlock()
+	if wake != nil {
+		select {
+		case wake <- struct{}{}:
+		default: // woken already
+		}
+	}
+}
+
+// unpark counts a parked Lock of k out (wake: what park returned), and gives back the
+// shared sessions left idle.
+func (hs *hostSet) unpark(k gateKey, wake chan struct{}) {
 	hs.mu.Lock()
 	hs.parked--
+	if wake != nil {
+		delete(hs.parkedFor, k)
+	}
 	var idle []*host
 	for _, h := range slices.Clone(hs.hosts) {
 		if hs.idle(h) {
@@ -195,23 +252,6 @@ func (hs *hostSet) unpark() {
 	for _, h := range idle {
 		h.close()
 	}
-}
-
-// holdPlace gives the session that holds a lock the WithWaitSessions place its Lock
-// waited on (nil: none), to give back with its connection (see endAs); if the session
-// has ended already, the place goes back now.
-func (p *pin) holdPlace(place chan struct{}) {
-	if place == nil {
-		return
-	}
-	p.mu.Lock()
-	if p.state != stateEnded {
-		p.place = place
-		p.mu.Unlock()
-		return
-	}
-	p.mu.Unlock()
-	<-place
 }
 
 // varied is d, give or take up to a half, so that the Locks parked for one key in many
@@ -233,11 +273,4 @@ func (m *Manager) parkRoute(c *lockCall) (l *Lock, served bool, err error) {
 	}
 	c.place = place
 	return nil, false, nil
-}
-
-// leavePlace gives back the call's place if no session that holds the lock kept it.
-func (c *lockCall) leavePlace() {
-	if c.place != nil {
-		<-c.place
-	}
 }
