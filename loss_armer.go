@@ -34,22 +34,25 @@ const armDelay = time.Millisecond
 // set, and stopped again when the last session queued leaves watchArming before the
 // tick (released, handed off, or in a transaction): a lock held for less than the delay
 // wakes nothing at all, not the goroutine and not a thread for it (issue 47: until then
-// every Lock after a quiet tick woke the goroutine, and its tick woke it again). A tick
-// that finds steadyBatch sessions or more keeps the timer going for the next tick
-// whoever leaves meanwhile, so that steady traffic costs one wake-up per delay, not a
-// timer set and stopped per Lock.
+// every Lock after a quiet tick woke the goroutine, and its tick woke it again). Setting
+// a timer can wake an idle thread too (the runtime hands new timers to a thread in the
+// network poller), so steady traffic ticks instead: a queue that sets the timer within
+// a delay of the last one that set it, or a tick that finds steadyBatch sessions or
+// more, keeps the timer going from tick to tick whoever leaves meanwhile, one wake-up
+// per delay rather than a timer set per Lock; a tick that finds fewer lets it stop.
 type armer struct {
 	delay   time.Duration // armDelay; longer in tests
 	mu      sync.Mutex
-	pending []*pin // queued since the last tick; some may have left watchArming since
-	spare   []*pin // the previous tick's slice, reused; nil while tick works through it
-	arming  int    // sessions queued and still in watchArming (in pending or a tick's batch)
-	set     bool   // the timer is set (or has fired and its tick has not begun)
-	ticking bool   // the last tick found steadyBatch or more: the timer is set again at each tick
+	pending []*pin    // queued since the last tick; some may have left watchArming since
+	spare   []*pin    // the previous tick's slice, reused; nil while tick works through it
+	arming  int       // sessions queued and still in watchArming (in pending or a tick's batch)
+	set     bool      // the timer is set (or has fired and its tick has not begun)
+	ticking bool      // steady traffic: the timer is set again at each tick, whoever leaves (see tick)
+	lastSet time.Time // when a queue last set the timer
 	timer   *time.Timer
 	stop    chan struct{}
 	done    chan struct{}
-	parks   atomic.Int64 // how many times the armer was left without a tick to come (tests)
+	parks   atomic.Int64 // 1 + how many ticks left the armer without a tick to come (tests)
 	ticks   atomic.Int64 // how many ticks ran (tests)
 }
 
@@ -68,6 +71,11 @@ func (a *armer) queue(p *pin) {
 	a.pending = append(a.pending, p)
 	a.arming++
 	if !a.set {
+		now := time.Now()
+		if now.Sub(a.lastSet) < a.delay {
+			a.ticking = true // a holding per delay or more: tick through it (see tick)
+		}
+		a.lastSet = now
 		a.timer.Reset(a.delay)
 		a.set = true
 	}
@@ -85,7 +93,6 @@ func (a *armer) left() {
 		a.set = false
 		clear(a.pending) // every one has left watchArming: let them go
 		a.pending = a.pending[:0]
-		a.parks.Add(1)
 	}
 	a.mu.Unlock()
 }

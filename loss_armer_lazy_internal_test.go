@@ -29,13 +29,24 @@ func beatOf(p *pin) *time.Timer {
 	return p.beat
 }
 
-// A Lock + Unlock within the armer's delay sets its timer at the Lock and stops it at the
-// Unlock: the armer's goroutine never ticks, and no heartbeat timer is made.
+// sparse makes the armer's next queue come as if more than a delay after the last that
+// set its timer.
+func sparse(a *armer) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.lastSet = time.Time{}
+}
+
+// A Lock + Unlock within the armer's delay, in sparse traffic, sets its timer at the Lock
+// and stops it at the Unlock: the armer's goroutine never ticks, and no heartbeat timer
+// is made. In steady traffic (a second Lock within a delay of the first) the timer stays
+// set: the armer ticks through it instead of a timer set per Lock.
 func TestShortHoldingsWakeNoArmer(t *testing.T) {
 	m, _ := armerManager(t, time.Hour, WithHeartbeat(minHeartbeat))
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	for range 20 {
+		sparse(m.armer)
 		l, err := m.Lock(ctx, t.Name())
 		require.NoError(t, err)
 		set, _, arming := armerState(m.armer)
@@ -48,6 +59,15 @@ func TestShortHoldingsWakeNoArmer(t *testing.T) {
 		require.Zero(t, arming)
 	}
 	assert.Zero(t, m.armer.ticks.Load(), "the armer never ticked")
+
+	for range 2 {
+		l, err := m.Lock(ctx, t.Name())
+		require.NoError(t, err)
+		require.NoError(t, l.Unlock(ctx))
+	}
+	set, ticking, _ := armerState(m.armer)
+	assert.True(t, ticking, "two Locks within a delay: steady traffic")
+	assert.True(t, set, "the timer stays set through steady traffic")
 }
 
 // A holding released while another still waits for the tick leaves the timer set: the
@@ -57,6 +77,7 @@ func TestArmerTicksForTheHoldingLeftQueued(t *testing.T) {
 	m, admin := armerManager(t, delay, WithHeartbeat(minHeartbeat))
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
+	sparse(m.armer)
 	short, err := m.Lock(ctx, t.Name()+"/short")
 	require.NoError(t, err)
 	kept, err := m.Lock(ctx, t.Name()+"/kept")
