@@ -60,6 +60,7 @@ type Manager struct {
 	proxy  *proxyState
 	poller *sockwatch.Watcher // watches held idle sessions; nil where epoll is not available
 	armer  *armer             // registers held sessions with the poller late (loss_armer.go); nil without a poller
+	slices sliceWatch         // bounds the slices of waits, one timer for all (pin_slices.go)
 	// maxConns is the pool's size. (pgxpool's Config() returns a deep copy: far too
 	// costly for every Lock call.)
 	maxConns int
@@ -226,6 +227,7 @@ func (m *Manager) Close() {
 	if m.poller != nil {
 		m.poller.Stop()
 	}
+	m.slices.stop()
 	m.pool.Close()
 	awaitCancels(&m.proxy.cancels, m.set.logger)
 	close(m.closeDone)

@@ -127,7 +127,8 @@ func (p *pin) passOn() bool {
 		return false
 	}
 	reg := p.polled
-	p.polled, p.watch = sockwatch.Registration{}, watchNone // a pending SocketEvent of p does nothing
+	p.polled = sockwatch.Registration{}
+	p.setWatch(watchNone) // a pending SocketEvent of p does nothing
 	place := p.place
 	p.place = nil
 	held := w.next.holdMoved(reg, place)
@@ -150,11 +151,12 @@ func (p *pin) holdMoved(reg sockwatch.Registration, place chan struct{}) bool {
 	defer p.mu.Unlock()
 	p.place = place // given back with the connection, whoever holds it then
 	unregistered := reg == sockwatch.Registration{}
-	p.polled, p.watch = reg, watchPolled // before the move: an event after it finds p watching
+	p.polled = reg
+	p.setWatch(watchPolled) // before the move: an event after it finds p watching
 	moved := !unregistered && !p.closing && p.m.poller.Move(reg, p)
 	if !moved {
 		p.m.poller.Remove(&p.polled) // nothing for the zero Registration
-		p.watch = watchNone
+		p.setWatch(watchNone)
 	}
 	if p.closing {
 		return false
@@ -169,8 +171,8 @@ func (p *pin) holdMoved(reg sockwatch.Registration, place chan struct{}) bool {
 		p.state = stateHeld
 		p.startReader() // the registration fired: something came, read it
 	}
-	if p.beat == nil && p.m.set.heartbeat > 0 {
-		p.startHeartbeat()
+	if p.watch != watchArming { // else the armer's tick starts it (see startHeartbeatLate)
+		p.startHeartbeatLate()
 	}
 	return true
 }

@@ -38,8 +38,8 @@ func (p *pin) hold() bool {
 	p.heldSince = time.Now()
 	p.grantedAt = p.heldSince
 	p.watchIdle()
-	if p.beat == nil && p.m.set.heartbeat > 0 {
-		p.startHeartbeat()
+	if p.watch != watchArming { // else the armer's tick starts it (see startHeartbeatLate)
+		p.startHeartbeatLate()
 	}
 	return true
 }
@@ -50,7 +50,7 @@ func (p *pin) hold() bool {
 func (p *pin) watchIdle() {
 	p.state = stateHeld
 	if p.m.armer != nil {
-		p.watch = watchArming
+		p.setWatch(watchArming)
 		p.m.armer.queue(p)
 		return
 	}
@@ -73,7 +73,8 @@ func (p *pin) watchIdle() {
 func (p *pin) register() {
 	if p.m.poller != nil {
 		if reg, err := p.m.poller.Add(p.fd, p); err == nil {
-			p.polled, p.watch = reg, watchPolled
+			p.polled = reg
+			p.setWatch(watchPolled)
 			return
 		}
 	}
@@ -84,7 +85,7 @@ func (p *pin) register() {
 // its exit: a Session's connection may go to a reader and back once per call. The caller
 // holds p.mu.
 func (p *pin) startReader() {
-	p.watch = watchReading
+	p.setWatch(watchReading)
 	p.stopping.Store(false)
 	p.watchDone = make(chan struct{})
 	go p.readUntilLoss(p.watchDone)
@@ -131,7 +132,7 @@ func (p *pin) readUntilLoss(exited chan<- struct{}) {
 func (p *pin) stopWatch() bool {
 	p.mu.Lock()
 	mode, exited := p.watch, p.watchDone
-	p.watch = watchNone
+	p.setWatch(watchNone)
 	if mode == watchPolled {
 		p.m.poller.Remove(&p.polled) // the socket is open: nobody else touches it in this mode
 	}

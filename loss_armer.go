@@ -29,81 +29,98 @@ import (
 const armDelay = time.Millisecond
 
 // armer registers held sessions with the poller once they have been held for a while.
+//
+// Its goroutine sleeps on one timer, set by the first session queued while it is not
+// set, and stopped again when the last session queued leaves watchArming before the
+// tick (released, handed off, or in a transaction): a lock held for less than the delay
+// wakes nothing at all, not the goroutine and not a thread for it (issue 47: until then
+// every Lock after a quiet tick woke the goroutine, and its tick woke it again). Setting
+// a timer can wake an idle thread too (the runtime hands new timers to a thread in the
+// network poller), so steady traffic ticks instead: a queue that sets the timer within
+// a delay of the last one that set it, or a tick that finds steadyBatch sessions or
+// more, keeps the timer going from tick to tick whoever leaves meanwhile, one wake-up
+// per delay rather than a timer set per Lock; a tick that finds fewer lets it stop.
 type armer struct {
 	delay   time.Duration // armDelay; longer in tests
 	mu      sync.Mutex
-	pending []*pin // queued since the last tick; some may have left watchArming since
-	spare   []*pin // the previous tick's slice, reused; nil while run works through it
-	wake    chan struct{}
+	pending []*pin    // queued since the last tick; some may have left watchArming since
+	spare   []*pin    // the previous tick's slice, reused; nil while tick works through it
+	arming  int       // sessions queued and still in watchArming (in pending or a tick's batch)
+	set     bool      // the timer is set (or has fired and its tick has not begun)
+	ticking bool      // steady traffic: the timer is set again at each tick, whoever leaves (see tick)
+	lastSet time.Time // when a queue last set the timer
+	timer   *time.Timer
 	stop    chan struct{}
 	done    chan struct{}
-	parks   atomic.Int64 // how many times run parked (tests)
+	parks   atomic.Int64 // 1 + how many ticks left the armer without a tick to come (tests)
+	ticks   atomic.Int64 // how many ticks ran (tests)
 }
 
 func newArmer(delay time.Duration) *armer {
-	a := &armer{delay: delay, wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
+	a := &armer{delay: delay, timer: time.NewTimer(time.Hour), stop: make(chan struct{}), done: make(chan struct{})}
+	a.timer.Stop()
+	a.parks.Store(1)
 	go a.run()
 	return a
 }
 
-// queue adds a session that has just become held (watchArming). The caller holds p.mu;
-// it never blocks.
+// queue adds a session that has just become held (watchArming), and sets the timer if it
+// is not set. The caller holds p.mu; it never blocks.
 func (a *armer) queue(p *pin) {
 	a.mu.Lock()
-	first := len(a.pending) == 0
 	a.pending = append(a.pending, p)
+	a.arming++
+	if !a.set {
+		now := time.Now()
+		if now.Sub(a.lastSet) < a.delay {
+			a.ticking = true // a holding per delay or more: tick through it (see tick)
+		}
+		a.lastSet = now
+		a.timer.Reset(a.delay)
+		a.set = true
+	}
 	a.mu.Unlock()
-	if first {
-		a.poke()
-	}
 }
 
-// poke wakes run if it is parked; a wake already pending is enough.
-func (a *armer) poke() {
-	select {
-	case a.wake <- struct{}{}:
-	default:
+// left is told that a queued session left watchArming (see pin.setWatch). If it was the
+// last, and traffic is not steady, the timer is stopped: no tick is needed. The caller
+// holds p.mu.
+func (a *armer) left() {
+	a.mu.Lock()
+	a.arming--
+	if a.arming == 0 && a.set && !a.ticking {
+		a.timer.Stop() // a tick whose timer already fired finds nothing to do
+		a.set = false
+		clear(a.pending) // every one has left watchArming: let them go
+		a.pending = a.pending[:0]
 	}
+	a.mu.Unlock()
 }
 
-// run ticks every delay while its ticks find sessions queued at a rate of two or more
-// per tick, and parks after a tick that finds fewer. In steady traffic it so wakes once
-// per delay, on its timer: a queue finds it ticking, and its poke only fills the wake
-// channel's buffer, without waking a thread (waking the goroutine for every Lock cost a
-// thread wake-up per cycle; issue 47). Sparse traffic (a session or none per tick) parks
-// it after each tick, as before: a tick that would find nothing costs a wake-up too.
+// run ticks whenever the timer fires, until close.
 func (a *armer) run() {
 	defer close(a.done)
-	t := time.NewTimer(a.delay)
-	t.Stop()
 	for {
-		a.parks.Add(1)
 		select {
-		case <-a.wake:
+		case <-a.timer.C:
+			a.tick()
 		case <-a.stop:
 			return
 		}
-		for busy := true; busy; {
-			t.Reset(a.delay)
-			select {
-			case <-t.C:
-			case <-a.stop:
-				t.Stop()
-				return
-			}
-			busy = a.tick() >= steadyBatch
-		}
 	}
 }
 
-// steadyBatch is how many sessions a tick must find for run to keep ticking.
+// steadyBatch is how many sessions a tick must find for the timer to be set again at
+// once, whatever the sessions queued meanwhile do.
 const steadyBatch = 2
 
 // tick registers the sessions queued since the last tick that are still held, and
-// returns how many were queued. A session queued meanwhile waits for the next tick (run
-// keeps ticking after a tick that found steadyBatch or more), or pokes run if it parked.
+// returns how many were queued. A session queued meanwhile sets the timer again (queue),
+// unless the tick keeps it going.
 func (a *armer) tick() int {
+	a.ticks.Add(1)
 	a.mu.Lock()
+	a.set = false // it fired; a queue from now on sets it again
 	batch := a.pending
 	a.pending, a.spare = a.spare[:0], nil
 	a.mu.Unlock()
@@ -113,6 +130,14 @@ func (a *armer) tick() int {
 	}
 	a.mu.Lock()
 	a.spare = batch[:0]
+	a.ticking = len(batch) >= steadyBatch
+	if (a.ticking || a.arming > 0) && !a.set {
+		a.timer.Reset(a.delay)
+		a.set = true
+	}
+	if !a.set {
+		a.parks.Add(1)
+	}
 	a.mu.Unlock()
 	return len(batch)
 }
@@ -122,11 +147,13 @@ func (a *armer) tick() int {
 func (a *armer) close() {
 	close(a.stop)
 	<-a.done
+	a.timer.Stop()
 }
 
 // armed is the armer's tick for p: if p is still held and waiting for it, the poller
-// watches it from now on (or, if the poller refuses, a reader goroutine). Lock.File calls
-// it too, at once: the descriptor is leaving the library's hands.
+// watches it from now on (or, if the poller refuses, a reader goroutine), and its
+// heartbeat starts (see startHeartbeatLate). Lock.File calls it too, at once: the
+// descriptor is leaving the library's hands.
 func (p *pin) armed() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -134,4 +161,14 @@ func (p *pin) armed() {
 		return // unlocked, handed off or in a transaction since: nothing to do
 	}
 	p.register()
+	p.startHeartbeatLate()
+}
+
+// setWatch changes who watches the held connection, telling the armer when the session
+// leaves its queue. The caller holds p.mu.
+func (p *pin) setWatch(w watchMode) {
+	if p.watch == watchArming && w != watchArming {
+		p.m.armer.left()
+	}
+	p.watch = w
 }

@@ -8,7 +8,8 @@ import (
 
 // The heartbeat (WithHeartbeat) keeps a held session from looking idle to whatever ends
 // idle sessions between the holder and the server. It is one timer per held pin, armed
-// by hold and re-armed by each beat: no goroutine of its own, and nothing at all when
+// when the loss watcher starts watching it (see startHeartbeatLate) and re-armed by each
+// beat: no goroutine of its own, and nothing at all when
 // the option is off. A beat takes the connection from the watcher as a transaction or
 // a drain does (beginTx, endTxAs), and a Session's turn first, so that it never overlaps
 // anything else on the connection; it skips, rather than waits, when the connection is
@@ -29,10 +30,18 @@ const maxHeartbeat = 24 * time.Hour
 // server session) reports the holding lost.
 const heartbeatSQL = "SELECT pg_catalog.pg_backend_pid()"
 
-// startHeartbeat arms the heartbeat's timer. The caller holds p.mu: the timer's function
-// reads p.beat under it.
-func (p *pin) startHeartbeat() {
-	p.beat = time.AfterFunc(p.m.set.heartbeat, p.heartbeat)
+// startHeartbeatLate arms the heartbeat's timer, unless it is armed, off, or the session
+// is not held: the first beat comes a period after the holding began (heldSince), as if
+// the timer had been armed then. A holding queued in the Manager's armer starts it at the
+// armer's tick (see pin.armed), not when it is granted: a lock released within armDelay
+// sets no timer at all, and one held longer beats on the same schedule (issue 47). The
+// caller holds p.mu: the timer's function reads p.beat under it.
+func (p *pin) startHeartbeatLate() {
+	d := p.m.set.heartbeat
+	if p.beat != nil || d <= 0 || p.state != stateHeld || p.closing {
+		return
+	}
+	p.beat = time.AfterFunc(max(d-time.Since(p.heldSince), 0), p.heartbeat)
 }
 
 // heartbeat is one beat, run by the timer. It re-arms the timer unless the session ended

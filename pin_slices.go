@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgtype"
@@ -72,12 +73,108 @@ func (p *pin) takeKeysWatched(ctx context.Context, ts []target, try bool) (uint3
 }
 
 // sliceContext is ctx for one slice of a wait: bounded by the slice and beatTimeout, as
-// a beat is. Without a heartbeat the wait is one statement, bounded by ctx alone.
+// a beat is (the Manager's sliceWatch cancels it then). Without a heartbeat the wait is
+// one statement, bounded by ctx alone.
 func (p *pin) sliceContext(ctx context.Context) (context.Context, context.CancelFunc) {
 	if d := p.sliced(); d > 0 {
-		return context.WithTimeout(ctx, d+beatTimeout)
+		return p.m.slices.start(ctx, d+beatTimeout)
 	}
 	return ctx, func() {}
+}
+
+// sliceWatch bounds the slices of a Manager's waits with one timer for all of them, not a
+// context.WithTimeout (a timer set and stopped) per Lock: setting a timer can wake an idle
+// thread, and most slices end, granted, within a millisecond (issue 47). Every slice of a
+// Manager has the same bound, so the slices in start order are in deadline order: the
+// timer is set for the oldest, a slice started while it is set touches nothing, and when
+// it fires it cancels the slices past their deadline and is set again for the oldest
+// still running, if any. A slice that ends leaves its entry behind, dropped at the next
+// start, end or firing that finds it first. The zero value is ready.
+type sliceWatch struct {
+	mu     sync.Mutex
+	queue  []*sliceEntry // running slices (and ended ones not yet dropped), oldest first
+	timer  *time.Timer   // made at the first slice
+	set    bool
+	closed bool
+}
+
+// sliceEntry is one slice of a wait: its deadline and how to cancel its context.
+type sliceEntry struct {
+	deadline time.Time
+	cancel   context.CancelFunc
+	ended    bool
+}
+
+// start returns ctx for a slice that must end within bound, and the function that ends it
+// (always call it).
+func (w *sliceWatch) start(ctx context.Context, bound time.Duration) (context.Context, context.CancelFunc) {
+	sctx, cancel := context.WithCancel(ctx)
+	e := &sliceEntry{deadline: time.Now().Add(bound), cancel: cancel}
+	w.mu.Lock()
+	w.drop()
+	w.queue = append(w.queue, e)
+	switch {
+	case w.set || w.closed:
+	case w.timer == nil:
+		w.timer, w.set = time.AfterFunc(bound, w.fire), true
+	default:
+		w.timer.Reset(bound)
+		w.set = true
+	}
+	w.mu.Unlock()
+	return sctx, func() {
+		w.mu.Lock()
+		e.ended = true
+		w.drop()
+		w.mu.Unlock()
+		cancel()
+	}
+}
+
+// drop removes the ended slices at the head of the queue. The caller holds w.mu.
+func (w *sliceWatch) drop() {
+	for len(w.queue) > 0 && w.queue[0].ended {
+		w.queue[0] = nil
+		w.queue = w.queue[1:]
+	}
+}
+
+// fire is the timer's: it cancels the slices past their deadline, and sets the timer
+// again for the oldest still running.
+func (w *sliceWatch) fire() {
+	var overdue []*sliceEntry
+	w.mu.Lock()
+	w.set = false
+	now := time.Now()
+	for len(w.queue) > 0 {
+		e := w.queue[0]
+		if !e.ended && e.deadline.After(now) {
+			if !w.closed {
+				w.timer.Reset(e.deadline.Sub(now))
+				w.set = true
+			}
+			break
+		}
+		if !e.ended {
+			overdue = append(overdue, e)
+		}
+		w.queue[0] = nil
+		w.queue = w.queue[1:]
+	}
+	w.mu.Unlock()
+	for _, e := range overdue {
+		e.cancel() // the slice's statement is interrupted as ctx's end would (see pin.wait)
+	}
+}
+
+// stop stops the timer (Manager.Close, after every call returned).
+func (w *sliceWatch) stop() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.closed = true
+	if w.timer != nil {
+		w.timer.Stop()
+	}
 }
 
 // silentWait is the error of a wait whose slice got no answer beatTimeout after its
