@@ -73,12 +73,12 @@ func TestPgpoolIsASessionProxy(t *testing.T) {
 func TestPgpoolNeverLocksOnTheStandby(t *testing.T) {
 	t.Parallel()
 	pgtest.Need(t, srv, startErr)
-	// The two run at once, each with its standby and Pgpool, from when the test starts.
-	runAtOnce(t,
-		subtest{"session-level", func(t *testing.T) { pgpoolNeverOnTheStandby(t) }},
-		subtest{"statement-level", func(t *testing.T) {
-			pgpoolNeverOnTheStandby(t, "statement_level_load_balance = on")
-		}})
+	// The two run at once, each with its standby and Pgpool.
+	t.Run("session-level", func(t *testing.T) { t.Parallel(); pgpoolNeverOnTheStandby(t) })
+	t.Run("statement-level", func(t *testing.T) {
+		t.Parallel()
+		pgpoolNeverOnTheStandby(t, "statement_level_load_balance = on")
+	})
 }
 
 func pgpoolNeverOnTheStandby(t *testing.T, extra ...string) {
