@@ -92,7 +92,7 @@ func TestHeartbeatIdleReaper(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(func() { proxy.Close() })
 	dsn := strings.Replace(b.DSN(), "port="+strconv.Itoa(b.Port()), "port="+strconv.Itoa(proxy.Port()), 1)
-	runAtOnce(t, // each waits on the reaper's timers: all three at once, from the start
+	runAtOnce(t, // each waits on the reaper's timers: all three at once, as soon as the parent runs
 		subtest{"without a heartbeat the lock is lost", func(t *testing.T) { heartbeatReaped(t, dsn) }},
 		subtest{"with a heartbeat it stays held", func(t *testing.T) { heartbeatHolds(t, dsn) }},
 		subtest{"with a heartbeat shared holdings stay held", func(t *testing.T) { heartbeatHoldsShared(t, dsn) }})

@@ -26,7 +26,7 @@ func TestHeartbeatCoversWaits(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(func() { proxy.Close() })
 	dsn := strings.Replace(b.DSN(), "port="+strconv.Itoa(b.Port()), "port="+strconv.Itoa(proxy.Port()), 1)
-	var both []subtest // each waits out two 4 s holds: both at once, from the start
+	var both []subtest // each waits out two 4 s holds: both at once, as soon as the parent runs
 	for _, h := range []advisory.Holding{advisory.HoldingSession, advisory.HoldingTransaction} {
 		both = append(both, subtest{h.String(), func(t *testing.T) { heartbeatWaits(t, dsn, h) }})
 	}
