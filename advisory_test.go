@@ -133,18 +133,63 @@ func ctxT(t testing.TB) context.Context {
 	return ctx
 }
 
-// within calls cond every tick until it returns true (within reports true) or limit has
-// passed (false). Unlike assert.Eventually it calls cond on the test's own goroutine, so
-// cond may use require, and no call outlives the test.
+// within calls cond until it returns true (within reports true) or limit has passed
+// (false). It waits tick after the first call, then twice as long after each further one,
+// up to pollCap (or tick, if longer): a condition met at once costs one round trip, one
+// that takes long costs a poll every few milliseconds instead of one every millisecond (8
+// tests polling pg_locks at once kept the server busy). Unlike assert.Eventually it calls
+// cond on the test's own goroutine, so cond may use require, and no call outlives the test.
 func within(limit, tick time.Duration, cond func() bool) bool {
 	deadline := time.Now().Add(limit)
+	most := max(tick, pollCap)
 	for !cond() {
 		if time.Now().After(deadline) {
 			return false
 		}
 		time.Sleep(tick)
+		tick = min(2*tick, most)
 	}
 	return true
+}
+
+// pollCap is the longest wait between two polls of within that began with a shorter tick.
+const pollCap = 4 * time.Millisecond
+
+// inShort returns short under -short (go test -short: the inner loop), full otherwise: the
+// number of trials, or the duration, of a randomized test whose every trial checks the
+// same invariant. The full run (go test ./..., CI) keeps the full count.
+func inShort[T any](full, short T) T {
+	if testing.Short() {
+		return short
+	}
+	return full
+}
+
+// subtest is one subtest for runAtOnce.
+type subtest struct {
+	name string
+	fn   func(t *testing.T)
+}
+
+// runAtOnce runs the subtests of t all at once, each on its own goroutine, and returns
+// when they have all ended. They share t's place among the -parallel tests: subtests that
+// called t.Parallel would each queue for a place of their own behind every top-level test
+// already waiting (some 200), and start last, so that tests spending seconds on timers
+// (an idle reaper's) ended the package's run. Not for subtests that spend CPU (round trips
+// by the hundred): started early, in the thick of the run, they took 4 to 8 times longer
+// (TestPgpoolNeverLocksOnTheStandby's, 66 to 113 s instead of 7 to 17, past their bound).
+func runAtOnce(t *testing.T, subtests ...subtest) {
+	t.Helper()
+	done := make(chan struct{}, len(subtests))
+	for _, st := range subtests {
+		go func() {
+			defer func() { done <- struct{}{} }()
+			t.Run(st.name, st.fn)
+		}()
+	}
+	for range subtests {
+		<-done
+	}
 }
 
 // eventually fails the test unless cond returns true within limit. Like within, it calls

@@ -92,18 +92,10 @@ func TestHeartbeatIdleReaper(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(func() { proxy.Close() })
 	dsn := strings.Replace(b.DSN(), "port="+strconv.Itoa(b.Port()), "port="+strconv.Itoa(proxy.Port()), 1)
-	t.Run("without a heartbeat the lock is lost", func(t *testing.T) {
-		t.Parallel()
-		heartbeatReaped(t, dsn)
-	})
-	t.Run("with a heartbeat it stays held", func(t *testing.T) {
-		t.Parallel()
-		heartbeatHolds(t, dsn)
-	})
-	t.Run("with a heartbeat shared holdings stay held", func(t *testing.T) {
-		t.Parallel()
-		heartbeatHoldsShared(t, dsn)
-	})
+	runAtOnce(t, // each waits on the reaper's timers: all three at once, as soon as the parent runs
+		subtest{"without a heartbeat the lock is lost", func(t *testing.T) { heartbeatReaped(t, dsn) }},
+		subtest{"with a heartbeat it stays held", func(t *testing.T) { heartbeatHolds(t, dsn) }},
+		subtest{"with a heartbeat shared holdings stay held", func(t *testing.T) { heartbeatHoldsShared(t, dsn) }})
 }
 
 func heartbeatReaped(t *testing.T, dsn string) {

@@ -26,37 +26,41 @@ func TestHeartbeatCoversWaits(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(func() { proxy.Close() })
 	dsn := strings.Replace(b.DSN(), "port="+strconv.Itoa(b.Port()), "port="+strconv.Itoa(proxy.Port()), 1)
+	var both []subtest // each waits out two 4 s holds: both at once, as soon as the parent runs
 	for _, h := range []advisory.Holding{advisory.HoldingSession, advisory.HoldingTransaction} {
-		t.Run(h.String(), func(t *testing.T) {
-			t.Parallel()
-			ctx := ctxT(t)
-			m, err := advisory.New(ctx, dsn, advisory.WithHeartbeat(500*time.Millisecond), advisory.WithHolding(h))
-			require.NoError(t, err)
-			t.Cleanup(m.Close)
-			holder := newManager(t, nil)
-			name := t.Name()
-			held, err := holder.Lock(ctx, name)
-			require.NoError(t, err)
-			time.AfterFunc(4*time.Second, func() { held.Unlock(ctx) })
-			l, err := m.Lock(ctx, name)
-			require.NoError(t, err, "a Lock waited past the reaper's 2 s")
-			requireHeldBy(t, l.Key(), l.PID())
-			require.NoError(t, l.Unlock(ctx))
-
-			S, err := m.Session(ctx)
-			require.NoError(t, err)
-			require.NoError(t, S.Lock(ctx, name+"/first"))
-			held, err = holder.Lock(ctx, name+"/second")
-			require.NoError(t, err)
-			time.AfterFunc(4*time.Second, func() { held.Unlock(ctx) })
-			require.NoError(t, S.Lock(ctx, name+"/second"), "a Session's Lock waited past the reaper's 2 s")
-			requireOpen(t, "Session", S.Done(), S.Err)
-			requireHeldBy(t, advisory.KeyOf(name+"/first"), S.PID())
-			requireHeldBy(t, advisory.KeyOf(name+"/second"), S.PID())
-			require.NoError(t, S.Close(ctx))
-			requireNoAcquired(t, m)
-		})
+		both = append(both, subtest{h.String(), func(t *testing.T) { heartbeatWaits(t, dsn, h) }})
 	}
+	runAtOnce(t, both...)
+}
+
+// heartbeatWaits is TestHeartbeatCoversWaits for a Manager of holding h behind the reaper at dsn.
+func heartbeatWaits(t *testing.T, dsn string, h advisory.Holding) {
+	ctx := ctxT(t)
+	m, err := advisory.New(ctx, dsn, advisory.WithHeartbeat(500*time.Millisecond), advisory.WithHolding(h))
+	require.NoError(t, err)
+	t.Cleanup(m.Close)
+	holder := newManager(t, nil)
+	name := t.Name()
+	held, err := holder.Lock(ctx, name)
+	require.NoError(t, err)
+	time.AfterFunc(4*time.Second, func() { held.Unlock(ctx) })
+	l, err := m.Lock(ctx, name)
+	require.NoError(t, err, "a Lock waited past the reaper's 2 s")
+	requireHeldBy(t, l.Key(), l.PID())
+	require.NoError(t, l.Unlock(ctx))
+
+	S, err := m.Session(ctx)
+	require.NoError(t, err)
+	require.NoError(t, S.Lock(ctx, name+"/first"))
+	held, err = holder.Lock(ctx, name+"/second")
+	require.NoError(t, err)
+	time.AfterFunc(4*time.Second, func() { held.Unlock(ctx) })
+	require.NoError(t, S.Lock(ctx, name+"/second"), "a Session's Lock waited past the reaper's 2 s")
+	requireOpen(t, "Session", S.Done(), S.Err)
+	requireHeldBy(t, advisory.KeyOf(name+"/first"), S.PID())
+	requireHeldBy(t, advisory.KeyOf(name+"/second"), S.PID())
+	require.NoError(t, S.Close(ctx))
+	requireNoAcquired(t, m)
 }
 
 // TestHeartbeatCoversTheListeningConnection (issue 37, item 2): the Manager's LISTEN

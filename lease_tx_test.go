@@ -85,7 +85,7 @@ func TestTransactionHoldingLocksAndUnlocks(t *testing.T) {
 // for a transaction holding: the waiter's cancel and the holder's COMMIT race.
 func TestTransactionHoldingCancelRacingTheGrant(t *testing.T) {
 	t.Parallel()
-	cancelRacingTheGrant(t, txManager(t), txManager(t), 150)
+	cancelRacingTheGrant(t, txManager(t), txManager(t), inShort(150, 60)) // -short: as the pooled variants
 }
 
 // TestTransactionHoldingTerminationIsTold: pg_terminate_backend of the holding's backend

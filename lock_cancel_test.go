@@ -67,7 +67,9 @@ func TestCancelledLockStopsTheServerWait(t *testing.T) {
 // every Lock call: if it failed, nobody holds the key; if it succeeded, its backend does.
 func TestCancelRacingTheGrantNeverLeavesTheLockHeld(t *testing.T) {
 	t.Parallel()
-	cancelRacingTheGrant(t, newManager(t, nil), newManager(t, nil), 300)
+	// -short: 100 trials (each takes a trip through the server's cancel path; the 300 took
+	// 25 s of the inner loop's long pole), as many as the pooled variants run.
+	cancelRacingTheGrant(t, newManager(t, nil), newManager(t, nil), inShort(300, 100))
 }
 
 // cancelRacingTheGrant is TestCancelRacingTheGrantNeverLeavesTheLockHeld's body, for m

@@ -3,8 +3,10 @@ package main_test
 import (
 	"context"
 	"encoding/json"
+	"os"
 	"os/exec"
 	"path/filepath"
+	"sort"
 	"strconv"
 	"strings"
 	"testing"
@@ -159,4 +161,31 @@ func findPsql() string {
 		return matches[len(matches)-1]
 	}
 	return ""
+}
+
+// skipPgWrapper puts the directory of the newest /usr/lib/postgresql/N/bin/psql first
+// on PATH when psql on PATH is Debian's pg_wrapper, a Perl script that picks that same
+// psql (the newest installed, with no cluster named) and execs it. The package's tests
+// start psql some 50 times, themselves and through run, and the wrapper cost 40 ms of
+// CPU each, four times what the psql it starts costs. The children inherit PATH.
+func skipPgWrapper() {
+	p, err := exec.LookPath("psql")
+	if err != nil {
+		return
+	}
+	if real, err := filepath.EvalSymlinks(p); err != nil || filepath.Base(real) != "pg_wrapper" {
+		return
+	}
+	matches, _ := filepath.Glob("/usr/lib/postgresql/*/bin/psql")
+	if len(matches) == 0 {
+		return
+	}
+	sort.Slice(matches, func(i, j int) bool { return pgMajor(matches[i]) < pgMajor(matches[j]) })
+	os.Setenv("PATH", filepath.Dir(matches[len(matches)-1])+string(filepath.ListSeparator)+os.Getenv("PATH"))
+}
+
+// pgMajor is the N of /usr/lib/postgresql/N/bin/psql (0 if not a number).
+func pgMajor(psql string) int {
+	n, _ := strconv.Atoi(filepath.Base(filepath.Dir(filepath.Dir(psql))))
+	return n
 }

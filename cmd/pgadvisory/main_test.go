@@ -45,6 +45,7 @@ func runTests(m *testing.M) int {
 	}
 	defer os.RemoveAll(dir)
 	defaultSignalsForChildren()
+	skipPgWrapper()
 	bin = os.Getenv(envBin) // a nested run (TestSuiteUnderIgnoredSignals) reuses the binary
 	if bin == "" {
 		bin = filepath.Join(dir, "pgadvisory")
