@@ -39,7 +39,9 @@ func (p *pin) hold() bool {
 	p.grantedAt = p.heldSince
 	p.watchIdle()
 	if p.watch != watchArming { // else the armer's tick starts it (see startHeartbeatLate)
-		p.startHeartbeatLate()
+		if p.m.set.heartbeat > 0 { // so a plain Lock never enters pin_heartbeat.go
+			p.startHeartbeatLate()
+		}
 	}
 	return true
 }
@@ -227,4 +229,13 @@ func (p *pin) lossError(cause error, where string) error {
 // Close ended.
 func (p *pin) closedLoss() error {
 	return &opError{p.op(), p.describe(), fmt.Errorf("%w: %w", ErrLockLost, ErrClosed)}
+}
+
+// setWatch changes who watches the held connection, telling the armer when the session
+// leaves its queue. The caller holds p.mu.
+func (p *pin) setWatch(w watchMode) {
+	if p.watch == watchArming && w != watchArming {
+		p.m.armer.left()
+	}
+	p.watch = w
 }

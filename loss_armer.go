@@ -161,14 +161,7 @@ func (p *pin) armed() {
 		return // unlocked, handed off or in a transaction since: nothing to do
 	}
 	p.register()
-	p.startHeartbeatLate()
-}
-
-// setWatch changes who watches the held connection, telling the armer when the session
-// leaves its queue. The caller holds p.mu.
-func (p *pin) setWatch(w watchMode) {
-	if p.watch == watchArming && w != watchArming {
-		p.m.armer.left()
+	if p.m.set.heartbeat > 0 { // so a plain Lock never enters pin_heartbeat.go
+		p.startHeartbeatLate()
 	}
-	p.watch = w
 }

@@ -18,37 +18,9 @@ import (
 // way, or the loss Close reports if that release is Close's; else the failed statement's
 // error (the connection is then closed).
 func (p *pin) release(ctx context.Context, endErr error) error {
-	if p.settled.Load() != nil { // a Semaphore's slot: see settleFirst
-		p.awaitSettled(ctx)
-	}
-	p.mu.Lock()
-	if p.state == stateInTx { // a caller's transaction (BeginFunc) runs: wait for its end
-		p.mu.Unlock()
-		if err := p.awaitTx(ctx); err != nil {
-			return err
-		}
-		p.mu.Lock()
-	}
-	switch p.state {
-	case stateEnded:
-		err := p.err
-		p.mu.Unlock()
+	if ok, err := p.startRelease(ctx, endErr); !ok {
 		return err
-	case stateReleasing:
-		closing := p.closing
-		p.mu.Unlock()
-		if closing { // the release under way is Close's: the lock ends as Close ends it
-			return p.closedLoss()
-		}
-		return ErrNotHeld
 	}
-	p.state = stateReleasing
-	// Re-entered Locks are part of this holding: they end first, before the server (or
-	// a handoff's successor) can give the lock to anyone else.
-	if p.nested != nil {
-		p.endNested(endErr)
-	}
-	p.mu.Unlock()
 	if endErr == ErrNotHeld && p.handoff && p.passOn() { // an Unlock, with a Lock of this Manager queued
 		return nil
 	}
@@ -77,6 +49,46 @@ func (p *pin) release(ctx context.Context, endErr error) error {
 		p.m.hosts.wakeParked(gateKey{p.key, p.pair})
 	}
 	return nil
+}
+
+// startRelease moves the pin to stateReleasing for release, once a Semaphore's slot has
+// settled and a caller's transaction has ended, and ends the Locks re-entered on it. It
+// reports false, with what release returns, if the pin cannot be released by this call:
+// it ended already, another release is under way, or ctx ended the wait for the
+// transaction.
+func (p *pin) startRelease(ctx context.Context, endErr error) (bool, error) {
+	if p.settled.Load() != nil { // a Semaphore's slot: see settleFirst
+		p.awaitSettled(ctx)
+	}
+	p.mu.Lock()
+	if p.state == stateInTx { // a caller's transaction (BeginFunc) runs: wait for its end
+		p.mu.Unlock()
+		if err := p.awaitTx(ctx); err != nil {
+			return false, err
+		}
+		p.mu.Lock()
+	}
+	switch p.state {
+	case stateEnded:
+		err := p.err
+		p.mu.Unlock()
+		return false, err
+	case stateReleasing:
+		closing := p.closing
+		p.mu.Unlock()
+		if closing { // the release under way is Close's: the lock ends as Close ends it
+			return false, p.closedLoss()
+		}
+		return false, ErrNotHeld
+	}
+	p.state = stateReleasing
+	// Re-entered Locks are part of this holding: they end first, before the server (or
+	// a handoff's successor) can give the lock to anyone else.
+	if p.nested != nil {
+		p.endNested(endErr)
+	}
+	p.mu.Unlock()
+	return true, nil
 }
 
 // serverEnded reports whether err is the server ending the session (a FATAL or PANIC).
