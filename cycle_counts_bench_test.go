@@ -2,7 +2,6 @@ package advisory_test
 
 import (
 	"context"
-	"fmt"
 	"os"
 	"runtime"
 	"runtime/metrics"
@@ -13,7 +12,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/pgadvisory/advisory"
-	"github.com/pgadvisory/advisory/internal/pgtest"
 )
 
 // BenchmarkCycleCounts counts what a cycle costs the client beside what it takes
@@ -44,26 +42,8 @@ func BenchmarkCycleCounts(b *testing.B) {
 		countRows(b, raw, func() { cycle(b, m, (*advisory.Manager).Lock, ctx, b.Name()) })
 	})
 	b.Run("pooled", func(b *testing.B) {
-		pgtest.Need(b, srv, startErr)
-		pb := pgtest.PgBouncerForTest(b, srv, pgtest.PoolTransaction)
+		m, raw := pooledCycles(b)
 		ctx := context.Background()
-		conn, err := pgx.Connect(ctx, pgtest.WithPairs(pb.DSN(), "default_query_exec_mode=exec"))
-		require.NoError(b, err)
-		defer conn.Close(ctx)
-		m, err := advisory.New(ctx, pgtest.WithPairs(pb.DSN(), "pool_max_conns=1"))
-		require.NoError(b, err)
-		defer m.Close()
-		require.Equal(b, advisory.HoldingTransaction, m.Holding())
-		text := fmt.Sprintf("BEGIN; SELECT pg_catalog.pg_advisory_xact_lock(%d)", advisory.KeyOf(b.Name()+"/raw"))
-		raw := func() {
-			_, err := conn.PgConn().Exec(ctx, text).ReadAll()
-			if err == nil {
-				_, err = conn.PgConn().Exec(ctx, "COMMIT").ReadAll()
-			}
-			if err != nil {
-				b.Fatal(err)
-			}
-		}
 		countRows(b, raw, func() { cycle(b, m, (*advisory.Manager).Lock, ctx, b.Name()) })
 	})
 }
