@@ -171,10 +171,8 @@ func (p *pin) holdMoved(reg sockwatch.Registration, place chan struct{}) bool {
 		p.state = stateHeld
 		p.startReader() // the registration fired: something came, read it
 	}
-	if p.watch != watchArming { // else the armer's tick starts it (see startHeartbeatLate)
-		if p.m.set.heartbeat > 0 { // so a plain Lock never enters pin_heartbeat.go
-			p.startHeartbeatLate()
-		}
+	if p.watch != watchArming { // else the armer's tick starts it (see pin.armed)
+		p.beatLater()
 	}
 	return true
 }

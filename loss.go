@@ -38,10 +38,8 @@ func (p *pin) hold() bool {
 	p.heldSince = time.Now()
 	p.grantedAt = p.heldSince
 	p.watchIdle()
-	if p.watch != watchArming { // else the armer's tick starts it (see startHeartbeatLate)
-		if p.m.set.heartbeat > 0 { // so a plain Lock never enters pin_heartbeat.go
-			p.startHeartbeatLate()
-		}
+	if p.watch != watchArming { // else the armer's tick starts it (see pin.armed)
+		p.beatLater()
 	}
 	return true
 }
@@ -238,4 +236,13 @@ func (p *pin) setWatch(w watchMode) {
 		p.m.armer.left()
 	}
 	p.watch = w
+}
+
+// beatLater starts the heartbeat's timer (startHeartbeatLate) if the Manager has a
+// heartbeat. The caller holds p.mu. The option is looked at here, so that a Lock without
+// a heartbeat never runs pin_heartbeat.go (TestPlainRoute).
+func (p *pin) beatLater() {
+	if p.m.set.heartbeat > 0 {
+		p.startHeartbeatLate()
+	}
 }

@@ -161,7 +161,5 @@ func (p *pin) armed() {
 		return // unlocked, handed off or in a transaction since: nothing to do
 	}
 	p.register()
-	if p.m.set.heartbeat > 0 { // so a plain Lock never enters pin_heartbeat.go
-		p.startHeartbeatLate()
-	}
+	p.beatLater()
 }

@@ -30,18 +30,18 @@ const maxHeartbeat = 24 * time.Hour
 // server session) reports the holding lost.
 const heartbeatSQL = "SELECT pg_catalog.pg_backend_pid()"
 
-// startHeartbeatLate arms the heartbeat's timer, unless it is armed, off, or the session
-// is not held: the first beat comes a period after the holding began (heldSince), as if
-// the timer had been armed then. A holding queued in the Manager's armer starts it at the
-// armer's tick (see pin.armed), not when it is granted: a lock released within armDelay
-// sets no timer at all, and one held longer beats on the same schedule (issue 47). The
-// caller holds p.mu: the timer's function reads p.beat under it.
+// startHeartbeatLate arms the heartbeat's timer (the Manager has one: see beatLater),
+// unless it is armed or the session is not held: the first beat comes a period after the
+// holding began (heldSince), as if the timer had been armed then. A holding queued in the
+// Manager's armer starts it at the armer's tick (see pin.armed), not when it is granted:
+// a lock released within armDelay sets no timer at all, and one held longer beats on the
+// same schedule (issue 47). The caller holds p.mu: the timer's function reads p.beat
+// under it.
 func (p *pin) startHeartbeatLate() {
-	d := p.m.set.heartbeat
-	if p.beat != nil || d <= 0 || p.state != stateHeld || p.closing {
+	if p.beat != nil || p.state != stateHeld || p.closing {
 		return
 	}
-	p.beat = time.AfterFunc(max(d-time.Since(p.heldSince), 0), p.heartbeat)
+	p.beat = time.AfterFunc(max(p.m.set.heartbeat-time.Since(p.heldSince), 0), p.heartbeat)
 }
 
 // heartbeat is one beat, run by the timer. It re-arms the timer unless the session ended
