@@ -21,23 +21,10 @@ import (
 func TestParkedLockIsNotStarvedByAQueue(t *testing.T) {
 	t.Parallel()
 	ctx := ctxT(t)
-	holder := newManager(t, nil)
-	other := newManager(t, nil)
-	var parked atomic.Int64
-	m := newManager(t, nil, advisory.WithSharedSessions(16), advisory.WithWaitSessions(1),
-		advisory.WithParkCounterForTest(&parked))
 	name := t.Name()
-	busy, hot, held := name+"/busy", name+"/hot", name+"/held"
-
-	// m's one place: a Lock that waited, and now holds busy on a session of its own.
-	first, err := holder.Lock(ctx, busy)
-	require.NoError(t, err)
-	leader := lockCall(ctx, m, busy)
-	waitForWaiters(t, advisory.KeyOf(busy), 1)
-	require.NoError(t, first.Unlock(ctx))
-	lead := received(t, leader, 10*time.Second, "the Lock keeping m's place")
-	require.NoError(t, lead.err)
-	require.False(t, lead.l.SharesSession())
+	m, parked, lead := parkedOnePlace(t, name) // m's one place: kept by lead, a Lock that waited
+	holder, other := newManager(t, nil), newManager(t, nil)
+	hot, held := name+"/hot", name+"/held"
 	// A Lock of a key that is merely held (nobody queued for it) stays parked.
 	heldLock, err := holder.Lock(ctx, held)
 	require.NoError(t, err)
@@ -75,7 +62,7 @@ func TestParkedLockIsNotStarvedByAQueue(t *testing.T) {
 	require.NoError(t, p.err)
 	require.True(t, p.l.SharesSession(), "taken by a try on a shared session")
 	require.NoError(t, p.l.Unlock(ctx))
-	require.NoError(t, lead.l.Unlock(ctx))
+	require.NoError(t, lead.Unlock(ctx))
 }
 
 // handOver has two goroutines take name on m in turn, each holding it for holdFor, until
