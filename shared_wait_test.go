@@ -21,6 +21,7 @@ import (
 type lockResult struct {
 	l   *advisory.Lock
 	err error
+	at  time.Time // when Lock returned
 }
 
 // lockCall runs m.Lock(ctx, name) on a goroutine of its own.
@@ -28,7 +29,7 @@ func lockCall(ctx context.Context, m *advisory.Manager, name string) <-chan lock
 	ch := make(chan lockResult, 1)
 	go func() {
 		l, err := m.Lock(ctx, name)
-		ch <- lockResult{l, err}
+		ch <- lockResult{l, err, time.Now()}
 	}()
 	return ch
 }

@@ -36,22 +36,6 @@ func parkedOnePlace(t *testing.T, name string) (m *advisory.Manager, parked *ato
 	return m, parked, r.l
 }
 
-// timedLock is a Lock call on a goroutine that reports its result and when it returned.
-type timedLock struct {
-	l   *advisory.Lock
-	err error
-	at  time.Time
-}
-
-func timedLockCall(ctx context.Context, m *advisory.Manager, name string) <-chan timedLock {
-	ch := make(chan timedLock, 1)
-	go func() {
-		l, err := m.Lock(ctx, name)
-		ch <- timedLock{l, err, time.Now()}
-	}()
-	return ch
-}
-
 // TestParkedLockWokenByThisManagersUnlock (issue 47): a Lock parked for a key that a
 // Lock of its own Manager holds on a shared session tries again as soon as that Lock's
 // Unlock has released the key, instead of at its next try (a quarter of its wait so
@@ -64,24 +48,20 @@ func TestParkedLockWokenByThisManagersUnlock(t *testing.T) {
 	m, parked, _ := parkedOnePlace(t, t.Name())
 	const n = 3
 	var first [n]*advisory.Lock
-	var calls [n]<-chan timedLock
+	var calls [n]<-chan lockResult
 	for i := range n {
 		name := fmt.Sprintf("%s/%d", t.Name(), i)
 		l, err := m.Lock(ctx, name)
 		require.NoError(t, err)
 		require.True(t, l.SharesSession(), "a free key: taken on a shared session")
 		first[i] = l
-		calls[i] = timedLockCall(ctx, m, name)
+		calls[i] = lockCall(ctx, m, name)
 	}
 	eventually(t, 10*time.Second, func() bool { return parked.Load() == n }, "the second Lock of each key parks")
 	// Parked this long, a Lock tries every 0.5-1.5 s (parkLongest, varied).
 	time.Sleep(4500 * time.Millisecond)
 	for i := range n {
-		select {
-		case r := <-calls[i]:
-			t.Fatalf("the parked Lock of key %d returned while the key was held: %v", i, r.err)
-		default:
-		}
+		requirePending(t, calls[i], fmt.Sprintf("the parked Lock of key %d, while the key was held,", i))
 	}
 	var released [n]time.Time
 	for i := range n {
@@ -89,12 +69,7 @@ func TestParkedLockWokenByThisManagersUnlock(t *testing.T) {
 		released[i] = time.Now()
 	}
 	for i := range n {
-		var r timedLock
-		select {
-		case r = <-calls[i]:
-		case <-time.After(10 * time.Second):
-			t.Fatalf("the parked Lock of key %d: nothing 10 s after the release", i)
-		}
+		r := received(t, calls[i], 10*time.Second, fmt.Sprintf("the parked Lock of key %d, after the release", i))
 		require.NoError(t, r.err)
 		after := r.at.Sub(released[i])
 		t.Logf("key %d: granted %v after this Manager released it", i, after)
@@ -120,7 +95,7 @@ func TestWokenParkedLockStillYieldsToAQueuedWaiter(t *testing.T) {
 	first, err := m.Lock(ctx, hot)
 	require.NoError(t, err)
 	require.True(t, first.SharesSession())
-	call := timedLockCall(ctx, m, hot)
+	call := lockCall(ctx, m, hot)
 	eventually(t, 10*time.Second, func() bool { return parked.Load() == 1 }, "the second Lock parks")
 	queued := lockCall(ctx, other, hot)
 	waitForWaiters(t, advisory.KeyOf(hot), 1)
@@ -130,18 +105,9 @@ func TestWokenParkedLockStillYieldsToAQueuedWaiter(t *testing.T) {
 	require.NoError(t, q.err)
 	requireHeldBy(t, advisory.KeyOf(hot), q.l.PID())
 	time.Sleep(300 * time.Millisecond) // the woken try, and the next ones, while the queued waiter holds the key
-	select {
-	case r := <-call:
-		t.Fatalf("the parked Lock returned while another process held the key: %v", r.err)
-	default:
-	}
+	requirePending(t, call, "the parked Lock, while another process held the key,")
 	require.NoError(t, q.l.Unlock(ctx))
-	var r timedLock
-	select {
-	case r = <-call:
-	case <-time.After(10 * time.Second):
-		t.Fatal("the parked Lock: nothing 10 s after the other process's Unlock")
-	}
+	r := received(t, call, 10*time.Second, "the parked Lock, after the other process's Unlock")
 	require.NoError(t, r.err)
 	requireHeldBy(t, advisory.KeyOf(hot), r.l.PID())
 	require.NoError(t, r.l.Unlock(ctx))
@@ -164,13 +130,13 @@ func TestOvertakenParkedLockGoesFirstForAPlace(t *testing.T) {
 	heldLock, err := holder.Lock(ctx, held)
 	require.NoError(t, err)
 	defer heldLock.Unlock(ctx)
-	early := timedLockCall(ctx, m, held) // parks first: its key is merely held
+	early := lockCall(ctx, m, held) // parks first: its key is merely held
 	eventually(t, 10*time.Second, func() bool { return parked.Load() == 1 }, "the first Lock parks")
 
 	handOver(t, other, hot, 20*time.Millisecond)
 	waitForWaiters(t, advisory.KeyOf(hot), 1)
 	began := time.Now()
-	late := timedLockCall(ctx, m, hot)
+	late := lockCall(ctx, m, hot)
 	eventually(t, 10*time.Second, func() bool { return parked.Load() == 2 }, "the second Lock parks")
 	// Its first refused try past parkPatience finds the queue by 1.4 s; until 2 s it must
 	// not wait beyond the places.
@@ -179,20 +145,11 @@ func TestOvertakenParkedLockGoesFirstForAPlace(t *testing.T) {
 	require.Zero(t, waiters(t, advisory.KeyOf(held)))
 
 	require.NoError(t, lead.Unlock(ctx)) // the place goes back
-	var r timedLock
-	select {
-	case r = <-late:
-	case <-time.After(10 * time.Second):
-		t.Fatal("the overtaken Lock: nothing 10 s after the place was given back")
-	}
+	r := received(t, late, 10*time.Second, "the overtaken Lock, after the place was given back")
 	require.NoError(t, r.err)
 	require.False(t, r.l.SharesSession(), "taken on a session of its own: the place")
 	requireHeldBy(t, r.l.Key(), r.l.PID())
-	select {
-	case e := <-early:
-		t.Fatalf("the Lock of the merely held key returned: %v", e.err)
-	default:
-	}
+	requirePending(t, early, "the Lock of the merely held key")
 	require.Zero(t, waiters(t, advisory.KeyOf(held)), "the Lock parked first still parks: the place went to the overtaken one")
 	require.NoError(t, r.l.Unlock(ctx))
 	require.NoError(t, heldLock.Unlock(ctx))
