@@ -6,7 +6,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"sort"
 	"strconv"
 	"strings"
 	"testing"
@@ -16,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/pgadvisory/advisory"
+	"github.com/pgadvisory/advisory/internal/pglocal"
 )
 
 // nasty is a lock name that, printed raw, sets the terminal's title, erases the line,
@@ -163,11 +163,12 @@ func findPsql() string {
 	return ""
 }
 
-// skipPgWrapper puts the directory of the newest /usr/lib/postgresql/N/bin/psql first
-// on PATH when psql on PATH is Debian's pg_wrapper, a Perl script that picks that same
-// psql (the newest installed, with no cluster named) and execs it. The package's tests
-// start psql some 50 times, themselves and through run, and the wrapper cost 40 ms of
-// CPU each, four times what the psql it starts costs. The children inherit PATH.
+// skipPgWrapper puts the harness's PostgreSQL directory (pglocal.FindBinaries: on
+// Debian the newest /usr/lib/postgresql/N/bin) first on PATH when psql on PATH is
+// Debian's pg_wrapper, a Perl script that picks that same psql (the newest installed,
+// with no cluster named) and execs it. The package's tests start psql some 50 times,
+// themselves and through run, and the wrapper cost 40 ms of CPU each, four times what
+// the psql it starts costs. The children inherit PATH.
 func skipPgWrapper() {
 	p, err := exec.LookPath("psql")
 	if err != nil {
@@ -176,16 +177,12 @@ func skipPgWrapper() {
 	if real, err := filepath.EvalSymlinks(p); err != nil || filepath.Base(real) != "pg_wrapper" {
 		return
 	}
-	matches, _ := filepath.Glob("/usr/lib/postgresql/*/bin/psql")
-	if len(matches) == 0 {
+	dir, err := pglocal.FindBinaries()
+	if err != nil {
 		return
 	}
-	sort.Slice(matches, func(i, j int) bool { return pgMajor(matches[i]) < pgMajor(matches[j]) })
-	os.Setenv("PATH", filepath.Dir(matches[len(matches)-1])+string(filepath.ListSeparator)+os.Getenv("PATH"))
-}
-
-// pgMajor is the N of /usr/lib/postgresql/N/bin/psql (0 if not a number).
-func pgMajor(psql string) int {
-	n, _ := strconv.Atoi(filepath.Base(filepath.Dir(filepath.Dir(psql))))
-	return n
+	if _, err := os.Stat(filepath.Join(dir, "psql")); err != nil {
+		return
+	}
+	os.Setenv("PATH", dir+string(filepath.ListSeparator)+os.Getenv("PATH"))
 }
