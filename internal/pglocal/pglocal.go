@@ -158,10 +158,8 @@ func (c *Cluster) command(ctx context.Context, name string, args ...string) *exe
 }
 
 func (c *Cluster) initdb(ctx context.Context) error {
-	cmd := c.command(ctx, "initdb", "--no-sync", "-A", "trust", "-E", "UTF8", "--locale=C",
-		"-U", "postgres", "-D", filepath.Join(c.dir, "data"))
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("initdb: %w: %s", err, out)
+	if err := c.initdbData(ctx, filepath.Join(c.dir, "data")); err != nil {
+		return err
 	}
 	if len(c.opts.TrustCIDRs) == 0 {
 		return nil
