@@ -209,8 +209,10 @@ func (c *Cluster) basebackup(ctx context.Context, primaryDSN string) error {
 }
 
 // dropSlot drops the replication slot a base backup made on the primary, if any (the
-// server must be stopped: an active slot cannot be dropped). A primary that is gone keeps
-// it: that is only WAL kept on a server nobody uses.
+// server must be stopped: an active slot cannot be dropped). The primary's WAL sender
+// notices the standby gone a moment after it stopped (on a busy machine, tens of
+// milliseconds): the slot stays active until then, and dropSlot waits for it, at most 5 s.
+// A primary that is gone keeps it: that is only WAL kept on a server nobody uses.
 func (c *Cluster) dropSlot() {
 	if c.slot == "" {
 		return
@@ -218,8 +220,19 @@ func (c *Cluster) dropSlot() {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	if conn, err := pgx.Connect(ctx, c.slotOn+" connect_timeout=2"); err == nil {
-		conn.Exec(ctx, "SELECT pg_catalog.pg_drop_replication_slot(slot_name) FROM pg_catalog.pg_replication_slots "+
-			"WHERE slot_name = $1 AND NOT active", c.slot)
+		for ctx.Err() == nil {
+			var active bool
+			err := conn.QueryRow(ctx, "SELECT active FROM pg_catalog.pg_replication_slots WHERE slot_name = $1", c.slot).Scan(&active)
+			if err != nil {
+				break // gone already (no row), or the primary does not answer
+			}
+			if !active {
+				if _, err := conn.Exec(ctx, "SELECT pg_catalog.pg_drop_replication_slot($1)", c.slot); err == nil {
+					break
+				}
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
 		conn.Close(ctx)
 	}
 	c.slot, c.slotOn = "", ""
