@@ -31,7 +31,6 @@ const skippedCheck = "could not check that the server enforces advisory locks"
 // locks (ErrUnsupportedServer); through a pool of one that cannot be checked, and New
 // says so.
 func TestNewThroughAPoolOfOne(t *testing.T) {
-	t.Parallel() // its PgBouncers and database are its own; New waits 1 s three times
 	pgtest.Need(t, srv, startErr)
 	one := pgtest.PgBouncerForTest(t, srv, pgtest.PoolTransaction, pgtest.WithPoolSize(1))
 	two := pgtest.PgBouncerForTest(t, srv, pgtest.PoolTransaction, pgtest.WithPoolSize(2))
