@@ -239,14 +239,14 @@ func waitHeldByApp(t testing.TB, m *advisory.Manager, name, app string) advisory
 	return found
 }
 
-// waitForWaiter waits until a session with application_name app waits for name.
+// waitForWaiter waits until a session with application_name app ("": any) waits for name.
 func waitForWaiter(t testing.TB, m *advisory.Manager, name, app string) {
 	t.Helper()
 	require.Eventually(t, func() bool {
 		hs, err := m.Holders(context.Background(), name)
 		require.NoError(t, err)
 		for _, h := range hs {
-			if !h.Granted && h.ApplicationName == app {
+			if !h.Granted && (app == "" || h.ApplicationName == app) {
 				return true
 			}
 		}
