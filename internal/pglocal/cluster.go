@@ -98,20 +98,21 @@ func (c *Cluster) Follow(ctx context.Context, primaryDSN string) error {
 	return c.start(ctx)
 }
 
-// Close stops the server and removes its directory. A second Close only removes the
-// directory again, which is gone: it returns nil. A caller that dies without Close leaves
-// nothing behind either: the server gets a parent-death signal and a watchdog process
-// removes the directory.
+// Close stops the server and removes its directory; a standby's replication slot is
+// dropped on its primary (an error if it could not be, unless the primary is gone). A
+// second Close only removes the directory again, which is gone: it returns nil. A caller
+// that dies without Close leaves nothing behind either: the server gets a parent-death
+// signal and a watchdog process removes the directory.
 func (c *Cluster) Close() error {
 	c.stopServer()
-	c.dropSlot()
+	slotErr := c.dropSlot()
 	if c.dir == "" {
-		return nil
+		return slotErr
 	}
 	err := os.RemoveAll(c.dir)
 	c.dog.stop()
 	c.dog = nil
-	return err
+	return errors.Join(slotErr, err)
 }
 
 // start runs postgres in its own process group and waits until it accepts connections.
