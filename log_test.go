@@ -103,6 +103,7 @@ func TestLoggerReportsAcquireWaitReleaseAndLoss(t *testing.T) {
 // on the server or queued in the process behind a holder that may hand off, it logs a
 // Warn that says how to re-enter, so that no self-deadlock is silent.
 func TestWaitForItsOwnManagersHoldingIsWarned(t *testing.T) {
+	t.Parallel() // two 2 s waits on Managers of their own: beside the package's other tests
 	for what, opts := range map[string][]advisory.Option{
 		"on the server": nil, "queued": {advisory.WithLocalHandoff(4, time.Minute)},
 	} {

@@ -31,8 +31,8 @@ import (
 // second, plain connection made from cc. conn releases the key, or is closed if that
 // cannot be confirmed. A second session that got the key proves nothing if the first's
 // session ended meanwhile (an operator or a fault terminated it), nor does a second
-// session that could not connect or was ended: then the test is inconclusive and New
-// goes on. A stub engine answers every statement, so it is never inconclusive.
+// session that could not connect or was ended: then the test is inconclusive, New says
+// so at Warn (sayInconclusive) and goes on. A stub engine answers every statement, so it is never inconclusive.
 func checkEnforced(ctx context.Context, conn *pgxpool.Conn, cc *pgconn.Config, kind Holding, logger *slog.Logger) error {
 	if kind == HoldingTransaction {
 		return checkEnforcedTx(ctx, conn, cc, logger)
@@ -68,7 +68,7 @@ func checkEnforced(ctx context.Context, conn *pgxpool.Conn, cc *pgconn.Config, k
 	if changed != nil {
 		return changed
 	}
-	return enforcedVerdict(both, berr, uerr != nil && !usable(pg, uerr))
+	return verdictSaid(logger, both, berr, uerr != nil && !usable(pg, uerr))
 }
 
 // takeBackRounds bounds takeBack: each round is one statement, which a transaction
@@ -147,7 +147,17 @@ func checkEnforcedTx(ctx context.Context, conn *pgxpool.Conn, cc *pgconn.Config,
 	if changed != nil {
 		return changed
 	}
-	return enforcedVerdict(both, berr, uerr != nil && !usable(pg, uerr))
+	return verdictSaid(logger, both, berr, uerr != nil && !usable(pg, uerr))
+}
+
+// verdictSaid is enforcedVerdict, and says at Warn when it is inconclusive (see
+// sayInconclusive).
+func verdictSaid(logger *slog.Logger, both string, berr error, firstLost bool) error {
+	err := enforcedVerdict(both, berr, firstLost)
+	if err == nil {
+		sayInconclusive(logger, both, berr, firstLost)
+	}
+	return err
 }
 
 // enforcedVerdict judges the self-test: both is the second session's answer ("t": it got

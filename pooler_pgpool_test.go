@@ -27,11 +27,12 @@ import (
 
 // pgpoolManagers is how many Managers (each its own Pgpool sessions, with their
 // load-balance node drawn at random: the standby for about one in two) a test makes, and
-// pgpoolRounds how many times each runs every form of lock.
-const (
-	pgpoolManagers = 12
-	pgpoolRounds   = 10
-)
+// pgpoolRounds how many times each runs every form of lock. Under -short, 6 and 3 (12
+// and 10 otherwise): still a dozen draws or more of the node per test, so that both
+// servers are met but for a chance of about 2 in 4,096.
+func pgpoolManagers() int { return inShort(12, 6) }
+
+func pgpoolRounds() int { return inShort(10, 3) }
 
 // TestPgpoolIsASessionProxy reproduces issue 44 item 6's misdetection: through Pgpool-II
 // with its defaults, the library took Pgpool for a transaction pooler in 7 of 13
@@ -42,7 +43,7 @@ func TestPgpoolIsASessionProxy(t *testing.T) {
 	pgtest.Need(t, srv, startErr)
 	pp, sb := pgtest.PgpoolForTest(t, srv, pgtest.PgpoolDefaults)
 	ctx := ctxT(t)
-	for i := range pgpoolManagers {
+	for i := range pgpoolManagers() {
 		name := fmt.Sprintf("%s/%d", t.Name(), i)
 		m, err := advisory.New(ctx, pp.DSN())
 		require.NoError(t, err, "New through Pgpool-II (Manager %d)\n%s", i, pp.Log())
@@ -88,7 +89,7 @@ func pgpoolNeverOnTheStandby(t *testing.T, extra ...string) {
 	require.NoError(t, err)
 	defer standby.Close(context.Background())
 	c := &pgpoolCount{t: t, standby: standby, perStatement: len(extra) > 0}
-	for i := range pgpoolManagers {
+	for i := range pgpoolManagers() {
 		name := fmt.Sprintf("%s/%d", t.Name(), i)
 		c.xact(ctx, pp.DSN(), name)
 		c.managed(ctx, pp.DSN(), name)
@@ -160,7 +161,7 @@ func (c *pgpoolCount) xact(ctx context.Context, dsn, name string) {
 		"XactLock": advisory.XactLock, "TryXactLock": advisory.TryXactLock,
 		"XactLockShared": advisory.XactLockShared, "TryXactLockShared": advisory.TryXactLockShared,
 	}
-	for range pgpoolRounds {
+	for range pgpoolRounds() {
 		for form, lock := range forms {
 			tx, err := conn.Begin(ctx)
 			require.NoError(c.t, err)
@@ -184,7 +185,7 @@ func (c *pgpoolCount) managed(ctx context.Context, dsn, name string) {
 	defer m.Close()
 	assert.Equal(c.t, advisory.HoldingSession, m.Holding(), "Pgpool-II is no transaction pooler")
 	key := advisory.KeyOf(name)
-	for range pgpoolRounds {
+	for range pgpoolRounds() {
 		l, err := m.Lock(ctx, name)
 		if c.settle(ctx, "Lock", key, err) {
 			c.unlocked(l.Unlock(ctx), "Unlock", key)
@@ -201,7 +202,7 @@ func (c *pgpoolCount) managed(ctx context.Context, dsn, name string) {
 	}
 	require.NoError(c.t, err)
 	defer s.Close(ctx)
-	for range pgpoolRounds {
+	for range pgpoolRounds() {
 		if c.settle(ctx, "Session.Lock", key, s.Lock(ctx, name)) && !c.unlocked(s.Unlock(ctx, name), "Session.Unlock", key) {
 			return
 		}
@@ -224,12 +225,12 @@ func TestPgpoolRoutedToThePrimary(t *testing.T) {
 	defer standby.Close(context.Background())
 	c := &pgpoolCount{t: t, standby: standby}
 	dsn := pgtest.WithPairs(pp.DSN(), "application_name=locker")
-	for i := range pgpoolManagers / 2 {
+	for i := range pgpoolManagers() / 2 {
 		name := fmt.Sprintf("%s/%d", t.Name(), i)
 		c.xact(ctx, dsn, name)
 		c.managed(ctx, dsn, name)
 	}
 	t.Logf("critical sections on the primary: %d", c.held)
 	assert.Zero(t, c.refused+c.newRefused, "lock statements sent to the standby")
-	assert.Equal(t, pgpoolManagers/2*pgpoolRounds*(4+3), c.held)
+	assert.Equal(t, pgpoolManagers()/2*pgpoolRounds()*(4+3), c.held)
 }

@@ -13,10 +13,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/pgadvisory/advisory"
+	"github.com/pgadvisory/advisory/internal/pgtest"
 )
 
 // Issue 38: a process whose many holdings share server sessions (WithSharedSessions),
@@ -168,14 +170,26 @@ func TestPartitionSharedHoldingsAreToldBeforeTheServerFrees(t *testing.T) {
 	assert.LessOrEqual(t, slices.Max(freed), bounds.ServerFreesBy+2*time.Second, "freed within the server bound")
 }
 
-// TestSharedLockTableFull fills the server's shared lock table from shared sessions (not
-// parallel: while it is full every session on the server fails): batches fail part-way
-// with 53200, and the runner puts back what they took. Every Lock that returned is live
-// and granted, pg_locks holds no advisory lock that no Lock reports, the error names the
-// remedy, and once the locks are released the server takes locks again.
+// TestSharedLockTableFull fills a server's shared lock table from shared sessions: batches
+// fail part-way with 53200, and the runner puts back what they took. Every Lock that
+// returned is live and granted, pg_locks holds no advisory lock that no Lock reports, the
+// error names the remedy, and once the locks are released the server takes locks again.
+// The server is its own, with a small lock table (16 x 30 entries and the slack of its
+// shared memory: a few thousand locks, where the suite's server took 34,000 and every
+// statement of a session holding thousands paid for them at its transaction's end), so
+// that while it is full no other test's session fails: in the parallel phase.
 func TestSharedLockTableFull(t *testing.T) {
-	m := newManager(t, "", advisory.WithSharedSessions(200000), advisory.WithSessionLimits(200000, 1000))
+	t.Parallel()
 	ctx := ctxT(t, 2*time.Minute)
+	own, err := pgtest.StartLocal(ctx, pgtest.Options{Settings: []string{"max_connections=30", "max_locks_per_transaction=16"}})
+	pgtest.Need(t, own, err)
+	t.Cleanup(func() { own.Close() })
+	m, err := advisory.New(ctx, own.DSN(), advisory.WithSharedSessions(200000), advisory.WithSessionLimits(200000, 1000))
+	require.NoError(t, err)
+	t.Cleanup(m.Close)
+	admin, err := pgx.Connect(ctx, own.DSN())
+	require.NoError(t, err)
+	t.Cleanup(func() { admin.Close(context.Background()) })
 	var mu sync.Mutex
 	var held []*advisory.Lock
 	var full error
@@ -223,7 +237,7 @@ func TestSharedLockTableFull(t *testing.T) {
 
 // unlockAll unlocks every lock of held from 200 goroutines, as they were taken: the
 // Manager batches concurrent unlocks on a shared session, where one by one 34,000 of them
-// took 41 s of round trips. Every Unlock must succeed.
+// (the suite's server's table) took 41 s of round trips. Every Unlock must succeed.
 func unlockAll(t *testing.T, ctx context.Context, held []*advisory.Lock) {
 	t.Helper()
 	errs := make(chan error, len(held))

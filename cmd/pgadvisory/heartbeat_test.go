@@ -3,6 +3,7 @@ package main_test
 import (
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -36,17 +37,23 @@ func TestRunHeartbeatWaitsBehindAnIdleReaper(t *testing.T) {
 		{"0", "30s", true, 0},
 	} {
 		name := t.Name() + "/" + tc.beat + "/" + tc.connectTimeout
-		_, held := holdLock(t, name, "")
-		time.AfterFunc(4*time.Second, func() { held.Unlock(t.Context()) })
+		m, held := holdLock(t, name, "")
 		// Behind a proxy the default heartbeat is 2s: it is always given.
-		r := wait(t, startEnv(t, env, "run", "--heartbeat", tc.beat, "--connect-timeout", tc.connectTimeout,
-			"--name", name, "--", "true"))
+		p := startEnv(t, env, "run", "--heartbeat", tc.beat, "--connect-timeout", tc.connectTimeout,
+			"--name", name, "--", "true")
+		// The lock is held 4 s from when run waits for it, not from when it started: a
+		// process that took 2 s to start and connect (16 tests at once on 2 cores) would
+		// otherwise wait less than the reaper's 2 s.
+		waitForWaiter(t, m, name, "")
+		var freed atomic.Bool
+		time.AfterFunc(4*time.Second, func() { freed.Store(true); held.Unlock(t.Context()) })
+		r := wait(t, p)
 		require.Equal(t, tc.code, r.code, "%s: %s", name, r.stderr)
 		assert.Equal(t, tc.reconnects, strings.Contains(r.stderr, "lost the connection while waiting"), "%s: %s", name, r.stderr)
 		if tc.code == 0 {
 			assert.GreaterOrEqual(t, r.took, 4*time.Second)
 		} else {
-			assert.Less(t, r.took, 4*time.Second, "without a heartbeat the reaper cut the wait")
+			assert.False(t, freed.Load(), "without a heartbeat the reaper cut the wait, before the lock was free")
 		}
 		t.Logf("heartbeat %s, connect-timeout %s: exit %d after %v", tc.beat, tc.connectTimeout, r.code,
 			r.took.Round(time.Millisecond))

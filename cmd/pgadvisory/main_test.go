@@ -27,6 +27,8 @@ var (
 	srv      *pgtest.Server
 	startErr error
 	bin      string
+	// staticBin is bin when it was built as the binary ships (no -race: CGO_ENABLED=0).
+	staticBin string
 )
 
 func TestMain(m *testing.M) {
@@ -50,8 +52,13 @@ func runTests(m *testing.M) int {
 	if bin == "" {
 		bin = filepath.Join(dir, "pgadvisory")
 		// Built with the test's own flags: under CI's -race the CLI process is checked for
-		// races too. TestBinaryIsSlimAndStatic builds the static binary as it ships.
+		// races too. Without -race it is the static binary as it ships (CGO_ENABLED=0),
+		// which TestBinaryIsSlimAndStatic then inspects; under -race that test builds one.
 		build := exec.Command("go", "build", "-o", bin, ".")
+		if goflags := os.Getenv("GOFLAGS"); withoutRace(goflags) == strings.Join(strings.Fields(goflags), " ") {
+			build.Env = append(os.Environ(), "CGO_ENABLED=0")
+			staticBin = bin
+		}
 		if out, err := build.CombinedOutput(); err != nil {
 			fmt.Fprintf(os.Stderr, "FAIL: build pgadvisory: %v\n%s", err, out)
 			return 1
@@ -232,14 +239,14 @@ func waitHeldByApp(t testing.TB, m *advisory.Manager, name, app string) advisory
 	return found
 }
 
-// waitForWaiter waits until a session with application_name app waits for name.
+// waitForWaiter waits until a session with application_name app ("": any) waits for name.
 func waitForWaiter(t testing.TB, m *advisory.Manager, name, app string) {
 	t.Helper()
 	require.Eventually(t, func() bool {
 		hs, err := m.Holders(context.Background(), name)
 		require.NoError(t, err)
 		for _, h := range hs {
-			if !h.Granted && h.ApplicationName == app {
+			if !h.Granted && (app == "" || h.ApplicationName == app) {
 				return true
 			}
 		}

@@ -98,20 +98,21 @@ func (c *Cluster) Follow(ctx context.Context, primaryDSN string) error {
 	return c.start(ctx)
 }
 
-// Close stops the server and removes its directory. A second Close only removes the
-// directory again, which is gone: it returns nil. A caller that dies without Close leaves
-// nothing behind either: the server gets a parent-death signal and a watchdog process
-// removes the directory.
+// Close stops the server and removes its directory; a standby's replication slot is
+// dropped on its primary (an error if it could not be, unless the primary is gone). A
+// second Close only removes the directory again, which is gone: it returns nil. A caller
+// that dies without Close leaves nothing behind either: the server gets a parent-death
+// signal and a watchdog process removes the directory.
 func (c *Cluster) Close() error {
 	c.stopServer()
-	c.dropSlot()
+	slotErr := c.dropSlot()
 	if c.dir == "" {
-		return nil
+		return slotErr
 	}
 	err := os.RemoveAll(c.dir)
 	c.dog.stop()
 	c.dog = nil
-	return err
+	return errors.Join(slotErr, err)
 }
 
 // start runs postgres in its own process group and waits until it accepts connections.
@@ -124,6 +125,10 @@ func (c *Cluster) start(ctx context.Context) error {
 	args := []string{"-D", filepath.Join(c.dir, "data"), "-p", strconv.Itoa(c.port), "-k", c.dir,
 		"-c", "listen_addresses=" + strings.Join(append([]string{"127.0.0.1"}, c.opts.ListenAddresses...), ","),
 		"-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off",
+		// A new WAL segment is made by a seek, not by writing its 16 MB of zeros: a server
+		// that switches segments often (pg_switch_wal, base backups) would copy them in the
+		// kernel, a test server's largest file work on a tmpfs.
+		"-c", "wal_init_zero=off",
 		"-c", "max_connections=" + c.atLeast("max_connections", 300), "-c", "shared_buffers=64MB",
 		// What a streaming standby (Options.BaseBackupFrom) needs of its primary; initdb's
 		// pg_hba.conf already admits replication from 127.0.0.1 with -A trust. A test

@@ -158,10 +158,8 @@ func (c *Cluster) command(ctx context.Context, name string, args ...string) *exe
 }
 
 func (c *Cluster) initdb(ctx context.Context) error {
-	cmd := c.command(ctx, "initdb", "--no-sync", "-A", "trust", "-E", "UTF8", "--locale=C",
-		"-U", "postgres", "-D", filepath.Join(c.dir, "data"))
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("initdb: %w: %s", err, out)
+	if err := c.initdbData(ctx, filepath.Join(c.dir, "data")); err != nil {
+		return err
 	}
 	if len(c.opts.TrustCIDRs) == 0 {
 		return nil
@@ -211,20 +209,57 @@ func (c *Cluster) basebackup(ctx context.Context, primaryDSN string) error {
 }
 
 // dropSlot drops the replication slot a base backup made on the primary, if any (the
-// server must be stopped: an active slot cannot be dropped). A primary that is gone keeps
-// it: that is only WAL kept on a server nobody uses.
-func (c *Cluster) dropSlot() {
+// server must be stopped: an active slot cannot be dropped). The primary's WAL sender
+// notices the standby gone a moment after it stopped: the slot stays active until then,
+// and dropSlot waits for it; a primary too busy to take the connection at once (a test
+// that checkpoints in a loop beside base backups) is asked again. Both within 15 s, after
+// which the slot left is an error. A primary that is gone (it refuses the connection)
+// keeps the slot: that is only WAL kept on a server nobody uses.
+func (c *Cluster) dropSlot() error {
 	if c.slot == "" {
-		return
+		return nil
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	if conn, err := pgx.Connect(ctx, c.slotOn+" connect_timeout=2"); err == nil {
-		conn.Exec(ctx, "SELECT pg_catalog.pg_drop_replication_slot(slot_name) FROM pg_catalog.pg_replication_slots "+
-			"WHERE slot_name = $1 AND NOT active", c.slot)
-		conn.Close(ctx)
-	}
+	slot, on := c.slot, c.slotOn
 	c.slot, c.slotOn = "", ""
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	for {
+		conn, err := pgx.Connect(ctx, on+" connect_timeout=5")
+		switch {
+		case err == nil:
+			err = dropInactive(ctx, conn, slot)
+			conn.Close(context.Background())
+			return err
+		case errors.Is(err, syscall.ECONNREFUSED):
+			return nil
+		case ctx.Err() != nil:
+			return fmt.Errorf("replication slot %s left on the primary: %w", slot, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// dropInactive drops slot on conn once no WAL sender uses it; nil if it is gone already.
+func dropInactive(ctx context.Context, conn *pgx.Conn, slot string) error {
+	for {
+		var active bool
+		err := conn.QueryRow(ctx, "SELECT active FROM pg_catalog.pg_replication_slots WHERE slot_name = $1", slot).Scan(&active)
+		switch {
+		case errors.Is(err, pgx.ErrNoRows):
+			return nil
+		case err != nil:
+			return fmt.Errorf("replication slot %s left on the primary: %w", slot, err)
+		case !active:
+			if _, err = conn.Exec(ctx, "SELECT pg_catalog.pg_drop_replication_slot($1)", slot); err == nil {
+				return nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("replication slot %s left on the primary (active %v): %w", slot, active, errors.Join(ctx.Err(), err))
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
 }
 
 // standbyFloors returns the primary's values of the settings a hot standby refuses to

@@ -9,7 +9,8 @@ import (
 // startLocal starts a cluster from the local binaries (package pglocal, which the
 // pgadvisory demo shares without linking this package's container code).
 func startLocal(ctx context.Context, opts Options) (*Server, error) {
-	c, err := pglocal.Start(ctx, pglocal.Options{ListenAddresses: opts.ListenAddresses, TrustCIDRs: opts.TrustCIDRs})
+	c, err := pglocal.Start(ctx, pglocal.Options{ListenAddresses: opts.ListenAddresses, TrustCIDRs: opts.TrustCIDRs,
+		Settings: opts.Settings})
 	if err != nil {
 		return nil, err
 	}

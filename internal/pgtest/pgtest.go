@@ -123,6 +123,8 @@ type Options struct {
 	ListenAddresses []string
 	// TrustCIDRs are client networks admitted without a password (pg_hba.conf).
 	TrustCIDRs []string
+	// Settings are server settings, "name=value" each, over the harness's own.
+	Settings []string
 }
 
 // Start returns a running server from the first source that works (see the package doc).

@@ -39,14 +39,21 @@ type Suite struct {
 	// mostly wait on servers (round trips, lock waits, timers) finishes sooner with more of
 	// them running at once. An explicit -parallel (or -test.parallel) always wins.
 	Parallel int
+	// ShortParallel, if above zero, is the package's -test.parallel under -short instead
+	// of Parallel. Go starts the parallel tests last paused first, so a package's long
+	// tests that mostly wait on timers (heartbeats, reapers, armer ticks) can get a slot
+	// only at the end of its parallel phase and run on alone; with more slots they start
+	// early and wait beside the rest. The inner loop is bound by wall time; the full run
+	// (CI's, with -race) keeps Parallel.
+	ShortParallel int
 }
 
 // Run runs m as the Suite says and returns the exit code for os.Exit.
 func (s Suite) Run(m M) int {
 	ctx := context.Background()
 	flag.Parse()
-	if s.Parallel > 0 && !flagGiven("test.parallel") {
-		flag.Set("test.parallel", strconv.Itoa(s.Parallel))
+	if n := s.parallel(); n > 0 && !flagGiven("test.parallel") {
+		flag.Set("test.parallel", strconv.Itoa(n))
 	}
 	start := s.Start
 	if start == nil {
@@ -106,4 +113,13 @@ func SettleReaders(ctx context.Context, pool *pgxpool.Pool) {
 		c.Ping(ctx)
 		c.Release()
 	}
+}
+
+// parallel is the -test.parallel the Suite asks for: ShortParallel under -short if set,
+// else Parallel.
+func (s Suite) parallel() int {
+	if f := flag.Lookup("test.short"); f != nil && f.Value.String() == "true" && s.ShortParallel > 0 {
+		return s.ShortParallel
+	}
+	return s.Parallel
 }
