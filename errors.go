@@ -230,6 +230,9 @@ func describe(key Key, name string, pair bool) string {
 // sqlState returns the SQLSTATE of the server's error in err's chain, or "" if it holds
 // none (a network error, a ctx's).
 func sqlState(err error) string {
+	if err == nil { // the common case, without the heap allocation of pgErr (issue 47)
+		return ""
+	}
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) {
 		return pgErr.Code

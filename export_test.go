@@ -3,6 +3,8 @@ package advisory
 import (
 	"sync/atomic"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // WithCheckedStatementsForTest makes every connection of the Manager keep the
@@ -92,3 +94,19 @@ func LockTextsForTest(key Key, token string) []LockTextForTest {
 // WorkConfig give work that may reach its server through a transaction pooler: the
 // holding's tag with the pooled mark, then base.
 func PooledWorkAppNameForTest(l *Lock, base string) string { return l.workName(base, true) }
+
+// PoolForTest returns the Manager's pool, so that a benchmark can send raw statements on
+// a connection made with the library's own pgx configuration (its dialer, cancel handler
+// and health check).
+func PoolForTest(m *Manager) *pgxpool.Pool { return m.pool }
+
+// TxLockTextForTest returns the text a transaction holding's Lock (or TryLock) of name
+// sends: BEGIN, the holding's settings and the lock statement, in one message.
+func TxLockTextForTest(m *Manager, name string, try bool) string {
+	t := target{key: KeyOf(name), name: name}
+	st := txStatements(m.txBegin, m.activityName(t.name), t.key, false, false)
+	if try {
+		return st.tryLock
+	}
+	return st.lock
+}

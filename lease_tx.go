@@ -24,7 +24,7 @@ type txLease struct{}
 func (txLease) kind() Holding { return HoldingTransaction }
 
 func (txLease) statements(m *Manager, t target, _ bool) statements {
-	return txStatements(m.txBegin, m.activityName(t.name), t.key, t.shared, t.pair)
+	return m.texts.tx(m.txBegin, m.activityName(t.name), t.key, t.shared, t.pair)
 }
 
 func (txLease) take(p *pin, ctx context.Context, try bool) (uint32, *bool, error) {

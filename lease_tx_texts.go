@@ -86,3 +86,39 @@ func txStatements(begin, name string, key Key, shared, pair bool) statements {
 	}
 	return statements{lock: start + fn + args + " IS NOT NULL END", tryLock: start + try + args + " END", keyInText: true}
 }
+
+// txTextKey is what a transaction holding's texts depend on, beside the Manager's BEGIN
+// (one per Manager): the key is written into them.
+type txTextKey struct {
+	name         string
+	key          Key
+	shared, pair bool
+}
+
+// tx returns txStatements(begin, name, key, shared, pair), from the cache if it is
+// there, under the bounds of the session holding's texts (see textCache): each text
+// carries BEGIN and the holding's settings, about 500 bytes, and building the two of a
+// Lock was half of the bytes a pooled cycle allocated (issue 47). begin must be the
+// Manager's own (m.txBegin), the same for every call.
+func (c *textCache) tx(begin, name string, key Key, shared, pair bool) statements {
+	if name == "" || len(name) > maxCachedNameLen {
+		return txStatements(begin, name, key, shared, pair)
+	}
+	k := txTextKey{name, key, shared, pair}
+	c.mu.RLock()
+	st, ok := c.txm[k]
+	c.mu.RUnlock()
+	if ok {
+		return st
+	}
+	st = txStatements(begin, name, key, shared, pair)
+	c.mu.Lock()
+	if c.txm == nil {
+		c.txm = make(map[txTextKey]statements)
+	}
+	if len(c.txm) < maxCachedNames {
+		c.txm[k] = st
+	}
+	c.mu.Unlock()
+	return st
+}

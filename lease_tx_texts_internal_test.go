@@ -33,3 +33,26 @@ func TestTxBeginSettingsAsSetLocal(t *testing.T) {
 		assert.Equal(t, 1, strings.Count(sql, "SELECT"), "the lock's statement is the message's only SELECT: %s", sql)
 	}
 }
+
+// TestTxTextsOfANameBuiltOnce (issue 47): a transaction holding's Lock of a name locked
+// before builds no text (each of its two texts carries BEGIN and the settings, about 500
+// bytes), and the cached texts are those txStatements builds, for that name's key: two
+// keys under one name (a Semaphore's slots are named locks of their own, but a target's
+// name and key are kept apart) never share a text.
+func TestTxTextsOfANameBuiltOnce(t *testing.T) { // not parallel: AllocsPerRun
+	set := defaultSettings()
+	m := &Manager{set: set, lease: txLease{}, txBegin: txBeginSQL(&set, 150000)}
+	named := target{key: KeyOf("orders"), name: "orders"}
+	for _, tg := range []target{named, {key: 7, name: "orders"}, {key: named.key, name: "orders", shared: true},
+		{key: 9}} {
+		want := txStatements(m.txBegin, tg.name, tg.key, tg.shared, tg.pair)
+		for range 2 {
+			assert.Equal(t, want, m.lease.statements(m, tg, false), "%+v", tg)
+		}
+	}
+	allocs := testing.AllocsPerRun(100, func() { _ = m.lease.statements(m, named, false) })
+	assert.Zero(t, allocs, "a Lock of a name locked before builds its texts again")
+	long := target{key: 1, name: strings.Repeat("x", maxCachedNameLen+1)}
+	m.lease.statements(m, long, false)
+	assert.Len(t, m.texts.txm, 3, "a name past the bound, or none, is built per call")
+}

@@ -240,11 +240,10 @@ func (p *pin) unlockFor(ctx context.Context, l *Lock) error {
 	if l.announced.CompareAndSwap(true, false) {
 		p.m.announceReleased(gateKey{p.key, p.pair})
 	}
-	var rel *releasedError
-	switch {
-	case err == nil, errors.Is(err, ErrNotHeld), errors.Is(err, ErrLockLost):
+	if err == nil || errors.Is(err, ErrNotHeld) || errors.Is(err, ErrLockLost) {
 		return err
-	case errors.As(err, &rel):
+	}
+	if rel := (*releasedError)(nil); errors.As(err, &rel) { // declared here: no allocation on success
 		return &opError{"unlock", describe(p.key, l.name, p.pair), fmt.Errorf("the lock is released, but: %w", rel.err)}
 	}
 	return &opError{"unlock", describe(p.key, l.name, p.pair), fmt.Errorf("release not confirmed, connection closed: %w", err)}

@@ -218,8 +218,9 @@ func (m *Manager) activityName(name string) string {
 // bound are built per call, as before the cache: a process that locks a name per
 // entity (order:1234, ...) does not grow it without end.
 type textCache struct {
-	mu sync.RWMutex
-	m  map[textKey]statements
+	mu  sync.RWMutex
+	m   map[textKey]statements
+	txm map[txTextKey]statements // a transaction holding's (see textCache.tx)
 }
 
 type textKey struct {
