@@ -104,21 +104,7 @@ func (c *textCache) tx(begin, name string, key Key, shared, pair bool) statement
 	if name == "" || len(name) > maxCachedNameLen {
 		return txStatements(begin, name, key, shared, pair)
 	}
-	k := txTextKey{name, key, shared, pair}
-	c.mu.RLock()
-	st, ok := c.txm[k]
-	c.mu.RUnlock()
-	if ok {
-		return st
-	}
-	st = txStatements(begin, name, key, shared, pair)
-	c.mu.Lock()
-	if c.txm == nil {
-		c.txm = make(map[txTextKey]statements)
-	}
-	if len(c.txm) < maxCachedNames {
-		c.txm[k] = st
-	}
-	c.mu.Unlock()
-	return st
+	return cachedTexts(&c.mu, &c.txm, txTextKey{name, key, shared, pair}, func() statements {
+		return txStatements(begin, name, key, shared, pair)
+	})
 }

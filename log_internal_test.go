@@ -3,6 +3,7 @@ package advisory
 import (
 	"context"
 	"log/slog"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -11,11 +12,25 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// records is a slog.Handler that keeps the records' messages and holder pids.
+// records is a slog.Handler that keeps the records' messages, levels and holder pids.
 type records struct {
-	mu   sync.Mutex
-	msgs []string
-	pids []uint64 // the holder.pid of every record that names one
+	mu     sync.Mutex
+	msgs   []string
+	levels []slog.Level // of each of msgs
+	pids   []uint64     // the holder.pid of every record that names one
+}
+
+// said returns the levels of the records whose message contains text.
+func (r *records) said(text string) []slog.Level {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []slog.Level
+	for i, m := range r.msgs {
+		if strings.Contains(m, text) {
+			out = append(out, r.levels[i])
+		}
+	}
+	return out
 }
 
 func (r *records) Enabled(context.Context, slog.Level) bool { return true }
@@ -24,7 +39,7 @@ func (r *records) WithGroup(string) slog.Handler            { return r }
 func (r *records) Handle(_ context.Context, rec slog.Record) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.msgs = append(r.msgs, rec.Message)
+	r.msgs, r.levels = append(r.msgs, rec.Message), append(r.levels, rec.Level)
 	rec.Attrs(func(a slog.Attr) bool {
 		if a.Key == "holder" && a.Value.Kind() == slog.KindGroup {
 			for _, g := range a.Value.Group() {

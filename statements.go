@@ -239,22 +239,29 @@ func (c *textCache) statements(name string, shared, pair, direct bool) statement
 	if name == "" || len(name) > maxCachedNameLen {
 		return statementsFor(name, shared, pair, direct)
 	}
-	k := textKey{name, shared, pair, direct}
-	c.mu.RLock()
-	st, ok := c.m[k]
-	c.mu.RUnlock()
+	return cachedTexts(&c.mu, &c.m, textKey{name, shared, pair, direct}, func() statements {
+		return statementsFor(name, shared, pair, direct)
+	})
+}
+
+// cachedTexts returns (*m)[k] under mu, else build's, which it keeps while m holds fewer
+// than maxCachedNames.
+func cachedTexts[K comparable](mu *sync.RWMutex, m *map[K]statements, k K, build func() statements) statements {
+	mu.RLock()
+	st, ok := (*m)[k]
+	mu.RUnlock()
 	if ok {
 		return st
 	}
-	st = statementsFor(name, shared, pair, direct)
-	c.mu.Lock()
-	if c.m == nil {
-		c.m = make(map[textKey]statements)
+	st = build()
+	mu.Lock()
+	if *m == nil {
+		*m = make(map[K]statements)
 	}
-	if len(c.m) < maxCachedNames {
-		c.m[k] = st
+	if len(*m) < maxCachedNames {
+		(*m)[k] = st
 	}
-	c.mu.Unlock()
+	mu.Unlock()
 	return st
 }
 

@@ -14,14 +14,7 @@ import (
 // serves does not take the stranger for itself (readiness checks the data directory): it
 // moves to another port, and its DSN reaches its own data directory.
 func TestStartMovesOffATakenPort(t *testing.T) {
-	if _, err := FindBinaries(); err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("CI=true and no PostgreSQL binaries: %v", err)
-		}
-		t.Skip("no PostgreSQL binaries:", err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
+	ctx := needBinaries(t)
 	first, err := Start(ctx, Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -53,14 +46,7 @@ func TestStartMovesOffATakenPort(t *testing.T) {
 // second, when the first made the cache) is a copy of its own: a table made in one is not
 // in the other, and each DSN reaches its own data directory.
 func TestClustersFromTheCachedInitdbAreApart(t *testing.T) {
-	if _, err := FindBinaries(); err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("CI=true and no PostgreSQL binaries: %v", err)
-		}
-		t.Skip("no PostgreSQL binaries:", err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
+	ctx := needBinaries(t)
 	first, err := Start(ctx, Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -109,4 +95,19 @@ func TestClustersFromTheCachedInitdbAreApart(t *testing.T) {
 			t.Fatalf("a DSN reaches %s, not its own %s", dir, want)
 		}
 	}
+}
+
+// needBinaries skips t without PostgreSQL binaries (fails it under CI=true), and returns
+// a ctx of 2 minutes for its clusters' start-up.
+func needBinaries(t *testing.T) context.Context {
+	t.Helper()
+	if _, err := FindBinaries(); err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("CI=true and no PostgreSQL binaries: %v", err)
+		}
+		t.Skip("no PostgreSQL binaries:", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	t.Cleanup(cancel)
+	return ctx
 }
