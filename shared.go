@@ -209,6 +209,15 @@ func (hs *hostSet) watch(m *Manager, h *host) {
 	}
 }
 
+// forget takes h, whose session a call saw end, out of the choice at once: its watch
+// (which ends its holdings) may not have run yet.
+func (hs *hostSet) forget(h *host) {
+	hs.mu.Lock()
+	h.gone = true
+	hs.drop(h)
+	hs.mu.Unlock()
+}
+
 // drop forgets h; under hs.mu.
 func (hs *hostSet) drop(h *host) {
 	for i, c := range hs.hosts {

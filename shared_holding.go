@@ -114,7 +114,8 @@ func (m *Manager) takeShared(ctx context.Context, t target, try bool) (*Lock, er
 			continue
 		case errors.As(err, new(*hostLost)) && attempt < 2 && ctx.Err() == nil:
 			attempt++
-			continue // it held nothing for us: another host
+			m.hosts.forget(h) // before its watch runs, or the next choice may be h again
+			continue          // it held nothing for us: another host
 		case err != nil:
 			return nil, err
 		case got:
