@@ -164,13 +164,12 @@ func (hs *hostSet) start(ctx context.Context, m *Manager, h *host) {
 	h.busy-- // the opening's own
 	retire := false
 	if err != nil {
-		h.gone, h.openErr = true, err
+		h.openErr = err
 		hs.drop(h)
 	} else {
 		h.s = s
 		m.active.Add(2) // Close waits until every holding has been told, and the runner has ended
 		if retire = hs.idle(h); retire {
-			h.gone = true
 			hs.drop(h)
 		}
 	}
@@ -195,7 +194,6 @@ func (hs *hostSet) watch(m *Manager, h *host) {
 	<-h.s.Done()
 	err := h.s.Err()
 	hs.mu.Lock()
-	h.gone = true
 	hs.drop(h)
 	var ended []*sharedHolding
 	for _, sh := range h.keys {
@@ -213,13 +211,13 @@ func (hs *hostSet) watch(m *Manager, h *host) {
 // (which ends its holdings) may not have run yet.
 func (hs *hostSet) forget(h *host) {
 	hs.mu.Lock()
-	h.gone = true
 	hs.drop(h)
 	hs.mu.Unlock()
 }
 
-// drop forgets h; under hs.mu.
+// drop marks h gone and forgets it; under hs.mu.
 func (hs *hostSet) drop(h *host) {
+	h.gone = true
 	for i, c := range hs.hosts {
 		if c == h {
 			hs.hosts = append(hs.hosts[:i], hs.hosts[i+1:]...)

@@ -238,7 +238,6 @@ func (hs *hostSet) done(h *host, k gateKey, sh *sharedHolding, drop bool) bool {
 	}
 	retire := hs.idle(h)
 	if retire {
-		h.gone = true
 		hs.drop(h)
 	}
 	hs.mu.Unlock()

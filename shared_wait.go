@@ -243,7 +243,6 @@ func (hs *hostSet) unpark(k gateKey, wake chan struct{}) {
 	var idle []*host
 	for _, h := range slices.Clone(hs.hosts) {
 		if hs.idle(h) {
-			h.gone = true
 			hs.drop(h)
 			idle = append(idle, h)
 		}
