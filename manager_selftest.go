@@ -32,7 +32,8 @@ import (
 // cannot be confirmed. A second session that got the key proves nothing if the first's
 // session ended meanwhile (an operator or a fault terminated it), nor does a second
 // session that could not connect or was ended: then the test is inconclusive, New says
-// so at Warn (sayInconclusive) and goes on. A stub engine answers every statement, so it is never inconclusive.
+// so at Warn and goes on. A stub engine answers every statement, so it is never
+// inconclusive.
 func checkEnforced(ctx context.Context, conn *pgxpool.Conn, cc *pgconn.Config, kind Holding, logger *slog.Logger) error {
 	if kind == HoldingTransaction {
 		return checkEnforcedTx(ctx, conn, cc, logger)
@@ -68,7 +69,7 @@ func checkEnforced(ctx context.Context, conn *pgxpool.Conn, cc *pgconn.Config, k
 	if changed != nil {
 		return changed
 	}
-	return verdictSaid(logger, both, berr, uerr != nil && !usable(pg, uerr))
+	return enforcedVerdict(logger, both, berr, uerr != nil && !usable(pg, uerr))
 }
 
 // takeBackRounds bounds takeBack: each round is one statement, which a transaction
@@ -147,29 +148,29 @@ func checkEnforcedTx(ctx context.Context, conn *pgxpool.Conn, cc *pgconn.Config,
 	if changed != nil {
 		return changed
 	}
-	return verdictSaid(logger, both, berr, uerr != nil && !usable(pg, uerr))
-}
-
-// verdictSaid is enforcedVerdict, and says at Warn when it is inconclusive (see
-// sayInconclusive).
-func verdictSaid(logger *slog.Logger, both string, berr error, firstLost bool) error {
-	err := enforcedVerdict(both, berr, firstLost)
-	if err == nil {
-		sayInconclusive(logger, both, berr, firstLost)
-	}
-	return err
+	return enforcedVerdict(logger, both, berr, uerr != nil && !usable(pg, uerr))
 }
 
 // enforcedVerdict judges the self-test: both is the second session's answer ("t": it got
 // the key the first held) or berr its failure; firstLost: the first session failed
-// meanwhile, so the second's grant proves nothing.
-func enforcedVerdict(both string, berr error, firstLost bool) error {
+// meanwhile, so the second's grant proves nothing. An inconclusive test is said at Warn
+// (the check was skipped, and that is never silent), unless secondTryBeside said why
+// already (errNoServerSession).
+func enforcedVerdict(logger *slog.Logger, both string, berr error, firstLost bool) error {
 	var pgErr *pgconn.PgError
 	switch {
 	case berr != nil && errors.As(berr, &pgErr) && !serverEnded(berr):
 		return fmt.Errorf("advisory: check that the server enforces advisory locks: %w", berr)
-	case berr != nil, both != "t", firstLost:
-		return nil // refused; or a session failed meanwhile (terminated, say): inconclusive
+	case berr != nil:
+		if !errors.Is(berr, errNoServerSession) {
+			sayCheckSkipped(logger, "the self-test's second connection failed", slog.String("cause", berr.Error()))
+		}
+		return nil // it could not connect, was ended, or got no answer in time: inconclusive
+	case both != "t":
+		return nil // refused
+	case firstLost:
+		sayCheckSkipped(logger, "the self-test's first session ended while the second tried the key")
+		return nil // the second's grant proves nothing
 	}
 	return fmt.Errorf("%w: the server granted the same advisory lock to two sessions at once: it does not "+
 		"enforce advisory locks (CockroachDB's are stubs; YugabyteDB can turn them into no-ops), or a "+

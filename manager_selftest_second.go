@@ -81,25 +81,8 @@ type secondResult struct {
 // no server session; it has said so at Warn already.
 var errNoServerSession = errors.New("no server session from the pooler")
 
-// sayInconclusive says at Warn that New's self-test could not conclude, unless
-// secondTryBeside said why already: the second session failed (it could not connect,
-// was ended, or got no answer within selfTestWait), or it got the key after the first
-// session had ended. New goes on either way; the check was skipped, and that is never
-// silent.
-func sayInconclusive(logger *slog.Logger, both string, berr error, firstLost bool) {
-	var why string
-	switch {
-	case berr != nil && !errors.Is(berr, errNoServerSession):
-		why = "the self-test's second connection failed"
-	case berr == nil && both == "t" && firstLost:
-		why = "the self-test's first session ended while the second tried the key"
-	default:
-		return
-	}
-	attrs := []slog.Attr{}
-	if berr != nil {
-		attrs = append(attrs, slog.String("cause", berr.Error()))
-	}
+// sayCheckSkipped says at Warn that New's engine self-test could not conclude, and why.
+func sayCheckSkipped(logger *slog.Logger, why string, attrs ...slog.Attr) {
 	logAttrs(logger, slog.LevelWarn, "advisory: New could not check that the server enforces advisory locks: "+
 		why+"; the check was skipped", attrs...)
 }
@@ -146,10 +129,9 @@ func secondTryBeside(ctx context.Context, pg *pgconn.PgConn, cc *pgconn.Config, 
 			if r.err == nil { // it got its answer as it was cancelled
 				return r.got, r.pid, r.server, nil
 			}
-			logAttrs(logger, slog.LevelWarn, "advisory: New could not check that the server enforces advisory "+
-				"locks: the pooler gave the self-test's second connection no server session while the first's "+
-				"transaction kept one (its pool for this role and database is full: default_pool_size = 1, or "+
-				"every server session busy); the check was skipped", slog.Duration("waited", time.Since(start)))
+			sayCheckSkipped(logger, "the pooler gave the self-test's second connection no server session while the "+
+				"first's transaction kept one (its pool for this role and database is full: default_pool_size = 1, "+
+				"or every server session busy)", slog.Duration("waited", time.Since(start)))
 			return "", 0, "", fmt.Errorf("second connection: %w: %v", errNoServerSession, r.err)
 		}
 	}
