@@ -39,7 +39,7 @@ const implNoNames = "advisory WithoutNamesInActivity"
 
 // childSpec is what the parent asks of one replica (passed as JSON in fleetSpecEnv).
 type childSpec struct {
-	Impl       string        // "advisory", implKey, implNoNames or "raw"
+	Impl       string        // "advisory", implKey, implNoNames, implShared, implParked, implBudget, implBudgetNoNames, or a raw one (isRaw)
 	Goroutines int           // concurrent callers
 	Names      int           // lock names, fleet/0 … fleet/Names-1
 	Hot        bool          // 90 % of calls on the first 10 % of the names
@@ -126,14 +126,13 @@ func runFleetChild() int {
 }
 
 func newLocker(ctx context.Context, spec childSpec, dsn string) (locker, func(), error) {
-	if spec.Impl == "advisory" || spec.Impl == implKey || spec.Impl == implNoNames || spec.Impl == implShared ||
-		spec.Impl == implParked {
+	if !isRaw(spec.Impl) {
 		var opts []advisory.Option
-		if spec.Impl == implNoNames {
+		if spec.Impl == implNoNames || spec.Impl == implBudgetNoNames {
 			opts = append(opts, advisory.WithoutNamesInActivity())
 		}
 		switch spec.Impl {
-		case implShared:
+		case implShared, implBudget, implBudgetNoNames:
 			opts = append(opts, advisory.WithSharedSessions(sharedPerSession))
 		case implParked:
 			opts = append(opts, advisory.WithSharedSessions(sharedPerSession), advisory.WithWaitSessions(spec.Waits))

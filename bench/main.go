@@ -92,7 +92,7 @@ func main() {
 	flag.IntVar(&shc.rounds, "shared-rounds", 2, "shared fleet: rounds, the order rotated")
 	flag.StringVar(&shc.impls, "shared-impls", "", "shared fleet: the implementations beside raw, comma-separated (default: all)")
 	flag.StringVar(&shc.skews, "shared-skews", "uniform,hot", "shared fleet: the skews to run (uniform, hot)")
-	flag.IntVar(&sharedRawConns, "shared-raw-conns", sharedRawConns, "shared fleet: \""+implRawBudget+"\"'s pool per replica")
+	flag.IntVar(&sharedRawConns, "shared-raw-conns", sharedRawConns, "shared fleet: the connection budget per replica: the pool of \""+implRawBudget+"\", \""+implBudget+"\" and \""+implBudgetNoNames+"\"")
 	flag.IntVar(&sharedWaits, "shared-waits", sharedWaits, "shared fleet: \""+implParked+"\"'s WithWaitSessions bound per replica")
 	flag.DurationVar(&shc.duration, "shared-duration", 20*time.Second, "shared fleet: timed window of each point")
 	ic := idleConfig{}

@@ -25,6 +25,23 @@ const implShared = "advisory WithSharedSessions"
 // sessions of their own, a replica's Locks wait without a session.
 const implParked = "advisory WithWaitSessions"
 
+// implBudget is implShared within raw's connection budget: its pool capped at
+// -shared-raw-conns per replica, as implRawBudget's is, and no WithWaitSessions, so that a
+// Lock whose key is taken waits in the server's queue on a session of its own once the
+// pool has one to give, as raw's callers wait for a connection (issue 47: parking, at the
+// same budget, lost on hot keys). implBudgetNoNames is the same Manager made
+// WithoutNamesInActivity: statements that carry no name, as raw's carry none.
+const (
+	implBudget        = "advisory at budget"
+	implBudgetNoNames = "advisory at budget WithoutNamesInActivity"
+)
+
+// atBudget reports the implementations whose pools are capped at raw's connection budget
+// (-shared-raw-conns).
+func atBudget(impl string) bool {
+	return impl == implRawBudget || impl == implBudget || impl == implBudgetNoNames
+}
+
 // sharedWaits is implParked's WithWaitSessions bound per replica (-shared-waits).
 var sharedWaits = 6
 
@@ -115,7 +132,7 @@ func (r *sharedResults) UnmarshalJSON(b []byte) error {
 
 func runSharedFleet(ctx context.Context, cfg fleetConfig, sc sharedConfig, self string, out io.Writer) error {
 	start, load := time.Now(), loadAverage()
-	impls := []string{"raw", "advisory", implShared, implParked}
+	impls := []string{"raw", "advisory", implShared, implParked, implBudget, implBudgetNoNames}
 	if sc.impls != "" { // raw first: the ratios are to it
 		impls = append([]string{"raw"}, strings.Split(sc.impls, ",")...)
 	}
@@ -141,7 +158,7 @@ func runSharedFleet(ctx context.Context, cfg fleetConfig, sc sharedConfig, self 
 			for i := range impls {
 				sh := childShape{impl: impls[(i+r)%len(impls)], hot: hot, procs: cfg.procs, goroutines: cfg.goroutines,
 					names: cfg.names, conns: cfg.goroutines, duration: sc.duration, hold: cfg.hold, round: r}
-				if sh.impl == implRawBudget {
+				if atBudget(sh.impl) {
 					sh.conns = sharedRawConns
 				}
 				pt, err := runPoint(ctx, sh, cfg.warmup, self, ms.srv.DSN(), ms.admin, ms.meter)
