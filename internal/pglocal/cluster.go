@@ -213,17 +213,37 @@ func (c *Cluster) ours(ctx context.Context, dsn string) error {
 	return nil
 }
 
-// stopServer asks for a fast shutdown (SIGINT), then kills the process group after 10 s.
+// stopWait is how long stopServer waits for a shutdown before the next, harder one.
+var stopWait = 10 * time.Second
+
+// stopServer stops the server and returns once none of its processes runs: a fast
+// shutdown (SIGINT); after stopWait an immediate one (SIGQUIT: the postmaster tells its
+// children to quit, and waits for them); after stopWait more, SIGKILL to the postmaster
+// and to each of its children. Each child leads a process group of its own (PostgreSQL
+// calls setsid in every child), so killing the postmaster's group kills the postmaster
+// alone: its children ran on as orphans until each noticed the postmaster's death, and a
+// standby's WAL receiver went on streaming, writing into the directory Close was removing
+// ("directory not empty") and keeping its slot active on the primary (seen with the CPUs
+// busy, where a standby's fast shutdown took over 10 s).
 func (c *Cluster) stopServer() {
 	if c.cmd == nil {
 		return
 	}
-	syscall.Kill(-c.cmd.Process.Pid, syscall.SIGINT)
-	select {
-	case <-c.exit:
-	case <-time.After(10 * time.Second):
-		syscall.Kill(-c.cmd.Process.Pid, syscall.SIGKILL)
-		<-c.exit
+	defer func() { c.cmd = nil }()
+	pid := c.cmd.Process.Pid
+	for _, sig := range []syscall.Signal{syscall.SIGINT, syscall.SIGQUIT} {
+		syscall.Kill(pid, sig)
+		select {
+		case <-c.exit:
+			return
+		case <-time.After(stopWait):
+		}
 	}
-	c.cmd = nil
+	kids := childrenOf(pid)
+	syscall.Kill(pid, syscall.SIGKILL)
+	for _, k := range kids {
+		syscall.Kill(k, syscall.SIGKILL)
+	}
+	<-c.exit
+	waitGone(kids)
 }

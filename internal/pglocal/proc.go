@@ -1,6 +1,7 @@
 package pglocal
 
 import (
+	"bytes"
 	"fmt"
 	"net"
 	"os"
@@ -9,6 +10,7 @@ import (
 	"runtime"
 	"strconv"
 	"syscall"
+	"time"
 )
 
 // OwnDir arranges for a server program (postgres, pgbouncer: both refuse to run as root)
@@ -53,4 +55,51 @@ func StartTied(cmd *exec.Cmd, sig syscall.Signal) error {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	return cmd.Start()
+}
+
+// childrenOf returns the pids of pid's running child processes, read from /proc; none
+// where /proc cannot be read.
+func childrenOf(pid int) []int {
+	entries, _ := os.ReadDir("/proc")
+	var kids []int
+	for _, e := range entries {
+		k, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if ppid, state, ok := procStat(k); ok && ppid == pid && state != 'Z' {
+			kids = append(kids, k)
+		}
+	}
+	return kids
+}
+
+// procStat returns the parent pid and state of process pid, from /proc/pid/stat.
+func procStat(pid int) (ppid int, state byte, ok bool) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0, 0, false
+	}
+	// pid (comm) state ppid ...: comm may hold spaces and parentheses; the last ")" ends it.
+	i := bytes.LastIndexByte(b, ')')
+	f := bytes.Fields(b[i+1:])
+	if i < 0 || len(f) < 2 || len(f[0]) != 1 {
+		return 0, 0, false
+	}
+	ppid, err = strconv.Atoi(string(f[1]))
+	return ppid, f[0][0], err == nil
+}
+
+// waitGone waits until none of pids runs (gone, or a zombie its new parent has yet to
+// reap), for at most 10 s: a SIGKILLed process is gone within moments.
+func waitGone(pids []int) {
+	deadline := time.Now().Add(10 * time.Second)
+	for _, p := range pids {
+		for time.Now().Before(deadline) {
+			if _, state, ok := procStat(p); !ok || state == 'Z' {
+				break
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
 }

@@ -1,0 +1,39 @@
+package pglocal
+
+import (
+	"syscall"
+	"testing"
+	"time"
+)
+
+// TestStopLeavesNoProcessOfAHungServer: a server whose postmaster does not answer its
+// shutdown signals (stopped with SIGSTOP, as a process starved of CPU for long is, only
+// for ever) and one of whose children is stopped too. Stop escalates to SIGKILL, and
+// returns only once every process of the server is gone. PostgreSQL's children each lead
+// a process group of their own, so a SIGKILL to the postmaster's group, as before, killed
+// the postmaster alone and left its children running: the stopped one for ever, the others
+// until they noticed the postmaster's death, a standby's WAL receiver streaming meanwhile.
+func TestStopLeavesNoProcessOfAHungServer(t *testing.T) {
+	ctx := needBinaries(t)
+	c := start(t, ctx, Options{})
+	pid := c.cmd.Process.Pid
+	kids := childrenOf(pid)
+	if len(kids) == 0 {
+		t.Fatalf("no child process of the postmaster %d found in /proc", pid)
+	}
+	was := stopWait
+	stopWait = 200 * time.Millisecond // no shutdown can finish: each wait runs out
+	t.Cleanup(func() { stopWait = was })
+	for _, p := range []int{pid, kids[0]} {
+		if err := syscall.Kill(p, syscall.SIGSTOP); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c.Stop()
+	for _, k := range kids {
+		if _, state, ok := procStat(k); ok && state != 'Z' {
+			t.Errorf("process %d of the server (a child of its postmaster) runs on after Stop (state %c)", k, state)
+			syscall.Kill(k, syscall.SIGKILL)
+		}
+	}
+}
