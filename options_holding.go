@@ -135,12 +135,13 @@ func WithSharedSessions(perSession int) Option {
 // budget, and its p99 is longer (docs/scale.md has the figures). Where the connections
 // allow it, give n as many places as the waits a process has at once, or leave the
 // option off; parking pays where most waits are for keys that are merely held. Where the
-// budget is fixed and the keys are hot, leave this option off and cap the pool instead
-// (pool_max_conns): a Lock whose key is taken then waits for a connection in the pool's
-// order, and in the server's queue on it, as a plain pool's callers do; in the hot fleet
-// of docs/benchmarks.md, at the same 140 connections, that took 0.885x raw's locks/s by
-// the median against parking's 0.805x, with a lower p99. A TryLock there still takes a
-// free key on a shared session; one that needs a connection of its own while every
+// budget is fixed and the keys are hot, capping the pool (pool_max_conns) instead of
+// parking makes a Lock whose key is taken wait for a connection in the pool's order, and
+// in the server's queue on it, as a plain pool's callers do: in the hot fleet of
+// docs/benchmarks.md, at the same 140 connections, its p99 was lower in every run
+// (573-632 ms against 712-921 ms) and its locks/s about the same (0.87x raw's by the
+// median against 0.81x, within the rounds' spread). A TryLock there still takes a free
+// key on a shared session; one that needs a connection of its own while every
 // connection is pinned fails at once with ErrPoolExhausted, as without sharing.
 //
 // A wait place is the session's: a Lock that waited on one and hands the lock on
