@@ -239,7 +239,7 @@ func (c *Cluster) stopServer() {
 		case <-time.After(stopWait):
 		}
 	}
-	kids := childrenOf(pid)
+	kids := ChildrenOf(pid)
 	syscall.Kill(pid, syscall.SIGKILL)
 	for _, k := range kids {
 		syscall.Kill(k, syscall.SIGKILL)

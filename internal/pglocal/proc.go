@@ -57,9 +57,11 @@ func StartTied(cmd *exec.Cmd, sig syscall.Signal) error {
 	return cmd.Start()
 }
 
-// childrenOf returns the pids of pid's running child processes, read from /proc; none
-// where /proc cannot be read.
-func childrenOf(pid int) []int {
+// ChildrenOf returns the pids of pid's child processes that have not exited (no
+// zombies), read from /proc; none where /proc cannot be read. A PostgreSQL server's
+// children are not in its postmaster's process group (each calls setsid): this is how to
+// find them.
+func ChildrenOf(pid int) []int {
 	entries, _ := os.ReadDir("/proc")
 	var kids []int
 	for _, e := range entries {

@@ -17,7 +17,7 @@ func TestStopLeavesNoProcessOfAHungServer(t *testing.T) {
 	ctx := needBinaries(t)
 	c := start(t, ctx, Options{})
 	pid := c.cmd.Process.Pid
-	kids := childrenOf(pid)
+	kids := ChildrenOf(pid)
 	if len(kids) == 0 {
 		t.Fatalf("no child process of the postmaster %d found in /proc", pid)
 	}

@@ -229,7 +229,7 @@ func stopPostgres(dataDir string) {
 	if err != nil || !alive(pid) {
 		return
 	}
-	kids := childrenOf(pid)
+	kids := pglocal.ChildrenOf(pid)
 	for _, p := range append([]int{pid}, kids...) {
 		syscall.Kill(p, syscall.SIGCONT)
 	}

@@ -92,29 +92,5 @@ func postmasterPID(dataDir string) (int, error) {
 	return pid, nil
 }
 
-// childrenOf returns the pids whose parent is pid, read from /proc/*/stat.
-func childrenOf(pid int) []int {
-	entries, _ := os.ReadDir("/proc")
-	var out []int
-	for _, e := range entries {
-		p, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		data, err := os.ReadFile("/proc/" + e.Name() + "/stat")
-		if err != nil {
-			continue
-		}
-		// pid (comm) state ppid ...: comm may hold spaces and parentheses.
-		s := string(data)
-		rest := s[strings.LastIndexByte(s, ')')+1:]
-		f := strings.Fields(rest)
-		if len(f) > 1 && f[1] == strconv.Itoa(pid) {
-			out = append(out, p)
-		}
-	}
-	return out
-}
-
 // alive reports whether pid exists (a zombie counts).
 func alive(pid int) bool { return syscall.Kill(pid, 0) == nil }

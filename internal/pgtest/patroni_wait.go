@@ -174,7 +174,7 @@ func (c *PatroniCluster) Freeze(n *PatroniNode) ([]int, error) {
 	}
 	pids := []int{pid}
 	syscall.Kill(pid, syscall.SIGSTOP) // no new children from here on
-	pids = append(pids, childrenOf(pid)...)
+	pids = append(pids, pglocal.ChildrenOf(pid)...)
 	c.mu.Lock()
 	c.frozen = append(c.frozen, pids...)
 	c.mu.Unlock()
