@@ -1,6 +1,7 @@
 package pglocal
 
 import (
+	"os"
 	"syscall"
 	"testing"
 	"time"
@@ -35,5 +36,40 @@ func TestStopLeavesNoProcessOfAHungServer(t *testing.T) {
 			t.Errorf("process %d of the server (a child of its postmaster) runs on after Stop (state %c)", k, state)
 			syscall.Kill(k, syscall.SIGKILL)
 		}
+	}
+}
+
+// TestWatchdogLeavesNoProcessOfAHungServer: the same hung server (its postmaster and one
+// child stopped), its caller gone without stopping it (the watchdog's pipe closed, as a
+// test binary that dies does). The watchdog's SIGQUIT goes unanswered; after its polls it
+// SIGKILLs the postmaster and each of its children before removing the directory. Before,
+// it killed the postmaster's process group, the postmaster alone.
+func TestWatchdogLeavesNoProcessOfAHungServer(t *testing.T) {
+	ctx := needBinaries(t)
+	was := watchdogPolls
+	watchdogPolls = 4 // read as the cluster starts its watchdog
+	t.Cleanup(func() { watchdogPolls = was })
+	c := start(t, ctx, Options{})
+	pid := c.cmd.Process.Pid
+	kids := ChildrenOf(pid)
+	if len(kids) == 0 {
+		t.Fatalf("no child process of the postmaster %d found in /proc", pid)
+	}
+	for _, p := range []int{pid, kids[0]} {
+		if err := syscall.Kill(p, syscall.SIGSTOP); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c.dog.stop() // the watchdog's turn: it returns once the watchdog removed the directory
+	c.dog = nil
+	waitGone(kids)
+	for _, k := range kids {
+		if _, state, ok := procStat(k); ok && state != 'Z' {
+			t.Errorf("process %d of the server (a child of its postmaster) runs on after the watchdog (state %c)", k, state)
+			syscall.Kill(k, syscall.SIGKILL)
+		}
+	}
+	if _, err := os.Stat(c.dir); !os.IsNotExist(err) {
+		t.Errorf("the watchdog left %s (%v)", c.dir, err)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"syscall"
 	"time"
 )
@@ -16,7 +17,10 @@ import (
 // The postmaster is recognised by its working directory (postgres chdirs to its data
 // directory), never by the pid in postmaster.pid alone, which may name another process by
 // now. The parent-death signal (StartTied) has usually stopped it already; the loop also
-// ends for a zombie, whose cwd no longer reads, since PID 1 may not reap it at once.
+// ends for a zombie, whose cwd no longer reads, since PID 1 may not reap it at once. A
+// postmaster still there after $2 polls (50 ms apart) is SIGKILLed with each of its
+// children: they are not in its process group (each PostgreSQL child calls setsid), and
+// would otherwise run on into the directory being removed (see Cluster.stopServer).
 const watchdogScript = `trap '' INT TERM HUP QUIT
 while read -r _; do :; done
 data="$1/data"
@@ -26,11 +30,22 @@ if alive; then kill -QUIT "$pid" 2>/dev/null; fi
 n=0
 while alive; do
   n=$((n+1))
-  if [ "$n" -eq 200 ]; then kill -KILL -- "-$pid" 2>/dev/null; fi
+  if [ "$n" -eq "$2" ]; then
+    for s in /proc/[0-9]*/stat; do
+      read -r l 2>/dev/null <"$s" || continue
+      r=${l##*) }; r=${r#? }
+      if [ "${r%% *}" = "$pid" ]; then p=${s#/proc/}; kill -KILL "${p%/stat}" 2>/dev/null; fi
+    done
+    kill -KILL "$pid" 2>/dev/null
+  fi
   sleep 0.05
 done
 rm -rf -- "$1"
 `
+
+// watchdogPolls is how many times the watchdog finds the postmaster alive after its
+// SIGQUIT before it SIGKILLs it and its children: 10 s.
+var watchdogPolls = 200
 
 // watchdog removes a cluster's directory once its caller is gone.
 type watchdog struct {
@@ -47,7 +62,7 @@ func startWatchdog(dir string) (*watchdog, error) {
 		return nil, err
 	}
 	defer r.Close()
-	cmd := exec.Command("/bin/sh", "-c", watchdogScript, "pglocal-watchdog", dir)
+	cmd := exec.Command("/bin/sh", "-c", watchdogScript, "pglocal-watchdog", dir, strconv.Itoa(watchdogPolls))
 	cmd.Stdin = r
 	cmd.Dir = filepath.Dir(dir)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
