@@ -23,7 +23,7 @@ func TestParkedLockIsNotStarvedByAQueue(t *testing.T) {
 	ctx := ctxT(t)
 	name := t.Name()
 	m, parked, lead := parkedOnePlace(t, name) // m's one place: kept by lead, a Lock that waited
-	holder, other := newManager(t, nil), newManager(t, nil)
+	holder := newManager(t, nil)
 	hot, held := name+"/hot", name+"/held"
 	// A Lock of a key that is merely held (nobody queued for it) stays parked.
 	heldLock, err := holder.Lock(ctx, held)
@@ -31,11 +31,9 @@ func TestParkedLockIsNotStarvedByAQueue(t *testing.T) {
 	parkedSince := time.Now()
 	parkedCall := lockCall(ctx, m, held)
 
-	// Another Manager hands hot over between two goroutines, each holding it holdFor: when
-	// one releases it, the other has waited in the server's queue for holdFor, and the
-	// first queues again long before the second releases it. The key is never free, and
-	// a try is always refused.
-	handovers := handOver(t, other, hot, 20*time.Millisecond)
+	// Two other Managers hand hot over, each holding it until the other waits for it in
+	// the server's queue: the key is never free, and a try is always refused.
+	handovers := handOver(t, hot, 20*time.Millisecond)
 	waitForWaiters(t, advisory.KeyOf(hot), 1) // one of the two always waits in the server's queue
 
 	lockCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
@@ -65,37 +63,63 @@ func TestParkedLockIsNotStarvedByAQueue(t *testing.T) {
 	require.NoError(t, lead.Unlock(ctx))
 }
 
-// handOver has two goroutines take name on m in turn, each holding it for holdFor, until
-// the test ends; it returns the count of grants.
-func handOver(t *testing.T, m *advisory.Manager, name string, holdFor time.Duration) *atomic.Int64 {
-	ctx := ctxT(t)
+// handOver has two goroutines, each with a Manager of its own, take name in turn until
+// the test ends; it returns the count of grants. Each holds the key at least holdFor and
+// until another session is seen waiting for it in pg_locks (an event, not a time: on a
+// busy machine the other goroutine may take long to reach the server's queue), so the
+// key passes from holder to waiter inside the server and is never free for a try. Its
+// goroutines stop when the test ends, even while they wait for the key.
+func handOver(t *testing.T, name string, holdFor time.Duration) *atomic.Int64 {
+	ctx, cancel := context.WithCancel(context.Background())
 	var handovers atomic.Int64
-	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	for range 2 {
+		m := newManager(t, nil)
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for {
-				select {
-				case <-stop:
-					return
-				default:
-				}
+			for ctx.Err() == nil {
 				l, err := m.Lock(ctx, name)
 				if err != nil {
-					t.Errorf("the other Manager's Lock: %v", err)
+					if ctx.Err() == nil {
+						t.Errorf("the other Manager's Lock: %v", err)
+					}
 					return
 				}
 				handovers.Add(1)
-				time.Sleep(holdFor) // the other goroutine is queued in the server meanwhile
-				if err := l.Unlock(ctx); err != nil {
+				time.Sleep(holdFor)
+				waitForAWaiter(ctx, t, advisory.KeyOf(name))
+				if err := l.Unlock(context.Background()); err != nil {
 					t.Errorf("the other Manager's Unlock: %v", err)
 					return
 				}
 			}
 		}()
 	}
-	t.Cleanup(func() { close(stop); wg.Wait() })
+	t.Cleanup(func() { cancel(); wg.Wait() })
 	return &handovers
+}
+
+// waitForAWaiter returns once a session waits for key (granted = false in pg_locks), or
+// ctx has ended. It polls every 2 ms; unlike waiters, it may run on any goroutine.
+func waitForAWaiter(ctx context.Context, t *testing.T, key advisory.Key) {
+	for ctx.Err() == nil {
+		var n int
+		err := admin.QueryRow(ctx, `
+			SELECT count(*) FROM pg_locks
+			WHERE locktype = 'advisory' AND objsubid = 1 AND NOT granted
+			  AND classid = $1 AND objid = $2
+			  AND database = (SELECT oid FROM pg_database WHERE datname = current_database())`,
+			uint32(uint64(key)>>32), uint32(key)).Scan(&n)
+		if err != nil {
+			if ctx.Err() == nil {
+				t.Errorf("pg_locks: %v", err)
+			}
+			return
+		}
+		if n > 0 {
+			return
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
 }

@@ -125,7 +125,6 @@ func TestOvertakenParkedLockGoesFirstForAPlace(t *testing.T) {
 	ctx := ctxT(t)
 	m, parked, lead := parkedOnePlace(t, t.Name())
 	holder := newManager(t, nil)
-	other := newManager(t, nil)
 	hot, held := t.Name()+"/hot", t.Name()+"/held"
 	heldLock, err := holder.Lock(ctx, held)
 	require.NoError(t, err)
@@ -133,7 +132,7 @@ func TestOvertakenParkedLockGoesFirstForAPlace(t *testing.T) {
 	early := lockCall(ctx, m, held) // parks first: its key is merely held
 	eventually(t, 10*time.Second, func() bool { return parked.Load() == 1 }, "the first Lock parks")
 
-	handOver(t, other, hot, 20*time.Millisecond)
+	handOver(t, hot, 20*time.Millisecond)
 	waitForWaiters(t, advisory.KeyOf(hot), 1)
 	began := time.Now()
 	late := lockCall(ctx, m, hot)
