@@ -163,8 +163,8 @@ func NewWithConfig(ctx context.Context, cfg *pgxpool.Config, opts ...Option) (*M
 		return nil, fmt.Errorf("advisory: start socket poller: %w", err)
 	}
 	var a *armer
-	if p != nil {
-		a = newArmer(armDelay)
+	if p != nil && set.armDelay >= 0 {
+		a = newArmer(cmp.Or(set.armDelay, armDelay))
 	}
 	m := &Manager{pool: pool, set: set, lease: leaseFor(kind), txBegin: txBeginSQL(&set, version),
 		proxy: ps, poller: p, armer: a, maxConns: int(pool.Config().MaxConns),
