@@ -140,8 +140,8 @@ func WithSharedSessions(perSession int) Option {
 // in the server's queue on it, as a plain pool's callers do: in the hot fleet of
 // docs/benchmarks.md, at the same 140 connections, its p99 was lower in every run
 // (573-632 ms against 712-921 ms) and its locks/s about the same (0.87x raw's by the
-// median against 0.81x, within the rounds' spread; 0.91x each after a minute's warm-up,
-// once the hot names' statements were prepared). A TryLock there still takes a free
+// median against 0.81x, within the rounds' spread; 0.95x and 0.91x after a minute's
+// warm-up, once the hot names' statements were prepared). A TryLock there still takes a free
 // key on a shared session; one that needs a connection of its own while every
 // connection is pinned fails at once with ErrPoolExhausted, as without sharing.
 //
