@@ -76,21 +76,31 @@ type lockRow struct {
 // lockRows returns the pg_locks rows for key (bigint form), holders first.
 func lockRows(t testing.TB, key advisory.Key) []lockRow {
 	t.Helper()
-	rows, err := admin.Query(context.Background(), `
+	out, err := queryLockRows(context.Background(), key)
+	require.NoError(t, err)
+	return out
+}
+
+// queryLockRows is lockRows without a test to fail: it may run on any goroutine.
+func queryLockRows(ctx context.Context, key advisory.Key) ([]lockRow, error) {
+	rows, err := admin.Query(ctx, `
 		SELECT pid, granted FROM pg_locks
 		WHERE locktype = 'advisory' AND objsubid = 1
 		  AND classid = $1 AND objid = $2 AND database = (SELECT oid FROM pg_database WHERE datname = current_database())
 		ORDER BY granted DESC, pid`, uint32(uint64(key)>>32), uint32(key))
-	require.NoError(t, err)
+	if err != nil {
+		return nil, err
+	}
 	defer rows.Close()
 	var out []lockRow
 	for rows.Next() {
 		var r lockRow
-		require.NoError(t, rows.Scan(&r.PID, &r.Granted))
+		if err := rows.Scan(&r.PID, &r.Granted); err != nil {
+			return nil, err
+		}
 		out = append(out, r)
 	}
-	require.NoError(t, rows.Err())
-	return out
+	return out, rows.Err()
 }
 
 // requireHeldBy asserts that exactly one backend holds key and it is pid.

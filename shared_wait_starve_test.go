@@ -104,21 +104,17 @@ func handOver(t *testing.T, name string, holdFor time.Duration) *atomic.Int64 {
 // ctx has ended. It polls every 2 ms; unlike waiters, it may run on any goroutine.
 func waitForAWaiter(ctx context.Context, t *testing.T, key advisory.Key) {
 	for ctx.Err() == nil {
-		var n int
-		err := admin.QueryRow(ctx, `
-			SELECT count(*) FROM pg_locks
-			WHERE locktype = 'advisory' AND objsubid = 1 AND NOT granted
-			  AND classid = $1 AND objid = $2
-			  AND database = (SELECT oid FROM pg_database WHERE datname = current_database())`,
-			uint32(uint64(key)>>32), uint32(key)).Scan(&n)
+		rows, err := queryLockRows(ctx, key)
 		if err != nil {
 			if ctx.Err() == nil {
 				t.Errorf("pg_locks: %v", err)
 			}
 			return
 		}
-		if n > 0 {
-			return
+		for _, r := range rows {
+			if !r.Granted {
+				return
+			}
 		}
 		time.Sleep(2 * time.Millisecond)
 	}
