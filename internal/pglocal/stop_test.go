@@ -17,23 +17,37 @@ import (
 func TestStopLeavesNoProcessOfAHungServer(t *testing.T) {
 	ctx := needBinaries(t)
 	c := start(t, ctx, Options{})
+	was := stopWait
+	stopWait = 200 * time.Millisecond // no shutdown can finish: each wait runs out
+	t.Cleanup(func() { stopWait = was })
+	kids := hang(t, c)
+	c.Stop()
+	requireGone(t, kids, "Stop")
+}
+
+// hang stops (SIGSTOP) c's postmaster and one of its children, and returns the children.
+func hang(t *testing.T, c *Cluster) []int {
+	t.Helper()
 	pid := c.cmd.Process.Pid
 	kids := ChildrenOf(pid)
 	if len(kids) == 0 {
 		t.Fatalf("no child process of the postmaster %d found in /proc", pid)
 	}
-	was := stopWait
-	stopWait = 200 * time.Millisecond // no shutdown can finish: each wait runs out
-	t.Cleanup(func() { stopWait = was })
 	for _, p := range []int{pid, kids[0]} {
 		if err := syscall.Kill(p, syscall.SIGSTOP); err != nil {
 			t.Fatal(err)
 		}
 	}
-	c.Stop()
+	return kids
+}
+
+// requireGone fails the test for each of kids still running (a zombie is gone) after
+// what, and kills it.
+func requireGone(t *testing.T, kids []int, what string) {
+	t.Helper()
 	for _, k := range kids {
 		if _, state, ok := procStat(k); ok && state != 'Z' {
-			t.Errorf("process %d of the server (a child of its postmaster) runs on after Stop (state %c)", k, state)
+			t.Errorf("process %d of the server (a child of its postmaster) runs on after %s (state %c)", k, what, state)
 			syscall.Kill(k, syscall.SIGKILL)
 		}
 	}
@@ -50,25 +64,11 @@ func TestWatchdogLeavesNoProcessOfAHungServer(t *testing.T) {
 	watchdogPolls = 4 // read as the cluster starts its watchdog
 	t.Cleanup(func() { watchdogPolls = was })
 	c := start(t, ctx, Options{})
-	pid := c.cmd.Process.Pid
-	kids := ChildrenOf(pid)
-	if len(kids) == 0 {
-		t.Fatalf("no child process of the postmaster %d found in /proc", pid)
-	}
-	for _, p := range []int{pid, kids[0]} {
-		if err := syscall.Kill(p, syscall.SIGSTOP); err != nil {
-			t.Fatal(err)
-		}
-	}
+	kids := hang(t, c)
 	c.dog.stop() // the watchdog's turn: it returns once the watchdog removed the directory
 	c.dog = nil
 	waitGone(kids)
-	for _, k := range kids {
-		if _, state, ok := procStat(k); ok && state != 'Z' {
-			t.Errorf("process %d of the server (a child of its postmaster) runs on after the watchdog (state %c)", k, state)
-			syscall.Kill(k, syscall.SIGKILL)
-		}
-	}
+	requireGone(t, kids, "the watchdog")
 	if _, err := os.Stat(c.dir); !os.IsNotExist(err) {
 		t.Errorf("the watchdog left %s (%v)", c.dir, err)
 	}
