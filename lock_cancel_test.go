@@ -3,8 +3,10 @@ package advisory_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"net"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -95,7 +97,13 @@ func cancelRacingTheGrant(t *testing.T, holderM, m *advisory.Manager, trials int
 			l, err := m.Lock(wctx, t.Name())
 			done <- result{l, err}
 		}()
-		waitForWaiters(t, holder.Key(), 1)
+		waitingOrFail(t, holder.Key(), m, func() (bool, error) {
+			if len(done) == 0 {
+				return false, nil
+			}
+			r := <-done
+			return true, r.err
+		})
 		// Unlock and cancel concurrently, each after a random delay of up to 1.5 ms.
 		var wg sync.WaitGroup
 		unlockAfter, cancelAfter := randDelay(rng), randDelay(rng)
@@ -119,6 +127,46 @@ func cancelRacingTheGrant(t *testing.T, holderM, m *advisory.Manager, trials int
 		end()
 	}
 	t.Logf("%d trials: %d acquired, %d cancelled, 0 violations", trials, won, cancelled)
+}
+
+// waitingOrFail blocks until a backend waits for key (granted = false), as waitForWaiters
+// does, but fails at once if the Lock that should wait has returned (returned reports
+// whether it has, and its error), and, if none waits within 10 s, says what m and the
+// server were doing: a hang detector that names the hang.
+func waitingOrFail(t *testing.T, key advisory.Key, m *advisory.Manager, returned func() (bool, error)) {
+	t.Helper()
+	if within(10*time.Second, time.Millisecond, func() bool {
+		if ok, err := returned(); ok {
+			t.Fatalf("the Lock that should wait for key %d returned first: %v", key, err)
+		}
+		return waiters(t, key) == 1
+	}) {
+		return
+	}
+	st := m.Stat()
+	t.Fatalf("no backend waits for key %d within 10s: pg_locks %+v; the waiter's pool: %d acquired, %d idle, "+
+		"%d constructing, %d in all; the server's client backends: %s", key, lockRows(t, key),
+		st.AcquiredConns(), st.IdleConns(), st.ConstructingConns(), st.TotalConns(), activity(t))
+}
+
+// activity describes the server's client backends of this database: pid, state, wait
+// event and the start of their query, one per line (for failure messages).
+func activity(t testing.TB) string {
+	t.Helper()
+	rows, err := admin.Query(context.Background(), `
+		SELECT pid, coalesce(state, ''), coalesce(wait_event_type || '/' || wait_event, ''), left(query, 60)
+		FROM pg_stat_activity WHERE backend_type = 'client backend' AND datname = current_database()
+		  AND pid <> pg_backend_pid() ORDER BY pid`)
+	require.NoError(t, err)
+	var b strings.Builder
+	for rows.Next() {
+		var pid int32
+		var state, wait, query string
+		require.NoError(t, rows.Scan(&pid, &state, &wait, &query))
+		fmt.Fprintf(&b, "\n  %d %s %s %q", pid, state, wait, query)
+	}
+	require.NoError(t, rows.Err())
+	return b.String()
 }
 
 func randDelay(rng *rand.Rand) time.Duration {
