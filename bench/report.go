@@ -232,7 +232,7 @@ func (res results) cycleSection(b *strings.Builder) {
 			b.WriteString(" | | | |\n")
 		}
 	}
-	b.WriteString("\n")
+	b.WriteString("\n" + cycleNotes)
 }
 
 // drawText is a row's per-draw ratios: their median, then their range ("" for none).
