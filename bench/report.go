@@ -126,7 +126,10 @@ bench command, beside the physical floor it is compared with (raw pgx doing the 
 possible work) and beside peers, with rows interleaved round by round so machine drift
 hits all of them alike. Ratios divide medians from the same run. This file, the plots,
 [benchmarks.json](benchmarks.json) and the figures block of the README are all written by
-that one command: nothing here is typed by hand.
+that one command: nothing here is typed into this file by hand. The notes between the
+tables are written in the command's sources (` + "`bench/*notes*.go`" + `), and the bench
+module's TestRenderReproducesTheDocs fails while this file differs from what
+` + "`go run . -render`" + ` writes from the JSON files beside it.
 
 Reproduce (starts its own throwaway PostgreSQL; run it as root, or as a user allowed to
 move the server's processes between CPUs, on an idle machine):
