@@ -69,6 +69,15 @@ against 1.22-1.39x with the four rows alone): part of its cost is waking up afte
   timeout ends it; a cut between the pooler and the server frees the lock within 30 s:
   docs/keepalive.md). TestPgBouncerTransactionHoldingCarriesItsSettings proves each is in
   force on the holding's server session, against connect_query's other values.
+  Setting only what differs costs more, not less (server CPU per transaction, pgbench
+  against PostgreSQL 15 directly, 3 × 20,000 transactions, the postmaster's reaped
+  children, 2026-11-29 18:10-18:20 UTC, ranges over 3-5 runs): the floor 156-164 µs, the
+  library's lock SELECT alone 140-184 (median 168), with the 8 SET LOCALs 163-228
+  (median 201); a SELECT that sets each value only when ` + "`current_setting`" + ` differs, before
+  the lock, 212-269 µs with nothing to set (a role whose defaults carry the values) and
+  253-278 on the server's defaults; merely returning the 8 values from the lock's SELECT
+  170-190. A statement's parse and plan of a dozen
+  function calls costs more than eight SET LOCALs' GUC work.
 - **The client** costs the remaining 0.10-0.20x: a Lock behind a pooler waits in slices
   (a context.WithTimeout: a timer), starts the holding's heartbeat timer and queues it
   for the loss watcher; each timer or goroutine wake-up can wake an idle thread, which
@@ -76,12 +85,4 @@ against 1.22-1.39x with the four rows alone): part of its cost is waking up afte
   cycle for both, and no function of the library's above 2.5 % of the client's CPU;
   building the statement text, 2.3 %, is the largest).
 
-The direct path did not move: BenchmarkCycleRatio, the commit before transaction
-holdings (abc74d4) and after, alternated 8 times each, pinned likewise:
-
-| cycle, ratio to raw pgx's | before (8 runs) | after (8 runs) |
-|---|---|---|
-| Lock + Unlock | median 1.064x (1.015-1.096x) | median 1.057x (1.037-1.084x) |
-| TryLock + Unlock | median 1.066x (1.002-1.110x) | median 1.073x (1.049-1.115x) |
-
-`
+` + pooledPasses
