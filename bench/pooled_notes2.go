@@ -173,4 +173,39 @@ and -0.79 / +0.08 / +0.62 after; client CPU, library minus raw, -1 / 51 / 69 µs
 one-core column (1.11x in the table at the top) was not run again: see "Why two
 harnesses' floors disagreed" for how far one run's ratio moves on this machine.
 
+**Fifth pass (issue 47, 2026-11-30), nothing else running, every timed run under one
+lock.** The direct cycle on one core: BenchmarkCycleRatio (` + "`taskset -c 0`" + `,
+` + "`-benchtime 4000x`" + `), 8 runs, 00:32-00:37 UTC, load 1.0-2.5, 5-130 ticks of steal a
+run: Lock + Unlock 0.997 / 1.028 / 1.053x raw pgx on a dedicated connection (min /
+median / max over the runs), TryLock + Unlock 0.998 / 1.017 / 1.055x: **within issue
+47's 1.07x**. BenchmarkPooledCycleRatio in the same runs, one core: Lock 1.293 / 1.326 /
+1.340x, TryLock 1.287 / 1.311 / 1.325x the pooled floor.
+
+The armer on the direct path (a scratch benchmark, not kept: raw, Lock and TryLock on a
+Manager with the armer and on one without, ` + "`WithArmDelayForTest(-1)`" + `, rotated as
+BenchmarkCycleRatio rotates its rows, 6 runs of 4,000 rounds on one core, 00:34-00:38
+UTC): Lock 1.044 / 1.059 / 1.067x with the armer, 1.059 / 1.074 / 1.084x without it;
+TryLock 1.030 / 1.043 / 1.074x and 1.050 / 1.060 / 1.096x. The Manager without the armer
+was the slower in every run: on the direct cycle the armer saves its two epoll_ctl
+calls, about 0.015x, and stays. Through PgBouncer, in blocks of 50 cycles per row (each
+Manager seeing its Locks back to back, so that its armer ticks every millisecond; 2 runs
+of 30 rounds, the process's CPU time per cycle by getrusage): client CPU per cycle
+libpool 276 and 239 µs, Lock 358 and 364, noarm 315 and 278; wall time per cycle 771
+and 673, 777 and 812, 782 and 705 µs. A ticking armer costs client CPU (a thread woken
+each millisecond), which a CPU-bound machine would feel; the hot fleet of the fourth
+pass (an armer that registers such holdings at once) found no change in locks/s.
+
+The settings in one statement (the issue's "one statement, not nine"): raw pgx through
+the same PgBouncer, interleaved cycle by cycle, 2 runs of 12 rounds × 300 cycles,
+unpinned, 00:31-00:33 UTC, ratio to the 2-round-trip floor by the median of rounds:
+the library's text (8 SET LOCAL statements, then the lock's SELECT) 1.146x and 1.137x;
+the two settings that must come before the lock's statement (statement_timeout and
+client_connection_check_interval are armed as a statement starts) as SET LOCAL and the
+six others as ` + "`set_config(..., true)`" + ` calls in a subquery of the lock's own SELECT
+1.199x and 1.176x; all eight as set_config calls in the lock's SELECT 1.218x and 1.178x;
+the two SET LOCALs alone, the six dropped (not a candidate: the bound of what the six
+cost) 1.067x and 1.051x. Eight SET LOCAL statements are the cheapest form of the eight
+settings found; the six that could move cost about 0.08x, the eight 0.14x, so a pooled
+Lock within 1.10x of the floor needs settings dropped, which is a guarantee each.
+
 `
