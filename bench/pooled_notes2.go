@@ -189,6 +189,10 @@ and the 1.07x target is met in one of them.** They time different things:
 BenchmarkCycleRatio runs each cycle twice in a row and times the second, so the Manager
 and its connection have just done the same; the table times one cycle of a row per pass,
 after one of every other row, a Manager's Locks as far apart as the rows make them.
+Spacing alone does not make the difference: the scratch benchmark below with three raw
+cycles on another connection before each timed cycle instead of its untimed twin (6 runs
+of 3,000 rounds on one core, 01:10-01:16 UTC, alternated with 6 runs as before): Lock
+1.054x and TryLock 1.027x by the median spaced, 1.051x and 1.044x back to back.
 
 The armer on the direct path (a scratch benchmark, not kept: raw, Lock and TryLock on a
 Manager with the armer and on one without, ` + "`WithArmDelayForTest(-1)`" + `, rotated as
@@ -196,7 +200,9 @@ BenchmarkCycleRatio rotates its rows, 6 runs of 4,000 rounds on one core, 00:34-
 UTC): Lock 1.044 / 1.059 / 1.067x with the armer, 1.059 / 1.074 / 1.084x without it;
 TryLock 1.030 / 1.043 / 1.074x and 1.050 / 1.060 / 1.096x. The Manager without the armer
 was the slower in every run: on the direct cycle the armer saves its two epoll_ctl
-calls, about 0.015x, and stays. Through PgBouncer, in blocks of 50 cycles per row (each
+calls, about 0.015x, and stays. Spaced as above (its timer set and stopped by each
+Lock, no tick), Lock 1.054x with it and 1.057x without it, TryLock 1.027x and 1.058x;
+the Manager without it the slower in 5 runs of 6. Through PgBouncer, in blocks of 50 cycles per row (each
 Manager seeing its Locks back to back, so that its armer ticks every millisecond; 2 runs
 of 30 rounds, the process's CPU time per cycle by getrusage): client CPU per cycle
 libpool 276 and 239 µs, Lock 358 and 364, noarm 315 and 278; wall time per cycle 771
