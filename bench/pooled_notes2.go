@@ -210,7 +210,8 @@ and 673, 777 and 812, 782 and 705 µs. A ticking armer costs client CPU (a threa
 each millisecond), which a CPU-bound machine would feel; the hot fleet of the fourth
 pass (an armer that registers such holdings at once) found no change in locks/s.
 
-The settings in one statement (the issue's "one statement, not nine"): raw pgx through
+The settings in one statement (the issue's "one statement, not nine"), measured again
+(the first pass's table has one run of it, 1.22x against 1.16x): raw pgx through
 the same PgBouncer, interleaved cycle by cycle, 2 runs of 12 rounds × 300 cycles,
 unpinned, 00:31-00:33 UTC, ratio to the 2-round-trip floor by the median of rounds:
 the library's text (8 SET LOCAL statements, then the lock's SELECT) 1.146x and 1.137x;
