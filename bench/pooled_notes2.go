@@ -175,7 +175,7 @@ harnesses' floors disagreed" for how far one run's ratio moves on this machine.
 
 **Fifth pass (issue 47, 2026-11-30), nothing else running, every timed run under one
 lock.** The direct cycle on one core: BenchmarkCycleRatio (` + "`taskset -c 0`" + `,
-` + "`-benchtime 4000x`" + `), 8 runs, 00:32-00:37 UTC, load 1.0-2.5, 5-130 ticks of steal a
+` + "`-benchtime 4000x`" + `), 8 runs, 00:32-00:35 UTC, load 1.0-2.5, 5-130 ticks of steal a
 run: Lock + Unlock 0.997 / 1.028 / 1.053x raw pgx on a dedicated connection (min /
 median / max over the runs), TryLock + Unlock 0.998 / 1.017 / 1.055x: **within issue
 47's 1.07x**. BenchmarkPooledCycleRatio in the same runs, one core: Lock 1.293 / 1.326 /
@@ -191,12 +191,12 @@ and its connection have just done the same; the table times one cycle of a row p
 after one of every other row, a Manager's Locks as far apart as the rows make them.
 Spacing alone does not make the difference: the scratch benchmark below with three raw
 cycles on another connection before each timed cycle instead of its untimed twin (6 runs
-of 3,000 rounds on one core, 01:10-01:16 UTC, alternated with 6 runs as before): Lock
+of 3,000 rounds on one core, 01:09-01:11 UTC, alternated with 6 runs as before): Lock
 1.054x and TryLock 1.027x by the median spaced, 1.051x and 1.044x back to back.
 
 The armer on the direct path (a scratch benchmark, not kept: raw, Lock and TryLock on a
 Manager with the armer and on one without, ` + "`WithArmDelayForTest(-1)`" + `, rotated as
-BenchmarkCycleRatio rotates its rows, 6 runs of 4,000 rounds on one core, 00:34-00:38
+BenchmarkCycleRatio rotates its rows, 6 runs of 4,000 rounds on one core, 00:35-00:37
 UTC): Lock 1.044 / 1.059 / 1.067x with the armer, 1.059 / 1.074 / 1.084x without it;
 TryLock 1.030 / 1.043 / 1.074x and 1.050 / 1.060 / 1.096x. The Manager without the armer
 was the slower in every run: on the direct cycle the armer saves its two epoll_ctl
@@ -204,7 +204,7 @@ calls, about 0.015x, and stays. Spaced as above (its timer set and stopped by ea
 Lock, no tick), Lock 1.054x with it and 1.057x without it, TryLock 1.027x and 1.058x;
 the Manager without it the slower in 5 runs of 6. Through PgBouncer, in blocks of 50 cycles per row (each
 Manager seeing its Locks back to back, so that its armer ticks every millisecond; 2 runs
-of 30 rounds, the process's CPU time per cycle by getrusage): client CPU per cycle
+of 30 rounds, 00:28-00:29 UTC, the process's CPU time per cycle by getrusage): client CPU per cycle
 libpool 276 and 239 µs, Lock 358 and 364, noarm 315 and 278; wall time per cycle 771
 and 673, 777 and 812, 782 and 705 µs. A ticking armer costs client CPU (a thread woken
 each millisecond), which a CPU-bound machine would feel; the hot fleet of the fourth
@@ -213,7 +213,7 @@ pass (an armer that registers such holdings at once) found no change in locks/s.
 The settings in one statement (the issue's "one statement, not nine"), measured again
 (the first pass's table has one run of it, 1.22x against 1.16x): raw pgx through
 the same PgBouncer, interleaved cycle by cycle, 2 runs of 12 rounds × 300 cycles,
-unpinned, 00:31-00:33 UTC, ratio to the 2-round-trip floor by the median of rounds:
+unpinned, 00:31-00:32 UTC, ratio to the 2-round-trip floor by the median of rounds:
 the library's text (8 SET LOCAL statements, then the lock's SELECT) 1.146x and 1.137x;
 the two settings that must come before the lock's statement (statement_timeout and
 client_connection_check_interval are armed as a statement starts) as SET LOCAL and the
