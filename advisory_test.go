@@ -2,10 +2,14 @@ package advisory_test
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
@@ -121,10 +125,45 @@ func requireFree(t testing.TB, key advisory.Key) {
 	require.Empty(t, lockRows(t, key), "pg_locks rows of key %d", key)
 }
 
-// waitForWaiters blocks until n backends wait (granted = false) for key.
+// waitForWaiters blocks until n backends wait (granted = false) for key. If they do not
+// within 10 s it fails, saying what the server shows (lockScene).
 func waitForWaiters(t testing.TB, key advisory.Key, n int) {
 	t.Helper()
-	eventually(t, 10*time.Second, func() bool { return waiters(t, key) == n }, "waiting for %d waiters on key %d", n, key)
+	if !within(10*time.Second, time.Millisecond, func() bool { return waiters(t, key) == n }) {
+		t.Fatalf("not within 10s: waiting for %d waiters on key %d; %s", n, key, lockScene(t, key))
+	}
+}
+
+// lockScene describes, for a failure message, key's rows in pg_locks and each client
+// backend of the test database (backendActivity), one per line.
+func lockScene(t testing.TB, key advisory.Key) string {
+	t.Helper()
+	rows, err := admin.Query(context.Background(), `SELECT pid FROM pg_stat_activity
+		WHERE backend_type = 'client backend' AND datname = current_database() AND pid <> pg_backend_pid()
+		ORDER BY pid`)
+	require.NoError(t, err)
+	pids, err := pgx.CollectRows(rows, pgx.RowTo[int32])
+	require.NoError(t, err)
+	var b strings.Builder
+	fmt.Fprintf(&b, "pg_locks %+v; the server's client backends:", lockRows(t, key))
+	for _, pid := range pids {
+		fmt.Fprintf(&b, "\n  %d: %s", pid, backendActivity(t, uint32(pid)))
+	}
+	return b.String()
+}
+
+// backendActivity describes a backend as pg_stat_activity shows it.
+func backendActivity(t testing.TB, pid uint32) string {
+	t.Helper()
+	var app, state, wait, query string
+	err := admin.QueryRow(context.Background(), `SELECT coalesce(application_name, ''), coalesce(state, ''),
+		coalesce(wait_event_type || '/' || wait_event, ''), coalesce(query, '')
+		FROM pg_stat_activity WHERE pid = $1`, int32(pid)).Scan(&app, &state, &wait, &query)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return "gone from pg_stat_activity"
+	}
+	require.NoError(t, err)
+	return fmt.Sprintf("application_name %q, state %q, wait %q, last query %q", app, state, wait, query)
 }
 
 // terminate runs pg_terminate_backend(pid).

@@ -3,10 +3,8 @@ package advisory_test
 import (
 	"context"
 	"errors"
-	"fmt"
 	"math/rand/v2"
 	"net"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -131,8 +129,8 @@ func cancelRacingTheGrant(t *testing.T, holderM, m *advisory.Manager, trials int
 
 // waitingOrFail blocks until a backend waits for key (granted = false), as waitForWaiters
 // does, but fails at once if the Lock that should wait has returned (returned reports
-// whether it has, and its error), and, if none waits within 10 s, says what m and the
-// server were doing: a hang detector that names the hang.
+// whether it has, and its error), and, if none waits within 10 s, adds m's pool to
+// waitForWaiters' report.
 func waitingOrFail(t *testing.T, key advisory.Key, m *advisory.Manager, returned func() (bool, error)) {
 	t.Helper()
 	if within(10*time.Second, time.Millisecond, func() bool {
@@ -144,29 +142,8 @@ func waitingOrFail(t *testing.T, key advisory.Key, m *advisory.Manager, returned
 		return
 	}
 	st := m.Stat()
-	t.Fatalf("no backend waits for key %d within 10s: pg_locks %+v; the waiter's pool: %d acquired, %d idle, "+
-		"%d constructing, %d in all; the server's client backends: %s", key, lockRows(t, key),
-		st.AcquiredConns(), st.IdleConns(), st.ConstructingConns(), st.TotalConns(), activity(t))
-}
-
-// activity describes the server's client backends of this database: pid, state, wait
-// event and the start of their query, one per line (for failure messages).
-func activity(t testing.TB) string {
-	t.Helper()
-	rows, err := admin.Query(context.Background(), `
-		SELECT pid, coalesce(state, ''), coalesce(wait_event_type || '/' || wait_event, ''), left(query, 60)
-		FROM pg_stat_activity WHERE backend_type = 'client backend' AND datname = current_database()
-		  AND pid <> pg_backend_pid() ORDER BY pid`)
-	require.NoError(t, err)
-	var b strings.Builder
-	for rows.Next() {
-		var pid int32
-		var state, wait, query string
-		require.NoError(t, rows.Scan(&pid, &state, &wait, &query))
-		fmt.Fprintf(&b, "\n  %d %s %s %q", pid, state, wait, query)
-	}
-	require.NoError(t, rows.Err())
-	return b.String()
+	t.Fatalf("no backend waits for key %d within 10s: the waiter's pool: %d acquired, %d idle, %d constructing, "+
+		"%d in all; %s", key, st.AcquiredConns(), st.IdleConns(), st.ConstructingConns(), st.TotalConns(), lockScene(t, key))
 }
 
 func randDelay(rng *rand.Rand) time.Duration {

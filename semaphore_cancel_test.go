@@ -3,7 +3,6 @@ package advisory_test
 import (
 	"cmp"
 	"context"
-	"errors"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -12,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -169,18 +167,4 @@ func requireOnlyHolders(t *testing.T, s *advisory.Semaphore, holders []*advisory
 			}
 		}
 	}
-}
-
-// backendActivity describes a backend as pg_stat_activity shows it.
-func backendActivity(t *testing.T, pid uint32) string {
-	t.Helper()
-	var app, state, wait, query string
-	err := admin.QueryRow(context.Background(), `SELECT coalesce(application_name, ''), coalesce(state, ''),
-		coalesce(wait_event_type || '/' || wait_event, ''), coalesce(query, '')
-		FROM pg_stat_activity WHERE pid = $1`, int32(pid)).Scan(&app, &state, &wait, &query)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return "gone from pg_stat_activity"
-	}
-	require.NoError(t, err)
-	return fmt.Sprintf("application_name %q, state %q, wait %q, last query %q", app, state, wait, query)
 }
