@@ -59,7 +59,6 @@ type Manager struct {
 	lease  lease // what every lock of the Manager stands on (see holding.go)
 	proxy  *proxyState
 	poller *sockwatch.Watcher // watches held idle sessions; nil where epoll is not available
-	armer  *armer             // registers held sessions with the poller late (loss_armer.go); nil without a poller
 	slices sliceWatch         // bounds the slices of waits, one timer for all (pin_slices.go)
 	// maxConns is the pool's size. (pgxpool's Config() returns a deep copy: far too
 	// costly for every Lock call.)
@@ -162,12 +161,8 @@ func NewWithConfig(ctx context.Context, cfg *pgxpool.Config, opts ...Option) (*M
 		pool.Close()
 		return nil, fmt.Errorf("advisory: start socket poller: %w", err)
 	}
-	var a *armer
-	if p != nil && set.armDelay >= 0 {
-		a = newArmer(cmp.Or(set.armDelay, armDelay))
-	}
 	m := &Manager{pool: pool, set: set, lease: leaseFor(kind), txBegin: txBeginSQL(&set, version),
-		proxy: ps, poller: p, armer: a, maxConns: int(pool.Config().MaxConns),
+		proxy: ps, poller: p, maxConns: int(pool.Config().MaxConns),
 		preparedBudget: preparedBudget(cfg.ConnConfig), prepareAt: cmp.Or(set.prepareNamedAt, prepareNamedAt),
 		ownPrepared: useOwnPrepared(cfg.ConnConfig),
 		closing:     make(chan struct{}), closeDone: make(chan struct{}), sessions: make(map[*pin]struct{})}
@@ -221,9 +216,6 @@ func (m *Manager) Close() {
 		s.shutdown()
 	}
 	m.active.Wait()
-	if m.armer != nil {
-		m.armer.close()
-	}
 	if m.poller != nil {
 		m.poller.Stop()
 	}

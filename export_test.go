@@ -27,13 +27,6 @@ func WithParkCounterForTest(n *atomic.Int64) Option {
 	return Option{apply: func(s *settings) error { s.parkedCount = n; return nil }}
 }
 
-// WithArmDelayForTest has the Manager's armer register held sessions with the poller d
-// after they are held instead of armDelay; with d < 0 the Manager has no armer, and a
-// held session is registered at once.
-func WithArmDelayForTest(d time.Duration) Option {
-	return Option{apply: func(s *settings) error { s.armDelay = d; return nil }}
-}
-
 // QueuedForTest returns how many Lock calls of the Manager wait in its in-process queue
 // for key (the bigint form).
 func QueuedForTest(m *Manager, key Key) int {

@@ -28,8 +28,6 @@ import (
 //	libpool    the same, Acquire and Release of that Manager's pool around each cycle (its
 //	           health check's peek)
 //	lock, try  Manager.Lock or TryLock + Lock.Unlock
-//	noarm      Lock + Unlock on a Manager without the armer: a held session is registered
-//	           with the poller at once (what the armer's timer costs, or saves)
 //
 // Each iteration is a round: every row runs one untimed cycle, then 200 timed cycles,
 // interleaved cycle by cycle with the other rows' (the order rotating), so that a burst
@@ -103,7 +101,6 @@ func ladderRows(b *testing.B) []ladderRow {
 		return m
 	}
 	m, textM := newM(), newM()
-	noArm := newM(advisory.WithArmDelayForTest(-1))
 	libConn, err := advisory.PoolForTest(newM()).Acquire(ctx)
 	require.NoError(b, err)
 	b.Cleanup(libConn.Release)
@@ -137,6 +134,5 @@ func ladderRows(b *testing.B) []ladderRow {
 		{"libpool", pooled(advisory.PoolForTest(textM))},
 		{"lock", func() { cycle(b, m, (*advisory.Manager).Lock, ctx, name) }},
 		{"try", func() { cycle(b, m, (*advisory.Manager).TryLock, ctx, name) }},
-		{"noarm", func() { cycle(b, noArm, (*advisory.Manager).Lock, ctx, name+"/noarm") }},
 	}
 }

@@ -96,8 +96,7 @@ func TestTransactionHoldingTerminationIsTold(t *testing.T) {
 	m := txManager(t)
 	l, err := m.Lock(ctx, t.Name())
 	require.NoError(t, err)
-	time.Sleep(5 * time.Millisecond) // past the armer's first tick: the poller watches it
-	terminate(t, l.PID())
+	terminate(t, l.PID()) // at once: the poller watches a holding from its grant
 	select {
 	case <-l.Done():
 	case <-time.After(2 * time.Second):

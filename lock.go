@@ -111,8 +111,6 @@ func (l *Lock) File() (*os.File, error) {
 	// The socket has left the library's hands: a connection the pool handed out again
 	// would carry a later, unrelated lock on a session that a child process keeps alive.
 	s.retire.Store(true)
-	// The poller watches it from now on, not from the armer's next tick.
-	s.armed()
 	if err := l.Err(); err != nil { // ended meanwhile: the copy would hold nothing
 		sockfd.Close(fd)
 		return nil, err

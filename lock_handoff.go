@@ -106,9 +106,8 @@ func (m *Manager) succeed(old, next *pin) bool {
 //
 // The connection stays registered with the poller: the registration moves to the new
 // pin (sockwatch.Watcher.Move), which is cheaper than removing and adding it, and leaves
-// no instant unwatched; a holding still queued in the armer passes its place to the new
-// one. Only while the poller watches it or the armer has it queued (not a reader
-// goroutine) is the connection certainly idle and unread. An idle held connection has nothing to read; if
+// no instant unwatched. Only while the poller watches it (not a reader goroutine) is the
+// connection certainly idle and unread. An idle held connection has nothing to read; if
 // it has (a FATAL from pg_terminate_backend or a shutdown, an end of file, a notice),
 // the lock is not passed on: the ordinary unlock reads it, and reports a loss to this
 // holder. A loss still in flight, not yet received, reaches the next holder (its Done).
@@ -117,7 +116,7 @@ func (p *pin) passOn() bool {
 		return false // a published holding's value must go with it: see withdrawValue
 	}
 	p.mu.Lock()
-	if (p.watch != watchPolled && p.watch != watchArming) || p.closing || sockfd.Pending(p.pg.Conn(), p.fd) {
+	if p.watch != watchPolled || p.closing || sockfd.Pending(p.pg.Conn(), p.fd) {
 		p.mu.Unlock()
 		return false
 	}
@@ -128,7 +127,7 @@ func (p *pin) passOn() bool {
 	}
 	reg := p.polled
 	p.polled = sockwatch.Registration{}
-	p.setWatch(watchNone) // a pending SocketEvent of p does nothing
+	p.watch = watchNone // a pending SocketEvent of p does nothing
 	place := p.place
 	p.place = nil
 	held := w.next.holdMoved(reg, place)
@@ -142,8 +141,7 @@ func (p *pin) passOn() bool {
 }
 
 // holdMoved makes a handed-off session held, with the registration of its connection
-// and its WithWaitSessions place moved to it (see passOn); if the old holding was still
-// queued in the armer (see loss_armer.go), the new one is queued instead; if the
+// and its WithWaitSessions place moved to it (see passOn); if the
 // registration fired meanwhile, a reader goroutine reads what came. It refuses, with the
 // connection unwatched, once Close has begun.
 func (p *pin) holdMoved(reg sockwatch.Registration, place chan struct{}) bool {
@@ -152,11 +150,11 @@ func (p *pin) holdMoved(reg sockwatch.Registration, place chan struct{}) bool {
 	p.place = place // given back with the connection, whoever holds it then
 	unregistered := reg == sockwatch.Registration{}
 	p.polled = reg
-	p.setWatch(watchPolled) // before the move: an event after it finds p watching
+	p.watch = watchPolled // before the move: an event after it finds p watching
 	moved := !unregistered && !p.closing && p.m.poller.Move(reg, p)
 	if !moved {
 		p.m.poller.Remove(&p.polled) // nothing for the zero Registration
-		p.setWatch(watchNone)
+		p.watch = watchNone
 	}
 	if p.closing {
 		return false
@@ -171,9 +169,7 @@ func (p *pin) holdMoved(reg sockwatch.Registration, place chan struct{}) bool {
 		p.state = stateHeld
 		p.startReader() // the registration fired: something came, read it
 	}
-	if p.watch != watchArming { // else the armer's tick starts it (see pin.armed)
-		p.beatLater()
-	}
+	p.startBeat()
 	return true
 }
 

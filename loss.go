@@ -21,7 +21,6 @@ const (
 	watchPolled            // the Manager's poller (epoll); no goroutine of its own
 	watchReading           // the session's readUntilLoss goroutine
 	watchHangup            // the poller, for a hang-up only, while a transaction runs
-	watchArming            // held, queued in the Manager's armer: the poller watches it from its next tick
 )
 
 // aLongTimeAgo is a read deadline in the past: it wakes a blocked read at once.
@@ -38,22 +37,22 @@ func (p *pin) hold() bool {
 	p.heldSince = time.Now()
 	p.grantedAt = p.heldSince
 	p.watchIdle()
-	if p.watch != watchArming { // else the armer's tick starts it (see pin.armed)
-		p.beatLater()
-	}
+	p.startBeat()
 	return true
 }
 
-// watchIdle makes the session held and starts its watcher: where there is a poller, it
-// queues the session in the Manager's armer, which registers it within armDelay unless it
-// has been released by then (see loss_armer.go). The caller holds p.mu.
+// watchIdle makes the session held and starts its watcher at once: the Manager's poller,
+// or without one a reader goroutine (see register). The caller holds p.mu.
+//
+// From the grant, not later: a holding whose registration waited for a timer (an
+// "armer" registering, at its next tick, the sessions still held a millisecond after
+// their grant, which saved a lock released sooner its two epoll_ctl) left a session
+// ended in that millisecond unwatched, its lock possibly free before Done closed, and
+// its timer cost more than the calls it saved: a timer that fires every millisecond
+// wakes a thread each time, and with the client on one core beside its server a 1 ms
+// ticker alone made raw pgx's cycle 1.2x slower (issue 47; docs/benchmarks.md).
 func (p *pin) watchIdle() {
 	p.state = stateHeld
-	if p.m.armer != nil {
-		p.setWatch(watchArming)
-		p.m.armer.queue(p)
-		return
-	}
 	p.register()
 }
 
@@ -67,14 +66,12 @@ func (p *pin) watchIdle() {
 // mode nobody reads from or closes its connection (the poller does no I/O on it). Both
 // ways out of watchPolled, SocketEvent and stopWatch, remove the registration under p.mu
 // before anyone else may touch the connection. The reader goroutine, which may see the
-// connection fail and close it, starts only after that. (watchArming holds the same rule
-// without a registration: nobody reads or closes the connection, and the armer
-// registers it only under p.mu, while the session is still in that mode.)
+// connection fail and close it, starts only after that.
 func (p *pin) register() {
 	if p.m.poller != nil {
 		if reg, err := p.m.poller.Add(p.fd, p); err == nil {
 			p.polled = reg
-			p.setWatch(watchPolled)
+			p.watch = watchPolled
 			return
 		}
 	}
@@ -85,7 +82,7 @@ func (p *pin) register() {
 // its exit: a Session's connection may go to a reader and back once per call. The caller
 // holds p.mu.
 func (p *pin) startReader() {
-	p.setWatch(watchReading)
+	p.watch = watchReading
 	p.stopping.Store(false)
 	p.watchDone = make(chan struct{})
 	go p.readUntilLoss(p.watchDone)
@@ -132,7 +129,7 @@ func (p *pin) readUntilLoss(exited chan<- struct{}) {
 func (p *pin) stopWatch() bool {
 	p.mu.Lock()
 	mode, exited := p.watch, p.watchDone
-	p.setWatch(watchNone)
+	p.watch = watchNone
 	if mode == watchPolled {
 		p.m.poller.Remove(&p.polled) // the socket is open: nobody else touches it in this mode
 	}
@@ -229,20 +226,11 @@ func (p *pin) closedLoss() error {
 	return &opError{p.op(), p.describe(), fmt.Errorf("%w: %w", ErrLockLost, ErrClosed)}
 }
 
-// setWatch changes who watches the held connection, telling the armer when the session
-// leaves its queue. The caller holds p.mu.
-func (p *pin) setWatch(w watchMode) {
-	if p.watch == watchArming && w != watchArming {
-		p.m.armer.left()
-	}
-	p.watch = w
-}
-
-// beatLater starts the heartbeat's timer (startHeartbeatLate) if the Manager has a
+// startBeat starts the heartbeat's timer (armBeat) if the Manager has a
 // heartbeat. The caller holds p.mu. The option is looked at here, so that a Lock without
 // a heartbeat never runs pin_heartbeat.go (TestPlainRoute).
-func (p *pin) beatLater() {
+func (p *pin) startBeat() {
 	if p.m.set.heartbeat > 0 {
-		p.startHeartbeatLate()
+		p.armBeat()
 	}
 }

@@ -35,7 +35,6 @@ type settings struct {
 	sharePer           int           // holdings per shared session (WithSharedSessions); 0: no sharing
 	waitSessions       int           // WithWaitSessions: shared Locks waiting on sessions of their own at once; 0: no bound
 	parkedCount        *atomic.Int64 // tests only: counts the Locks that waited without a session (see park)
-	armDelay           time.Duration // tests only: the armer's delay instead of armDelay; < 0: no armer
 	fenceTable         string        // sanitized, possibly schema-qualified
 	leaderTable        string        // WithLeaderTable, sanitized; "": published values are off
 	leaderRecheck      time.Duration

@@ -54,7 +54,7 @@ func (p *pin) watchForHangup() {
 	}
 	if reg, err := p.m.poller.AddHangup(p.txFD, p); err == nil {
 		p.polled = reg
-		p.setWatch(watchHangup)
+		p.watch = watchHangup
 	}
 }
 
@@ -134,7 +134,7 @@ func (p *pin) endTxAs(cause error, where string) error {
 	sent := p.cancel.Settle()
 	p.mu.Lock()
 	p.m.poller.Remove(&p.polled) // nothing if not registered
-	p.setWatch(watchNone)
+	p.watch = watchNone
 	lost, closing := p.announced, p.closing
 	p.mu.Unlock()
 	clean := !lost && !closing && !p.pg.IsClosed() && p.pg.TxStatus() == p.lease.idle()
@@ -175,7 +175,7 @@ func (p *pin) closeTxDone() {
 // transaction's statements fail at once, and closes Done. The connection is given back
 // when the transaction returns (endTx). The caller holds p.mu.
 func (p *pin) hungUp() {
-	p.setWatch(watchNone) // the one-shot registration fired; endTx removes it
+	p.watch = watchNone // the one-shot registration fired; endTx removes it
 	cause := sockfd.Err(p.txFD)
 	if cause == nil {
 		cause = errPeerClosed

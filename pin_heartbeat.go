@@ -8,7 +8,7 @@ import (
 
 // The heartbeat (WithHeartbeat) keeps a held session from looking idle to whatever ends
 // idle sessions between the holder and the server. It is one timer per held pin, armed
-// when the loss watcher starts watching it (see startHeartbeatLate) and re-armed by each
+// when the loss watcher starts watching it (see armBeat) and re-armed by each
 // beat: no goroutine of its own, and nothing at all when
 // the option is off. A beat takes the connection from the watcher as a transaction or
 // a drain does (beginTx, endTxAs), and a Session's turn first, so that it never overlaps
@@ -30,14 +30,10 @@ const maxHeartbeat = 24 * time.Hour
 // server session) reports the holding lost.
 const heartbeatSQL = "SELECT pg_catalog.pg_backend_pid()"
 
-// startHeartbeatLate arms the heartbeat's timer (the Manager has one: see beatLater),
-// unless it is armed or the session is not held: the first beat comes a period after the
-// holding began (heldSince), as if the timer had been armed then. A holding queued in the
-// Manager's armer starts it at the armer's tick (see pin.armed), not when it is granted:
-// a lock released within armDelay sets no timer at all, and one held longer beats on the
-// same schedule (issue 47). The caller holds p.mu: the timer's function reads p.beat
-// under it.
-func (p *pin) startHeartbeatLate() {
+// armBeat arms the heartbeat's timer (the Manager has one: see startBeat), unless it is
+// armed or the session is not held: the first beat comes a period after the holding
+// began (heldSince). The caller holds p.mu: the timer's function reads p.beat under it.
+func (p *pin) armBeat() {
 	if p.beat != nil || p.state != stateHeld || p.closing {
 		return
 	}

@@ -41,7 +41,7 @@ type Suite struct {
 	Parallel int
 	// ShortParallel, if above zero, is the package's -test.parallel under -short instead
 	// of Parallel. Go starts the parallel tests last paused first, so a package's long
-	// tests that mostly wait on timers (heartbeats, reapers, armer ticks) can get a slot
+	// tests that mostly wait on timers (heartbeats, reapers) can get a slot
 	// only at the end of its parallel phase and run on alone; with more slots they start
 	// early and wait beside the rest. The inner loop is bound by wall time; the full run
 	// (CI's, with -race) keeps Parallel.

@@ -67,10 +67,11 @@ func lockUnlock(ctx context.Context, m *advisory.Manager, trace string) error {
 	return write(trace, "unlock")
 }
 
-// asyncPause lets the work a call leaves to other goroutines (the loss armer arming a
-// held lock's watcher) run before its counters are written, so that it is counted with
-// the call that caused it rather than with the next: a slow machine that does not finish
-// it in time only makes a trace smaller.
+// asyncPause lets any work a call leaves to other goroutines run before its counters are
+// written, so that it is counted with the call that caused it rather than with the next
+// (the loss armer's tick did, until issue 47 removed it: a held lock is watched from its
+// grant now, in the call): a slow machine that does not finish it in time only makes a
+// trace smaller.
 const asyncPause = 50 * time.Millisecond
 
 func clear(trace string) {
