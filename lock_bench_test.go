@@ -108,6 +108,68 @@ func BenchmarkCycleRatio(b *testing.B) {
 	b.ReportMetric(float64(try)/float64(raw), "x-trylock")
 }
 
+// BenchmarkSteadyCycleRatio is BenchmarkCycleRatio for a caller that locks and unlocks in
+// a loop: each row (raw pgx, Lock + Unlock, TryLock + Unlock, each on its own connection
+// and Manager) runs a block of 100 cycles back to back, one untimed first, the rows
+// rotating block by block. Whatever a Manager leaves running between its cycles (a timer,
+// a goroutine) then costs its own row; in BenchmarkCycleRatio, whose rows alternate cycle
+// by cycle in one process, it falls on raw pgx's cycles too. Issue 47 found that way that
+// the loss watcher's armer, ticking every millisecond through steady traffic, made the
+// direct cycle about 1.2x raw's on one core while BenchmarkCycleRatio said 1.03x. Each
+// iteration is a round; a row's figure for a round is its mean cycle over raw's in the
+// same round; it reports the median over the rounds (x-lock, x-trylock) and logs min /
+// median / max. Run it with -benchtime Nx (N rounds).
+func BenchmarkSteadyCycleRatio(b *testing.B) {
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, dsn(b))
+	require.NoError(b, err)
+	defer conn.Close(ctx)
+	lockM := newManager(b, []string{"pool_max_conns=1"})
+	tryM := newManager(b, []string{"pool_max_conns=1"})
+	rawKey, name := int64(advisory.KeyOf(b.Name()+"/raw")), b.Name()
+	rows := []func(){
+		func() {
+			var ok bool
+			if err := conn.QueryRow(ctx, "SELECT pg_try_advisory_lock($1)", rawKey).Scan(&ok); err != nil || !ok {
+				b.Fatal(ok, err)
+			}
+			if err := conn.QueryRow(ctx, "SELECT pg_advisory_unlock($1)", rawKey).Scan(&ok); err != nil || !ok {
+				b.Fatal(ok, err)
+			}
+		},
+		func() { cycle(b, lockM, (*advisory.Manager).Lock, ctx, name) },
+		func() { cycle(b, tryM, (*advisory.Manager).TryLock, ctx, name+"/try") },
+	}
+	const block = 100
+	var ratios [3][]float64
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		var took [3]time.Duration
+		for j := range rows {
+			k := (i + j) % len(rows)
+			rows[k]() // untimed
+			start := time.Now()
+			for range block {
+				rows[k]()
+			}
+			took[k] = time.Since(start)
+		}
+		for k := range rows {
+			ratios[k] = append(ratios[k], float64(took[k])/float64(took[0]))
+		}
+	}
+	b.StopTimer()
+	for k, metric := range []string{"", "x-lock", "x-trylock"} {
+		if k == 0 {
+			continue
+		}
+		r := ratios[k]
+		med := medianOf(r) // sorts r
+		b.ReportMetric(med, metric)
+		b.Logf("%-9s %.3f / %.3f / %.3f x  (%d rounds of %d cycles)", metric, r[0], med, r[len(r)-1], len(r), block)
+	}
+}
+
 // rotateCycles runs b.N rounds of three cycles (raw, m's Lock + Unlock and m's TryLock +
 // Unlock of name), rotating their order so that no cycle always follows another on a cold
 // backend, each timed on a connection that has just served an untimed cycle of its own.
