@@ -76,48 +76,47 @@ interleaved samples per row, unpinned,
 36 µs, Lock + Unlock 44.5 µs, TryLock + Unlock 42 µs. The lock and unlock statements
 themselves cost what raw pgx's do (35 µs against 36 µs). The 6-8.5 µs more:
 
-- **The loss watcher, about 5 µs, now only for locks held past a millisecond**: epoll_ctl
-  ADD when the lock is held and DEL before the unlock statement (sockwatch.register/Remove;
-  a system call costs about 2.5 µs on this VM). Since issue 24's armer (loss_armer.go) a
-  held session waits in the Manager's armer, which registers it at its next tick, within
-  1 ms, only if it is still held: a cycle like this one makes neither call. Measured with
-  ` + "`-probe -probe-cpu -probe-only \"advisory TryLock + Unlock\"`" + ` (5,000 cycles a row,
+- **The loss watcher, about 5 µs**: epoll_ctl ADD when the lock is held and DEL before
+  the unlock statement (sockwatch.register/Remove; a system call costs about 2.5 µs on
+  this VM), from the grant. From issue 24 to issue 47's sixth pass an armer
+  (loss_armer.go, removed) registered a held session at its next tick, within 1 ms, only
+  if it was still held, so that a cycle like this one made neither call; it went when its
+  tick was found to cost more than the calls (see "The armer removed", at the end of "A
+  lock held as a transaction, through PgBouncer"). When it came, measured with the probe, whose
+  rows take turns cycle by cycle, ` + "`-probe -probe-cpu -probe-only \"advisory TryLock + Unlock\"`" + ` (5,000 cycles a row,
   three runs of each build, alternated): client CPU per cycle 88.8-97.8 µs before against
   raw pgx's 76.3-79.2 µs (1.12-1.28x), 72.1-78.5 µs after against 70.4-77.3 µs
   (1.01-1.04x); the backend's CPU fell too, from 62.8-66.4 µs (raw 53.4-64.3) to
   49.7-52.8 µs (raw 49.9-55.4), and the wall time from 1.14-1.17x raw to 0.98-1.01x. The
-  price: a loss in a holding's first millisecond is seen up to a millisecond later
-  (docs/guarantees.md, "A holding is watched from its first millisecond").
+  price: a loss in a holding's first millisecond was seen up to a millisecond later.
   Until issue 47 the armer's goroutine parked after every tick, so the next Lock's queue
-  woke it: a goroutine, and often a thread, woken per cycle. It now keeps ticking after a
+  woke it: a goroutine, and often a thread, woken per cycle. It then kept ticking after a
   tick that armed two sessions or more (a Manager taking locks faster than one per
-  millisecond), and parks after one that armed fewer, as before
-  (TestArmerTicksThroughSteadyTraffic). Direct cycle, one core,
+  millisecond), and parked after one that armed fewer, as before. Direct cycle, one core,
   ` + "`-probe -probe-placement \"one core\" -probe-samples 4000`" + `, three runs of each build
   alternated, 2026-11-29, load average 8-25 (other jobs), two sessions of three runs:
   Lock + Unlock 1.09-1.14x of raw before, 1.09-1.13x after; TryLock + Unlock 1.08-1.12x
   before, 1.06-1.10x after. Within this machine's noise (the probe's rows take turns, so
   each Manager locks about once a millisecond, below the steady rate), and short of the
   1.07x issue 47 asked for Lock.
-  Since the second part of issue 47 (branch h47client) the armer's goroutine sleeps on one
-  timer, not on a channel a Lock pokes: the first holding queued sets it, and the last to
-  leave before the tick (Unlock, a handoff, a transaction) stops it, so a lock released
-  within the millisecond wakes nothing, neither the goroutine nor a thread for it (before,
-  a Lock after a quiet tick woke the goroutine, and its tick woke it again a millisecond
-  later). Steady traffic (a queue that sets the timer within a millisecond of the last
-  that did, or a tick that finds two or more) keeps the timer ticking through, one wake-up
-  per millisecond rather than a timer set and stopped per Lock: setting a timer can itself
-  wake an idle thread (the runtime hands a new earliest timer to a thread in the network
-  poller; strace showed that eventfd write in about 0.1-0.9 of pooled cycles).
-  TestShortHoldingsWakeNoArmer; the guarantees of a holding left queued:
-  TestArmerTicksForTheHoldingLeftQueued, TestLossBeforeTheTickAfterAnotherLeft.
+  From the second part of issue 47 (branch h47client) the armer's goroutine slept on one
+  timer, not on a channel a Lock poked: the first holding queued set it, and the last to
+  leave before the tick (Unlock, a handoff, a transaction) stopped it, so a lock released
+  within the millisecond woke nothing (before, a Lock after a quiet tick woke the
+  goroutine, and its tick woke it again a millisecond later). Steady traffic (a queue that
+  set the timer within a millisecond of the last that did, or a tick that found two or
+  more) kept the timer ticking through, one wake-up per millisecond rather than a timer
+  set and stopped per Lock: setting a timer can itself wake an idle thread (the runtime
+  hands a new earliest timer to a thread in the network poller; strace showed that
+  eventfd write in about 0.1-0.9 of pooled cycles). That tick is what issue 47's sixth
+  pass found costing a loop of Locks 0.15x on one core, and removed.
 - **Timers per cycle (issue 47, h47client).** Behind a proxy (the heartbeat on by
   default) a Lock used to set two timers of its own besides the armer's: its wait's slice
   (a context.WithTimeout: a timer, and 11 of the cycle's 45 allocations with pgx's
   watching of that ctx) and the holding's heartbeat (time.AfterFunc at the grant, stopped
-  at the Unlock). The heartbeat's timer now starts at the armer's tick, its first beat
-  still a period after the grant (TestLateHeartbeatKeepsItsSchedule): a holding released
-  within the millisecond makes none. The slices of a Manager's waits share one timer
+  at the Unlock). The heartbeat's timer started at the armer's tick, its first beat
+  still a period after the grant, so that a holding released within the millisecond made
+  none; without the armer it is armed at the grant again. The slices of a Manager's waits share one timer
   (pin_slices.go, sliceWatch): every slice has the same bound, so the timer is set for
   the oldest and a slice started meanwhile touches no timer; when it fires it cancels the
   slices past their bound (TestSliceWatchCancelsAHungSliceAlone; end to end,
@@ -140,10 +139,9 @@ columns hold fixed. The fleet's cost of names is another matter: see "Fleet" abo
   no thread waits in the network poller makes the runtime wake an idle thread (0.74 per
   cycle raw, 0.90 ours). No goroutine is started and no thread of ours is woken for a
   cycle: the loss watcher is an epoll registration, not a goroutine.
-- **System calls**: three more than raw pgx before the armer, one after it for a lock
-  released within a millisecond: epoll_ctl ADD when the lock is held
-  and DEL before the unlock statement (the loss watcher, now only for a holding the armer
-  registers), and one recvfrom(MSG_PEEK) when
+- **System calls**: three more than raw pgx (one, for a lock released within a
+  millisecond, while the armer was there): epoll_ctl ADD when the lock is held
+  and DEL before the unlock statement (the loss watcher), and one recvfrom(MSG_PEEK) when
   the pool hands out a connection (an idle connection whose backend was terminated
   already holds the FATAL; the peek finds it before a Lock meets it). Switching the
   watcher off altogether (an experiment, not an option) moved Lock + Unlock by 0.01x to
@@ -231,6 +229,10 @@ read a single ❌ or ✅ near its target with that in mind.
 // this command did not take.
 const cycleNotes = `Issue 47's second pass on the client's share (h47client) was measured with
 BenchmarkCycleRatio and BenchmarkCycleCounts, builds alternated, not by a run of this
-table: see "A lock held as a transaction, through PgBouncer", after its last table.
+table: see "A lock held as a transaction, through PgBouncer", after its last table. Its
+sixth pass removed the loss watcher's armer, whose tick this table's rows, taking turns
+cycle by cycle in one process, had shared with raw pgx's; a loop of Locks in blocks of
+100 (BenchmarkSteadyCycleRatio) went from 1.24x raw to 1.08x on one core: see "The armer
+removed", at the end of that section. This table was measured after that change.
 
 `

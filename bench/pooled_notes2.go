@@ -124,8 +124,8 @@ and pgx's AfterFunc on it) replaced by the slice watch interrupting the statemen
 the connection's cancel handler directly; the armer's timer, set per Lock in sparse
 traffic, replaced by a tick that keeps going while Locks come.
 
-**The armer, measured out (issue 47, fourth pass).** BenchmarkPooledLadder has an eighth
-row, **noarm**: Lock + Unlock on a Manager without the armer (` + "`WithArmDelayForTest(-1)`" + `,
+**The armer, measured out (issue 47, fourth pass).** BenchmarkPooledLadder had an eighth
+row (until the sixth pass removed the armer, below), **noarm**: Lock + Unlock on a Manager without the armer (` + "`WithArmDelayForTest(-1)`" + `,
 a test-only option: a held session is registered with the poller at once, two epoll_ctl
 calls per cycle, and no timer is set). Five runs of 10 rounds, 2026-11-29 21:25-21:35
 UTC, unpinned, nothing else running (load 1-3), the medians of the runs' medians (min-max
@@ -200,7 +200,9 @@ BenchmarkCycleRatio rotates its rows, 6 runs of 4,000 rounds on one core, 00:35-
 UTC): Lock 1.044 / 1.059 / 1.067x with the armer, 1.059 / 1.074 / 1.084x without it;
 TryLock 1.030 / 1.043 / 1.074x and 1.050 / 1.060 / 1.096x. The Manager without the armer
 was the slower in every run: on the direct cycle the armer saves its two epoll_ctl
-calls, about 0.015x, and stays. Spaced as above (its timer set and stopped by each
+calls, about 0.015x, and stays (in this harness, whose rows alternate cycle by cycle:
+the sixth pass, below, found the armer's tick slowing raw pgx's cycles here as well, and
+removed it). Spaced as above (its timer set and stopped by each
 Lock, no tick), Lock 1.054x with it and 1.057x without it, TryLock 1.027x and 1.058x;
 the Manager without it the slower in 5 runs of 6. Through PgBouncer, in blocks of 50 cycles per row (each
 Manager seeing its Locks back to back, so that its armer ticks every millisecond; 2 runs
