@@ -141,32 +141,26 @@ func (p *pin) passOn() bool {
 }
 
 // holdMoved makes a handed-off session held, with the registration of its connection
-// and its WithWaitSessions place moved to it (see passOn); if the
-// registration fired meanwhile, a reader goroutine reads what came. It refuses, with the
-// connection unwatched, once Close has begun.
+// (passOn hands off only a polled session) and its WithWaitSessions place moved to it;
+// if the registration fired meanwhile, a reader goroutine reads what came. It refuses,
+// with the connection unwatched, once Close has begun.
 func (p *pin) holdMoved(reg sockwatch.Registration, place chan struct{}) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.place = place // given back with the connection, whoever holds it then
-	unregistered := reg == sockwatch.Registration{}
 	p.polled = reg
 	p.watch = watchPolled // before the move: an event after it finds p watching
-	moved := !unregistered && !p.closing && p.m.poller.Move(reg, p)
+	moved := !p.closing && p.m.poller.Move(reg, p)
 	if !moved {
-		p.m.poller.Remove(&p.polled) // nothing for the zero Registration
+		p.m.poller.Remove(&p.polled)
 		p.watch = watchNone
 	}
 	if p.closing {
 		return false
 	}
 	p.heldSince = time.Now()
-	switch {
-	case moved:
-		p.state = stateHeld
-	case unregistered:
-		p.watchIdle()
-	default:
-		p.state = stateHeld
+	p.state = stateHeld
+	if !moved {
 		p.startReader() // the registration fired: something came, read it
 	}
 	p.startBeat()
