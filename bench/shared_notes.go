@@ -137,6 +137,20 @@ point is in [benchmarks-shared.json](benchmarks-shared.json).
     same budget (0.75-2.06x) and 1.01x raw on demand; parked 0.91x (0.72-1.77x) and
     1.00x.** The 0.9x target is met by the medians once the statements are warm, by
     neither in every round; the p99 stays 1.7-2.2x raw's at the budget.
+    After the loss watcher's armer was removed (issue 47, sixth pass), the same command
+    once more (2026-11-30 04:14-04:35 UTC, unpinned, nothing else running; load average
+    6.1 at the start, the decaying figure of a test run beside two CPU hogs that had
+    ended seconds before): at budget **1.00 / 1.20 / 1.21x** raw same budget and 0.88 /
+    0.92 / 1.07x raw on demand; parked 0.42 / 1.08 / 1.12x and 0.32 / 0.79 / 1.19x (its
+    round 2 ran at 1,853 locks/s and 468 µs of client CPU per lock, against 4,232 and
+    4,254 locks/s in the others: an outlier one run cannot explain). p50 / p99, medians
+    over the rounds: at budget 182 / 620 ms, parked 178 / 851 ms, raw same budget 217 /
+    726 ms, raw on demand 82 / 958 ms; at budget's p99 over raw same budget's, round by
+    round, 0.85, 1.46 and 1.04x. Client CPU per lock at budget 183-263 µs, raw same
+    budget 229-261 µs. One run of 3 rounds, and raw's own p99 moved from 378 ms to 726
+    ms between runs: a reading, not a proof, that at the budget the hot keys now run
+    above raw with a p99 near raw's; whether the armer's removal is the cause, one run
+    cannot say.
     Tried and not kept: an armer that registers a holding at once, with no tick, where
     the Manager's recent holdings outlived the millisecond (here every holding lasts 2 ms
     or more, so the delay saves no registration and its tick wakes every millisecond).
