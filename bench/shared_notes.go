@@ -138,9 +138,8 @@ point is in [benchmarks-shared.json](benchmarks-shared.json).
     1.00x.** The 0.9x target is met by the medians once the statements are warm, by
     neither in every round; the p99 stays 1.7-2.2x raw's at the budget.
     After the loss watcher's armer was removed (issue 47, sixth pass), the same command
-    once more (2026-11-30 04:14-04:35 UTC, unpinned, nothing else running; load average
-    6.1 at the start, the decaying figure of a test run beside two CPU hogs that had
-    ended seconds before): at budget **1.00 / 1.20 / 1.21x** raw same budget and 0.88 /
+    once more (2026-11-30 04:14-04:35 UTC, unpinned; as found afterwards, beside one CPU
+    hog, a ` + "`yes`" + ` left running by a test run just before, on every row alike): at budget **1.00 / 1.20 / 1.21x** raw same budget and 0.88 /
     0.92 / 1.07x raw on demand; parked 0.42 / 1.08 / 1.12x and 0.32 / 0.79 / 1.19x (its
     round 2 ran at 1,853 locks/s and 468 µs of client CPU per lock, against 4,232 and
     4,254 locks/s in the others: an outlier one run cannot explain). p50 / p99, medians
