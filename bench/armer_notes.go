@@ -73,4 +73,22 @@ CPU of its own, where a thread kept awake helped most) went from 1.05x and 0.98x
 1.12x and 1.22x, on one core from 1.10x and 1.16x to 1.07x and 1.12x: one run each, so a
 reading, not a proof.
 
+The handoffs checked again (2026-11-30 05:34-05:45 UTC, load 0.3-0.8, nothing else
+running): the program's handoff rows alone (` + "`-only handoff -placements \"unpinned,two cores\" -peers=false -rounds 10`" + `,
+200 handoffs per row and placement a run), the builds with and without the armer
+alternated, 4 runs each; ratio of medians to the raw handoff of the same run:
+
+| handoff, ratio to raw (min-max over runs, median of runs) | with the armer | without it |
+|---|---|---|
+| contended (the waiter in another Manager), two cores | 1.02-1.05x, 1.03x | 1.02-1.10x, 1.06x |
+| waiter in the same Manager, two cores | 1.00-1.08x, 1.05x | 1.04-1.10x, 1.08x |
+| contended, unpinned | 1.05-1.16x, 1.10x | 1.04-1.13x, 1.08x |
+| waiter in the same Manager, unpinned | 1.07-1.13x, 1.13x | 1.05-1.10x, 1.08x |
+
+The single run's 1.12x and 1.22x on two cores did not come again; what is left is about
+0.02-0.03x on two cores (5-7 µs of raw's 200-275 µs), inside the spread of either build.
+The one step the change added between the unlock and the waiter's return is the
+waiter's registration with the poller at its grant (one epoll_ctl), which is what makes
+a loss in its first millisecond told.
+
 `

@@ -150,6 +150,31 @@ point is in [benchmarks-shared.json](benchmarks-shared.json).
     ms between runs: a reading, not a proof, that at the budget the hot keys now run
     above raw with a p99 near raw's; whether the armer's removal is the cause, one run
     cannot say.
+    **It did not hold on a quiet machine.** The same command again (2026-11-30
+    05:45-06:05 UTC, nothing else running, load 0.25 at the start): at budget **0.71 /
+    0.84 / 0.87x** raw same budget and 0.81 / 0.88 / 0.95x raw on demand; parked 0.72 /
+    0.84 / 0.87x and 0.81 / 0.88 / 0.95x. p50 / p99, medians over the rounds: at budget
+    171 / 608 ms, parked 149 / 741 ms, raw same budget 143 / 304 ms, raw on demand 81 /
+    1,037 ms. Client CPU per lock: at budget 204-228 µs, parked 220-241 µs, raw same
+    budget 150-178 µs (229-261 µs in the run beside the hog, which slowed raw's rows more
+    than ours: that run's 1.20x was the hog's). **So at the budget, hot keys run at about
+    0.85x raw's locks/s (target 0.9x: not met) with a p99 about 2x raw's.** A profile of
+    that fleet's 20 clients (one round, ` + "`BENCH_FLEET_CPUPROFILE`" + `, 30 s warm-up; at budget
+    4,758 locks/s against raw same budget's 6,451, both clients using the same CPU, 29.3 s
+    and 29.8 s of samples): the lock and unlock statements on sessions of their own cost
+    what raw's do per lock; the shared sessions' runners take 14.6 % of the client's CPU
+    (their batches' statements, with array arguments and results, for the cold names'
+    locks and unlocks and the hot names' tries), the route around the statements
+    (acquire, pin, watch, release) the rest.
+    Tried and not kept: a key's skip window that doubles each time a try finds it taken
+    again (1 s up to 16 s) and clears when a try takes it, so that a hot key is tried on
+    a shared session only by the one-in-eight probes. Three alternated runs of 2 rounds
+    of each build (` + "`" + `-shared-impls "raw same budget,advisory at budget" -fleet-warmup
+    30s` + "`" + `, 06:12-06:45 UTC, quiet machine): per-round ratios 0.76-0.87x (median 0.83x)
+    with it, 0.63-1.13x (median 0.86x) without; client CPU per lock 198-281 µs with it,
+    191-267 µs without. No measurable change, and raw's own client CPU per lock moved
+    from 128 to 241 µs between rounds: the rounds of one build spread over 0.5x, wider
+    than any difference a change of this size could make.
     Tried and not kept: an armer that registers a holding at once, with no tick, where
     the Manager's recent holdings outlived the millisecond (here every holding lasts 2 ms
     or more, so the delay saves no registration and its tick wakes every millisecond).
