@@ -18,11 +18,11 @@ import (
 // its scan plans. Profiled at fleet scale (20 replicas × 50 goroutines on 2 CPUs), the
 // statements cost the library what they cost raw pgx, and what the library added (the
 // pin, the key's gate, the pool's peek, the loss watcher's armer of the time, their
-// allocations: 16 µs of client CPU per lock, 89 against 73) was spread thin, each part buying a guarantee. So on a direct
-// connection the library prepares these texts itself, once per connection, and runs them
-// with pgconn's ExecStatement, the key encoded by hand into the pin's buffer and the bool
-// read from the row's bytes: the statements now cost less than raw pgx's, which pays
-// for that layer.
+// allocations: 16 µs of client CPU per lock, 89 against 73) was spread thin, each part
+// buying a guarantee. So on a direct connection the library prepares these texts itself,
+// once per connection, and runs them with pgconn's ExecStatement, the key encoded by hand
+// into the pin's buffer and the bool read from the row's bytes: the statements now cost
+// less than raw pgx's, which pays for that layer.
 //
 // The protocol is the one pgx's default mode speaks (Parse and Describe once, then Bind
 // and Execute), so the server does the same work. It is used only where that default is
