@@ -166,6 +166,7 @@ func NewWithConfig(ctx context.Context, cfg *pgxpool.Config, opts ...Option) (*M
 		preparedBudget: preparedBudget(cfg.ConnConfig), prepareAt: cmp.Or(set.prepareNamedAt, prepareNamedAt),
 		ownPrepared: useOwnPrepared(cfg.ConnConfig),
 		closing:     make(chan struct{}), closeDone: make(chan struct{}), sessions: make(map[*pin]struct{})}
+	m.hosts.linger = cmp.Or(set.hostLinger, hostLinger)
 	if set.waitSessions > 0 {
 		m.hosts.waitPlaces = make(chan struct{}, set.waitSessions)
 		m.hosts.parkPhase = rand.Int64N(int64(parkTick))

@@ -19,7 +19,9 @@ import (
 // switches, goroutines started, heap allocations and CPU time, for raw pgx and the
 // library on the same kind of connection, in blocks of 200 cycles that alternate row by
 // row. direct: raw pgx's pg_try_advisory_lock + pg_advisory_unlock on a plain connection
-// against Manager.Lock + Unlock; pooled: through a real PgBouncer in transaction mode,
+// against Manager.Lock + Unlock; shared: the same raw cycle against a Lock + Unlock
+// under WithSharedSessions, one call at a time (each of the shared session's batches
+// carries one request); pooled: through a real PgBouncer in transaction mode,
 // raw's two round trips (BEGIN; the lock, then COMMIT) against a transaction holding's
 // Lock + Unlock. ADVISORY_COUNT_ROW=raw|lock runs one row alone, for strace -c -f -p.
 func BenchmarkCycleCounts(b *testing.B) {
@@ -40,6 +42,14 @@ func BenchmarkCycleCounts(b *testing.B) {
 			}
 		}
 		countRows(b, raw, func() { cycle(b, m, (*advisory.Manager).Lock, ctx, b.Name()) })
+	})
+	b.Run("shared", func(b *testing.B) {
+		ctx := context.Background()
+		conn, err := pgx.Connect(ctx, dsn(b))
+		require.NoError(b, err)
+		defer conn.Close(ctx)
+		m := newManager(b, []string{"pool_max_conns=2"}, advisory.WithSharedSessions(64))
+		countRows(b, rawCycle(b, conn, b.Name()+"/raw"), func() { cycle(b, m, (*advisory.Manager).Lock, ctx, b.Name()) })
 	})
 	b.Run("pooled", func(b *testing.B) {
 		m, raw := pooledCycles(b)

@@ -27,6 +27,15 @@ func WithParkCounterForTest(n *atomic.Int64) Option {
 	return Option{apply: func(s *settings) error { s.parkedCount = n; return nil }}
 }
 
+// WithHostLingerForTest makes an idle shared session of the Manager rest d, not
+// hostLinger, before it goes back to the pool.
+func WithHostLingerForTest(d time.Duration) Option {
+	return Option{apply: func(s *settings) error { s.hostLinger = d; return nil }}
+}
+
+// HostLinger is how long an idle shared session rests before it goes back to the pool.
+const HostLinger = hostLinger
+
 // QueuedForTest returns how many Lock calls of the Manager wait in its in-process queue
 // for key (the bigint form).
 func QueuedForTest(m *Manager, key Key) int {

@@ -121,6 +121,13 @@ func (m *Manager) reserve(wait bool) error {
 	return nil
 }
 
+// allPinned reports whether this Manager's sessions pin every pool connection now.
+func (m *Manager) allPinned() bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.pinned >= m.maxConns
+}
+
 func (m *Manager) unreserve() {
 	m.mu.Lock()
 	m.pinned--
@@ -147,6 +154,9 @@ func pingDead(ping func(context.Context, pgxpool.ShouldPingParams) bool) func(co
 // acquire takes a connection from the pool for a new session. With wait false it fails at
 // once with ErrPoolExhausted when this Manager pins every connection.
 func (m *Manager) acquire(ctx context.Context, t target, wait bool) (*pin, error) {
+	if m.set.sharePer > 0 && m.allPinned() {
+		m.hosts.reclaim() // a shared session resting idle gives its connection back first
+	}
 	if err := m.reserve(wait); err != nil {
 		return nil, err
 	}

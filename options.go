@@ -18,9 +18,10 @@ type Option struct {
 func option(f func(*settings) error) Option { return Option{apply: f} }
 
 type settings struct {
-	checkedOnly        bool // tests only: no connection is taken as direct (see export_test.go)
-	blindProbe         bool // tests only: the proxy probe finds nothing (see export_test.go)
-	prepareNamedAt     int  // tests only when not 0: the use at which a named statement is prepared (see unprepared)
+	checkedOnly        bool          // tests only: no connection is taken as direct (see export_test.go)
+	blindProbe         bool          // tests only: the proxy probe finds nothing (see export_test.go)
+	prepareNamedAt     int           // tests only when not 0: the use at which a named statement is prepared (see unprepared)
+	hostLinger         time.Duration // tests only when not 0: how long an idle shared session rests (see hostSet.rest)
 	clientKeepalive    TCPKeepalive
 	clientKeepaliveSet bool     // by WithClientKeepalive
 	libpqKeepalive     []string // libpq's client keepalive keys the connection string set (see takeLibpqKeepalive)

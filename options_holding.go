@@ -48,14 +48,18 @@ func WithHolding(h Holding) Option {
 // WithSharedSessions lets the Manager's holdings share server sessions, up to perSession
 // on one: a Lock, TryLock or their Shared and Key forms whose lock is free is taken on a
 // session that already holds other locks of this Manager; only a Lock that has to wait
-// waits on a session of its own, as without the option. A session goes back to the pool
-// once it holds nothing. A shared session sends the tries and unlocks queued for it in
+// waits on a session of its own, as without the option. A session that holds nothing
+// stays open 100 ms for the next call, then goes back to the pool; a call that needs a
+// connection while this Manager's sessions pin every one of the pool takes a resting
+// session's at once (it waits for the session's close, one statement), so a resting
+// session never makes a TryLock fail with [ErrPoolExhausted] or a Lock wait. A shared
+// session sends the tries and unlocks queued for it in
 // one statement, so a process needs one shared session per 64 calls in flight, plus one
 // connection per wait ([WithWaitSessions] bounds those on keys that are merely held),
 // not one per held lock: see docs/scale.md. Connections follow the calls in flight, not
 // the holdings: a burst of Locks taken at once opens shared sessions as its calls queue
 // (up to the pool's pool_max_conns, the cap to set for bursts), and a session goes back
-// to the pool only once it holds nothing, so the holdings a burst leaves can stay spread
+// to the pool only once it has held nothing for 100 ms, so the holdings a burst leaves can stay spread
 // over the sessions it opened. It does not block.
 //
 // What sharing a session costs:

@@ -22,14 +22,16 @@ import (
 //     runner sends all that is queued in one statement, on the host's turn
 //     (shared_batch.go);
 //   - a host is opened when every host that could take a key is full or has hostQueue
-//     calls queued, and goes back to the pool once it holds nothing;
+//     calls queued, and goes back to the pool once it has held nothing for hostLinger,
+//     or at once when a call needs its connection (see rest);
 //   - a host's loss ends every holding on it, each told with the loss.
 
 // hostSet is a Manager's shared sessions.
 type hostSet struct {
-	mu    sync.Mutex
-	hosts []*host
-	taken takenRecently // keys a Lock's try found taken lately
+	mu     sync.Mutex
+	hosts  []*host
+	taken  takenRecently // keys a Lock's try found taken lately
+	linger time.Duration // how long an idle host rests (hostLinger, but in tests)
 	// waitPlaces has a value in it for each shared Lock waiting on a session of its own,
 	// up to WithWaitSessions' bound (see shared_wait.go); nil without the bound.
 	waitPlaces chan struct{}
@@ -65,6 +67,11 @@ type host struct {
 	busy int
 	gone bool
 	peak int // the most keys it held at once: past WithSessionLimits' retireAfter it is closed, not pooled
+	// Under hostSet.mu: resting while it lingers idle (see rest), since idleAt; timer
+	// ends the linger (see expire).
+	resting bool
+	idleAt  time.Time
+	timer   *time.Timer
 }
 
 // sharable reports whether a call for t may take its lock on a shared session.
@@ -162,16 +169,13 @@ func (hs *hostSet) start(ctx context.Context, m *Manager, h *host) {
 	s, err := m.openSession(ctx, h.waits)
 	hs.mu.Lock()
 	h.busy-- // the opening's own
-	retire := false
 	if err != nil {
 		h.openErr = err
 		hs.drop(h)
 	} else {
 		h.s = s
 		m.active.Add(2) // Close waits until every holding has been told, and the runner has ended
-		if retire = hs.idle(h); retire {
-			hs.drop(h)
-		}
+		hs.rest(h)
 	}
 	hs.mu.Unlock()
 	close(h.ready)
@@ -181,9 +185,6 @@ func (hs *hostSet) start(ctx context.Context, m *Manager, h *host) {
 			defer m.active.Done()
 			h.run()
 		}()
-	}
-	if retire {
-		h.close()
 	}
 }
 
@@ -218,6 +219,9 @@ func (hs *hostSet) forget(h *host) {
 // drop marks h gone and forgets it; under hs.mu.
 func (hs *hostSet) drop(h *host) {
 	h.gone = true
+	if h.timer != nil {
+		h.timer.Stop()
+	}
 	for i, c := range hs.hosts {
 		if c == h {
 			hs.hosts = append(hs.hosts[:i], hs.hosts[i+1:]...)

@@ -11,10 +11,10 @@ import (
 
 // A host's statements are batched. Calls do not take the host's turn one by one: each
 // queues a request (a try or an unlock of one key), and the host's runner goroutine sends
-// every request queued at that moment in one statement (hostBatchSQL), on the turn, and
-// answers each. A burst of N calls then costs about two round trips, not N, so a few
-// sessions carry what a session per call would, and the server runs one statement per
-// batch.
+// every request queued at that moment in one statement (hostBatchSQL; a lone request,
+// the try or unlock statement of its mode: see oneRow), on the turn, and answers each. A
+// burst of N calls then costs about two round trips, not N, so a few sessions carry what
+// a session per call would, and the server runs one statement per batch.
 //
 // A batch never holds a key twice (see hostSet.choose: a key is reserved on a host from
 // the try until its holding's unlock is done), so the order of its requests does not
@@ -149,6 +149,7 @@ func (h *host) runBatch(batch []*hostReq) {
 // are put back as the requests left them; anything else is a *connFailure: the host is
 // lost.
 func (p *pin) hostBatch(batch []*hostReq) error {
+	var res1 [1]pgtype.Bool
 	keys, ops := make([]int64, len(batch)), make([]int32, len(batch))
 	for i, r := range batch {
 		keys[i], ops[i] = int64(r.t.key), r.op()
@@ -156,7 +157,13 @@ func (p *pin) hostBatch(batch []*hostReq) error {
 	conn := p.pg.Conn()
 	conn.SetDeadline(time.Now().Add(cleanupTimeout)) // see Session.unlockKey
 	defer conn.SetDeadline(time.Time{})
-	res, err := p.batchRow(keys, ops)
+	var res []pgtype.Bool
+	var err error
+	if len(batch) == 1 {
+		res, err = p.oneRow(batch[0], res1[:0])
+	} else {
+		res, err = p.batchRow(keys, ops)
+	}
 	switch {
 	case err == nil && len(res) != len(batch):
 		return &connFailure{fmt.Errorf("a batch of %d returned %d answers", len(batch), len(res))}
@@ -214,6 +221,36 @@ func (p *pin) reconcileBatch(batch []*hostReq, keys []int64) error {
 	}
 	_, err := p.batchRow(ks, ops)
 	return err
+}
+
+// oneRow runs a batch of one request, r, alone: the try or unlock statement of its
+// mode (statements.go), which is hostBatchSQL for one key without its arrays to encode,
+// unnest, aggregate and decode, and on a direct connection without the check of its
+// backend, as on a session of its own (see statements). It appends the answer to res
+// and returns it, with batchRow's errors.
+func (p *pin) oneRow(r *hostReq, res []pgtype.Bool) ([]pgtype.Bool, error) {
+	st := &baseStatements[b2i(p.st.direct)][b2i(r.t.shared)][0]
+	sql := st.unlock
+	if r.take {
+		sql = st.tryLock
+	}
+	var ok pgtype.Bool
+	pid := p.pid
+	var err error
+	if p.st.direct {
+		err = p.pc.QueryRow(context.Background(), sql, int64(r.t.key)).Scan(&ok)
+	} else {
+		err = p.pc.QueryRow(context.Background(), sql, int64(r.t.key), p.args[1]).Scan(&pid, &ok)
+	}
+	switch {
+	case err != nil:
+		return nil, err
+	case pid == 0:
+		return nil, standbyError()
+	case !ok.Valid || pid != p.pid: // NULL: the statement ran on a backend not the connection's own
+		return nil, p.foreignError()
+	}
+	return append(res, ok), nil
 }
 
 // batchRow runs hostBatchSQL for keys and ops and returns its answers; an error

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"log/slog"
 	"math/rand/v2"
-	"slices"
 	"time"
 )
 
@@ -232,25 +231,18 @@ func (hs *hostSet) wakeParked(k gateKey) {
 	}
 }
 
-// unpark counts a parked Lock of k out (wake: what park returned), and gives back the
-// shared sessions left idle.
+// unpark counts a parked Lock of k out (wake: what park returned), and lets the shared
+// sessions left idle rest (see rest).
 func (hs *hostSet) unpark(k gateKey, wake chan struct{}) {
 	hs.mu.Lock()
 	hs.parked--
 	if wake != nil {
 		delete(hs.parkedFor, k)
 	}
-	var idle []*host
-	for _, h := range slices.Clone(hs.hosts) {
-		if hs.idle(h) {
-			hs.drop(h)
-			idle = append(idle, h)
-		}
+	for _, h := range hs.hosts {
+		hs.rest(h)
 	}
 	hs.mu.Unlock()
-	for _, h := range idle {
-		h.close()
-	}
 }
 
 // varied is d, give or take up to a half, so that the Locks parked for one key in many
