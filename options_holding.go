@@ -146,8 +146,8 @@ func WithSharedSessions(perSession int) Option {
 // (573-632 ms against 712-921 ms) and its locks/s about the same (0.87x raw's by the
 // median against 0.81x, within the rounds' spread; 0.95x and 0.91x after a minute's
 // warm-up, once the hot names' statements were prepared, and 0.84x both in a later run
-// on a quiet machine: about 0.85x of a plain pool's locks/s at the same connections,
-// with a p99 about 2x its). A TryLock there still takes a free
+// on a quiet machine, 0.88x once a shared session rested between calls: about 0.85x of
+// a plain pool's locks/s at the same connections, with a p99 about 1.6-2x its). A TryLock there still takes a free
 // key on a shared session; one that needs a connection of its own while every
 // connection is pinned fails at once with ErrPoolExhausted, as without sharing.
 //
