@@ -33,6 +33,21 @@ func WithHostLingerForTest(d time.Duration) Option {
 	return Option{apply: func(s *settings) error { s.hostLinger = d; return nil }}
 }
 
+// RestingForTest returns how many shared sessions of m rest, holding nothing, before they
+// go back to the pool. One that has rested a second longer than its rest should have gone
+// back, and is not counted: a session that never stops resting is a leak.
+func RestingForTest(m *Manager) int {
+	m.hosts.mu.Lock()
+	defer m.hosts.mu.Unlock()
+	n := 0
+	for _, h := range m.hosts.hosts {
+		if h.resting && m.hosts.idle(h) && time.Since(h.idleAt) < m.hosts.linger+time.Second {
+			n++
+		}
+	}
+	return n
+}
+
 // HostLinger is how long an idle shared session rests before it goes back to the pool.
 const HostLinger = hostLinger
 

@@ -87,7 +87,8 @@ func runModelHandoff(t *testing.T, part time.Duration, opts ...advisory.Option) 
 // from the environment and opts added to every Manager's options.
 func modelConfig(t *testing.T, opts ...advisory.Option) modelcheck.Config {
 	seed, duration := modelcheck.Settings(t)
-	return modelcheck.Config{DSN: dsn, Admin: admin, Options: opts, Seed: seed, Duration: duration}
+	return modelcheck.Config{DSN: dsn, Admin: admin, Options: opts, Seed: seed, Duration: duration,
+		Resting: advisory.RestingForTest}
 }
 
 // requireCheckedStatements checks that a Manager with the model's options runs the

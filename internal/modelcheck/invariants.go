@@ -89,8 +89,13 @@ func (w *world) invariants() []string {
 	bad = append(bad, w.rowsExplained(rows, claimed)...)
 	bad = append(bad, w.txIdle()...)
 	for _, s := range w.slots {
-		if got, want := s.m.Stat().AcquiredConns(), w.handles(s.m); int(got) != want {
-			bad = append(bad, fmt.Sprintf("%v: %d pool connections acquired, but %d live Locks and Sessions", s, got, want))
+		rest := 0
+		if w.resting != nil {
+			rest = w.resting(s.m)
+		}
+		if got, want := s.m.Stat().AcquiredConns(), w.handles(s.m); int(got) != want+rest {
+			bad = append(bad, fmt.Sprintf("%v: %d pool connections acquired, but %d live Locks and Sessions and %d resting shared sessions",
+				s, got, want, rest))
 		}
 	}
 	return bad

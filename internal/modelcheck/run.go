@@ -48,6 +48,10 @@ type Config struct {
 	// Locks there on names other Managers hold, with one of those released meanwhile, so
 	// that Locks wait without a session (see parkBatch).
 	Parked map[int]bool
+	// Resting returns how many shared sessions of a Manager rest, holding nothing, before
+	// they go back to the pool (advisory.RestingForTest): each keeps a pool connection
+	// that no live handle accounts for. nil counts none.
+	Resting func(*advisory.Manager) int
 }
 
 // ManagerOptions returns the options of every Manager of the model.
@@ -109,7 +113,8 @@ func newWorld(t *testing.T, cfg Config) *world {
 	w := &world{t: t, seed: seed, admin: cfg.Admin, rng: rand.New(rand.NewPCG(seed, 0x5eed)),
 		prefix: fmt.Sprintf("model-%d/", os.Getpid()), dead: map[uint32]bool{}, checks: map[opKind]int{},
 		outcomes: map[string]map[string]int{}, spent: map[string]time.Duration{},
-		verbose: os.Getenv("ADVISORY_MODEL_VERBOSE") != "", handoffs: cfg.Handoffs, shared: cfg.Shared, parked: cfg.Parked}
+		verbose: os.Getenv("ADVISORY_MODEL_VERBOSE") != "", handoffs: cfg.Handoffs, shared: cfg.Shared, parked: cfg.Parked,
+		resting: cfg.Resting}
 	for i := range modelNames {
 		w.names = append(w.names, fmt.Sprintf("k%d", i))
 	}

@@ -146,8 +146,9 @@ type world struct {
 	// sharedSeen counts the checks that found a backend with several live Locks (shared
 	// sessions), sharedPeak the most Locks seen on one.
 	sharedSeen, sharedPeak int
-	shared                 map[int]bool // Config.Shared
-	parked                 map[int]bool // Config.Parked
+	shared                 map[int]bool                // Config.Shared
+	parked                 map[int]bool                // Config.Parked
+	resting                func(*advisory.Manager) int // Config.Resting
 }
 
 func (w *world) full(name string) string      { return w.prefix + name }
