@@ -155,7 +155,7 @@ func pingDead(ping func(context.Context, pgxpool.ShouldPingParams) bool) func(co
 // once with ErrPoolExhausted when this Manager pins every connection.
 func (m *Manager) acquire(ctx context.Context, t target, wait bool) (*pin, error) {
 	if m.set.sharePer > 0 && m.allPinned() {
-		m.hosts.reclaim() // a shared session resting idle gives its connection back first
+		m.hosts.reclaim(ctx) // a shared session resting idle gives its connection back first
 	}
 	if err := m.reserve(wait); err != nil {
 		return nil, err

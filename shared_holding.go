@@ -290,8 +290,9 @@ func (hs *hostSet) expire(h *host) {
 // reclaim gives a resting host's connection back to the pool now, for a call that needs
 // one while this Manager pins every connection (see Manager.acquire). It blocks while
 // the host's session closes (one statement, bounded by cleanupTimeout), so that the
-// connection is free when it returns; it does nothing if no host rests.
-func (hs *hostSet) reclaim() {
+// connection is free when it returns, or until ctx ends (the close goes on in the
+// background); it does nothing if no host rests.
+func (hs *hostSet) reclaim(ctx context.Context) {
 	hs.mu.Lock()
 	var h *host
 	for _, c := range hs.hosts {
@@ -304,8 +305,17 @@ func (hs *hostSet) reclaim() {
 		hs.drop(h)
 	}
 	hs.mu.Unlock()
-	if h != nil {
+	if h == nil {
+		return
+	}
+	closed := make(chan struct{})
+	go func() {
+		defer close(closed)
 		h.closeNow()
+	}()
+	select {
+	case <-closed:
+	case <-ctx.Done():
 	}
 }
 

@@ -2,6 +2,8 @@ package advisory_test
 
 import (
 	"context"
+	"os"
+	"syscall"
 	"testing"
 	"time"
 
@@ -95,4 +97,42 @@ func TestRestingSharedSessionGivesItsConnection(t *testing.T) {
 	rest()
 	m.Close()
 	require.Zero(t, m.Stat().AcquiredConns())
+}
+
+// TestRestingSessionsCloseEndsWithTheCtx: a call that takes a resting shared session's
+// connection waits for that session's close, but no longer than its ctx: with the
+// session's backend stopped (SIGSTOP), the close hangs (up to its 5 s bound), and a
+// Session with a 200 ms ctx returns its ctx's error at once; once the backend runs again
+// the close ends and the connection serves the next call.
+func TestRestingSessionsCloseEndsWithTheCtx(t *testing.T) {
+	t.Parallel()
+	dsn(t) // skips without a server (fails under CI=true)
+	if srv.Kind() != "local" || os.Geteuid() != 0 {
+		t.Skip("needs the harness's local server and root, to stop a backend with SIGSTOP")
+	}
+	ctx := ctxT(t)
+	m := newManager(t, []string{"pool_max_conns=1"}, advisory.WithSharedSessions(8),
+		advisory.WithHostLingerForTest(time.Hour))
+	l, err := m.Lock(ctx, t.Name())
+	require.NoError(t, err)
+	require.True(t, l.SharesSession())
+	backend := l.PID()
+	require.NoError(t, l.Unlock(ctx))
+	require.EqualValues(t, 1, m.Stat().AcquiredConns(), "the emptied shared session rests")
+
+	require.NoError(t, syscall.Kill(int(backend), syscall.SIGSTOP))
+	t.Cleanup(func() { syscall.Kill(int(backend), syscall.SIGCONT) })
+	short, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+	defer cancel()
+	began := time.Now()
+	_, err = m.Session(short)
+	took := time.Since(began)
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	assert.Less(t, took, 2*time.Second, "a Session with a 200 ms ctx, the resting session's backend stopped")
+	t.Logf("the Session returned after %v: %v", took, err)
+
+	require.NoError(t, syscall.Kill(int(backend), syscall.SIGCONT))
+	s, err := m.Session(ctx)
+	require.NoError(t, err, "the connection, once the resting session's close ended")
+	require.NoError(t, s.Close(ctx))
 }
