@@ -54,12 +54,17 @@ const (
 	implRawOnDemand = "raw on demand"
 )
 
+// implRawLessOne is raw with one connection fewer than the budget per replica: what raw
+// does with the connections that "advisory at budget" has left for waits once one is its
+// shared session.
+const implRawLessOne = "raw budget less one"
+
 // sharedRawConns is implRawBudget's pool per replica (-shared-raw-conns).
 var sharedRawConns = 7
 
 // isRaw reports the raw implementations, which the library's are compared with.
 func isRaw(impl string) bool {
-	return impl == "raw" || impl == implRawBudget || impl == implRawOnDemand
+	return impl == "raw" || impl == implRawBudget || impl == implRawOnDemand || impl == implRawLessOne
 }
 
 // sharedPerSession is the bench's WithSharedSessions bound: high enough never to bind,
@@ -158,8 +163,11 @@ func runSharedFleet(ctx context.Context, cfg fleetConfig, sc sharedConfig, self 
 			for i := range impls {
 				sh := childShape{impl: impls[(i+r)%len(impls)], hot: hot, procs: cfg.procs, goroutines: cfg.goroutines,
 					names: cfg.names, conns: cfg.goroutines, duration: sc.duration, hold: cfg.hold, round: r}
-				if atBudget(sh.impl) {
+				switch {
+				case atBudget(sh.impl):
 					sh.conns = sharedRawConns
+				case sh.impl == implRawLessOne:
+					sh.conns = sharedRawConns - 1
 				}
 				pt, err := runPoint(ctx, sh, cfg.warmup, self, ms.srv.DSN(), ms.admin, ms.meter)
 				if err != nil {

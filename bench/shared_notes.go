@@ -213,6 +213,17 @@ point is in [benchmarks-shared.json](benchmarks-shared.json).
     rounds' spread. **Hot at the budget: 0.88x by the median, the 0.9x target still not
     shown**; client CPU per lock is raw's now, and what is left is the tail: p99 about
     1.6x raw same budget's.
+    Is the rest the one connection of each replica's 7 that the shared session takes,
+    leaving the waits 6 where raw's have 7? A raw row with one connection fewer
+    (` + "`raw budget less one`" + `, 6 per replica, 120 in all) beside the two, 2 runs of 3 rounds
+    (` + "`" + `-shared-impls "raw same budget,raw budget less one,advisory at budget"` + "`" + `, otherwise
+    as above, 09:15-09:35 UTC; the first round of the second run had a 20 s test run
+    beside it, which slowed raw same budget to 6,988 locks/s: left out): raw with 6 ran
+    at 0.88 / 1.03 / 1.09x raw with 7, p99 143-204 ms. The connection is not it. At the
+    budget, these runs: 0.85-0.99x raw same budget, 0.83 / 0.95 / 1.01x raw with 6; over
+    all 11 rounds since the change (4 runs), **0.81 / 0.89 / 1.27x** raw same budget.
+    The p99 stays the difference: 240-349 ms at the budget against 143-230 ms for both
+    raw rows.
   - Before the ticks, each parked Lock tried on a timer of its own, one round trip per
     try: hot 0.76x-0.93x (median 0.81x) on 18-19 % of raw's connections, client CPU per
     lock 165-185 µs. In one profile of that build (hot, 20 replicas), the shared
