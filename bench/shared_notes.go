@@ -224,6 +224,12 @@ point is in [benchmarks-shared.json](benchmarks-shared.json).
     all 11 rounds since the change (4 runs), **0.81 / 0.89 / 1.27x** raw same budget.
     The p99 stays the difference: 240-349 ms at the budget against 143-230 ms for both
     raw rows.
+    Tried and not kept: letting up to 8 sessions of one key per process exist at once
+    (` + "`gateSlots`" + ` 8, not 2), so that a replica's second and third Lock of a hot key join
+    the server's queue at once, as raw's callers do, instead of waiting in the process
+    for the first to be granted. One run of 3 rounds (09:36-09:44 UTC, as above):
+    0.81 / 0.85 / 0.85x raw same budget, p99 304-356 ms. No better: the tail is not the
+    in-process queue either.
   - Before the ticks, each parked Lock tried on a timer of its own, one round trip per
     try: hot 0.76x-0.93x (median 0.81x) on 18-19 % of raw's connections, client CPU per
     lock 165-185 µs. In one profile of that build (hot, 20 replicas), the shared
