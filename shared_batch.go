@@ -149,19 +149,20 @@ func (h *host) runBatch(batch []*hostReq) {
 // are put back as the requests left them; anything else is a *connFailure: the host is
 // lost.
 func (p *pin) hostBatch(batch []*hostReq) error {
-	var res1 [1]pgtype.Bool
-	keys, ops := make([]int64, len(batch)), make([]int32, len(batch))
-	for i, r := range batch {
-		keys[i], ops[i] = int64(r.t.key), r.op()
-	}
 	conn := p.pg.Conn()
 	conn.SetDeadline(time.Now().Add(cleanupTimeout)) // see Session.unlockKey
 	defer conn.SetDeadline(time.Time{})
+	var one [1]pgtype.Bool
 	var res []pgtype.Bool
 	var err error
 	if len(batch) == 1 {
-		res, err = p.oneRow(batch[0], res1[:0])
+		one[0], err = p.oneRow(batch[0])
+		res = one[:]
 	} else {
+		keys, ops := make([]int64, len(batch)), make([]int32, len(batch))
+		for i, r := range batch {
+			keys[i], ops[i] = int64(r.t.key), r.op()
+		}
 		res, err = p.batchRow(keys, ops)
 	}
 	switch {
@@ -178,7 +179,7 @@ func (p *pin) hostBatch(batch []*hostReq) error {
 	case !usable(p.pg, err): // a foreign backend's answer too (see batchRow)
 		return &connFailure{err}
 	}
-	if rerr := p.reconcileBatch(batch, keys); rerr != nil {
+	if rerr := p.reconcileBatch(batch); rerr != nil {
 		return &connFailure{rerr}
 	}
 	for _, r := range batch {
@@ -193,7 +194,11 @@ func (p *pin) hostBatch(batch []*hostReq) error {
 
 // reconcileBatch puts the keys of a batch whose statement failed back as the requests
 // left them: a key a take got is unlocked, a key an unlock left held is unlocked.
-func (p *pin) reconcileBatch(batch []*hostReq, keys []int64) error {
+func (p *pin) reconcileBatch(batch []*hostReq) error {
+	keys := make([]int64, len(batch))
+	for i, r := range batch {
+		keys[i] = int64(r.t.key)
+	}
 	var excl, shared []int64
 	if err := p.pc.QueryRow(context.Background(), hostHeldSQL, keys).Scan(&excl, &shared); err != nil {
 		return err
@@ -223,34 +228,27 @@ func (p *pin) reconcileBatch(batch []*hostReq, keys []int64) error {
 	return err
 }
 
-// oneRow runs a batch of one request, r, alone: the try or unlock statement of its
-// mode (statements.go), which is hostBatchSQL for one key without its arrays to encode,
-// unnest, aggregate and decode, and on a direct connection without the check of its
-// backend, as on a session of its own (see statements). It appends the answer to res
-// and returns it, with batchRow's errors.
-func (p *pin) oneRow(r *hostReq, res []pgtype.Bool) ([]pgtype.Bool, error) {
+// oneRow runs a batch of one request, r, alone, as a Session runs one key's statement
+// (see takeOne): the try or unlock statement of its mode (statements.go), which is
+// hostBatchSQL for one key without its arrays to encode, unnest, aggregate and decode,
+// and on a direct connection the bare lock function, with no check of its backend. It
+// returns the answer, or the error of a statement that ran on a standby or on another
+// client's backend (checkOwned), or the statement's own.
+func (p *pin) oneRow(r *hostReq) (pgtype.Bool, error) {
 	st := &baseStatements[b2i(p.st.direct)][b2i(r.t.shared)][0]
 	sql := st.unlock
 	if r.take {
 		sql = st.tryLock
 	}
-	var ok pgtype.Bool
-	pid := p.pid
-	var err error
-	if p.st.direct {
-		err = p.pc.QueryRow(context.Background(), sql, int64(r.t.key)).Scan(&ok)
-	} else {
-		err = p.pc.QueryRow(context.Background(), sql, int64(r.t.key), p.args[1]).Scan(&pid, &ok)
+	p.argKey = int64(r.t.key) // the runner has the session's turn
+	pid, ok, err := p.row(context.Background(), sql, false)
+	if err == nil {
+		err = p.checkOwned(pid, ok)
 	}
-	switch {
-	case err != nil:
-		return nil, err
-	case pid == 0:
-		return nil, standbyError()
-	case !ok.Valid || pid != p.pid: // NULL: the statement ran on a backend not the connection's own
-		return nil, p.foreignError()
+	if err != nil {
+		return pgtype.Bool{}, err
 	}
-	return append(res, ok), nil
+	return pgtype.Bool{Bool: *ok, Valid: true}, nil
 }
 
 // batchRow runs hostBatchSQL for keys and ops and returns its answers; an error
