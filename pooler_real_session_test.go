@@ -33,6 +33,7 @@ func TestPgBouncerSessionPooling(t *testing.T) {
 			b := pgtest.PgBouncerForTest(t, srv, pgtest.PoolSession)
 			busyClients(t, b.DSN(), load.busy)
 			t.Run("locks work", func(t *testing.T) { sessionPoolingLocksWork(t, b) })
+			t.Run("shared sessions", func(t *testing.T) { sessionPoolingShared(t, b) })
 			t.Run("SIGKILLed holder freed within 2s", func(t *testing.T) { sessionPoolingKilledHolder(t, b) })
 			t.Run("fenced transactions", func(t *testing.T) { sessionPoolingFenced(t, b) })
 			t.Run("work tagged and drained", func(t *testing.T) { sessionPoolingWorkDrained(t, b) })
@@ -40,6 +41,41 @@ func TestPgBouncerSessionPooling(t *testing.T) {
 			t.Run("no lock left on a server connection", func(t *testing.T) { requireNoLockLeft(t, b) })
 			t.Run("no session setting leaks", func(t *testing.T) { requireNoSettingLeaked(t, b, nil) })
 		})
+	}
+}
+
+// sessionPoolingShared: behind the pooler holdings share sessions (WithSharedSessions)
+// with the checked statements: a Lock and an Unlock one at a time (each a batch of one
+// request, the plain statement of its mode with the token) and a burst at once (batches
+// of several), each lock held by its session's backend in pg_locks and free after its
+// Unlock, the session resting in between.
+func sessionPoolingShared(t *testing.T, b *pgtest.PgBouncer) {
+	ctx := ctxT(t)
+	name := t.Name()
+	m, err := advisory.New(ctx, b.DSN(), advisory.WithSharedSessions(100), advisory.WithHostLingerForTest(time.Hour))
+	require.NoError(t, err)
+	t.Cleanup(m.Close)
+	var pid uint32
+	for i := range 3 {
+		l, err := m.Lock(ctx, fmt.Sprintf("%s/one/%d", name, i))
+		require.NoError(t, err)
+		require.True(t, l.SharesSession())
+		if i == 0 {
+			pid = l.PID()
+		}
+		require.Equal(t, pid, l.PID(), "one after another on the resting session")
+		requireHeldBy(t, l.Key(), pid)
+		require.NoError(t, l.Unlock(ctx))
+		requireFree(t, l.Key())
+	}
+	require.True(t, m.Bounds().Proxied, "behind the pooler: the checked statements")
+	burst := holdNames(t, m, name+"/burst", 40)
+	for _, l := range burst {
+		requireHeldBy(t, l.Key(), l.PID())
+	}
+	for _, l := range burst {
+		require.NoError(t, l.Unlock(ctx))
+		requireFree(t, l.Key())
 	}
 }
 
