@@ -53,13 +53,13 @@ func WithHolding(h Holding) Option {
 // connection while this Manager's sessions pin every one of the pool takes a resting
 // session's at once (it waits for the session's close, one statement), so a resting
 // session never makes a TryLock fail with [ErrPoolExhausted] or a Lock wait. A shared
-// session sends the tries and unlocks queued for it in
-// one statement, so a process needs one shared session per 64 calls in flight, plus one
-// connection per wait ([WithWaitSessions] bounds those on keys that are merely held),
-// not one per held lock: see docs/scale.md. Connections follow the calls in flight, not
-// the holdings: a burst of Locks taken at once opens shared sessions as its calls queue
-// (up to the pool's pool_max_conns, the cap to set for bursts), and a session goes back
-// to the pool only once it has held nothing for 100 ms, so the holdings a burst leaves can stay spread
+// session sends the tries and unlocks queued for it in one statement, so a process needs
+// one shared session per 64 calls in flight, plus one connection per wait
+// ([WithWaitSessions] bounds those on keys that are merely held), not one per held lock:
+// see docs/scale.md. Connections follow the calls in flight, not the holdings: a burst
+// of Locks taken at once opens shared sessions as its calls queue (up to the pool's
+// pool_max_conns, the cap to set for bursts), and a session goes back to the pool only
+// once it has held nothing for 100 ms, so the holdings a burst leaves can stay spread
 // over the sessions it opened. It does not block.
 //
 // What sharing a session costs:
@@ -147,9 +147,10 @@ func WithSharedSessions(perSession int) Option {
 // median against 0.81x, within the rounds' spread; 0.95x and 0.91x after a minute's
 // warm-up, once the hot names' statements were prepared, and 0.84x both in a later run
 // on a quiet machine, 0.88x once a shared session rested between calls: about 0.85x of
-// a plain pool's locks/s at the same connections, with a p99 about 1.6-2x its). A TryLock there still takes a free
-// key on a shared session; one that needs a connection of its own while every
-// connection is pinned fails at once with ErrPoolExhausted, as without sharing.
+// a plain pool's locks/s at the same connections, with a p99 about 1.6-2x its). A
+// TryLock there still takes a free key on a shared session; one that needs a connection
+// of its own while every connection is pinned fails at once with ErrPoolExhausted, as
+// without sharing.
 //
 // A wait place is the session's: a Lock that waited on one and hands the lock on
 // ([WithLocalHandoff]) hands its place on with it, until the session goes back to the
