@@ -190,7 +190,8 @@ point is in [benchmarks-shared.json](benchmarks-shared.json).
     **Shared sessions made cheaper** (issue 47, 4d8755b): an emptied shared session rests
     100 ms before it goes back to the pool, and a batch of one request sends the plain
     try or unlock statement, without arrays. One shared Lock + Unlock at a time now costs
-    the client 23 µs of CPU and 33 allocations, against 55-60 µs and 110 before
+    the client 23 µs of CPU and 33 allocations (15 once the one request ran as a
+    Session's statement does, e43d684), against 55-60 µs and 110 before
     (` + "`BenchmarkCycleCounts/shared`" + `, one core; raw pgx 21-22 µs and 13). The fleet,
     56af3b7 and 4d8755b alternated, 2 runs of each build (` + "`" + `-shared -shared-skews hot
     -shared-impls "raw same budget,advisory at budget" -shared-rounds 3 -shared-duration
