@@ -86,6 +86,7 @@ type Manager struct {
 	closeDone chan struct{}
 	sessions  map[*pin]struct{} // sessions that have not ended
 	pinned    int               // pool connections pinned or about to be: see reserve
+	connWaits []*connWait       // calls waiting in reserve, in the order they began
 	active    sync.WaitGroup    // calls in progress and sessions not ended
 }
 

@@ -134,3 +134,18 @@ func TxLockTextForTest(m *Manager, name string, try bool) string {
 	}
 	return st.lock
 }
+
+// ConnWaitsForTest returns how many calls of the Manager wait for a connection its
+// sessions pin (see reserve).
+func ConnWaitsForTest(m *Manager) int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return len(m.connWaits)
+}
+
+// PinnedForTest returns how many pool connections the Manager counts as pinned.
+func PinnedForTest(m *Manager) int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.pinned
+}

@@ -206,7 +206,7 @@ func (m *Manager) attempt(ctx context.Context, t target, mode attemptMode) (*Loc
 func (m *Manager) ownRoute(c *lockCall) (*Lock, error) {
 	ctx, t, try := c.ctx, c.t, c.try
 	for attempt := 0; ; attempt++ {
-		s, err := m.acquire(ctx, t, c.waitPool)
+		s, err := m.acquire(ctx, t, c.waitPool, c.start)
 		if err != nil {
 			return nil, m.notAcquired(ctx, t, try, c.start, lockError(c.op, t, err))
 		}

@@ -24,6 +24,10 @@ import (
 //     Unlock, which either hands the lock to the queue's head or releases it on the
 //     server, and only then does the head go to the server, behind the waiters already
 //     there.
+//
+// A call let in asks for a connection only then; when the Manager's sessions pin every
+// one, it is served in the order the calls began (see reserve), so that its time in this
+// queue keeps its place against calls that asked for a connection meanwhile.
 type gate struct {
 	waiting  bool      // a call is waiting on the server
 	sessions int       // gated sessions of this key that exist

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -41,6 +42,7 @@ func (m *Manager) forget(s *pin) {
 	delete(m.sessions, s)
 	if ok {
 		m.pinned--
+		m.giveBack()
 	}
 	m.mu.Unlock()
 	if ok {
@@ -106,19 +108,72 @@ const poolFullHint = "no server connection of the pooler's pool was free within 
 	"(PgBouncer default_pool_size) larger than the locks held and waited for at once plus the work's connections, " +
 	"or, where it cannot be resized, cap this Manager below it (pool_max_conns in the DSN)"
 
-// reserve counts a connection this Manager is about to pin. With wait false it refuses
-// when the Manager's own sessions (held locks, waits, calls about to run) already account
-// for every pool connection. Connections being closed or opened by the pool do not count:
-// one will be free in a moment.
-func (m *Manager) reserve(wait bool) error {
+// reserve counts a connection this Manager is about to pin, for a call that began at
+// start. With wait false it refuses when the Manager's own sessions (held locks, waits,
+// calls about to run) already account for every pool connection. With wait true it then
+// waits, in the order the calls began (see connWait), until one is given back, ctx ends
+// (ErrPoolExhausted with ctx's error) or Close begins (ErrClosed); after an error
+// nothing is counted. Connections being closed or opened by the pool do not count: one
+// will be free in a moment.
+func (m *Manager) reserve(ctx context.Context, wait bool, start time.Time) error {
 	m.mu.Lock()
-	defer m.mu.Unlock()
-	if !wait && m.pinned >= m.maxConns {
+	if m.pinned < m.maxConns && len(m.connWaits) == 0 {
+		m.pinned++
+		m.mu.Unlock()
+		return nil
+	}
+	if !wait {
+		m.mu.Unlock()
 		return fmt.Errorf("%w: all %d connections are pinned by this Manager's locks and waits",
 			ErrPoolExhausted, m.maxConns)
 	}
-	m.pinned++
-	return nil
+	w := &connWait{start: start, given: make(chan struct{})}
+	i := len(m.connWaits)
+	for i > 0 && m.connWaits[i-1].start.After(start) {
+		i--
+	}
+	m.connWaits = slices.Insert(m.connWaits, i, w)
+	m.mu.Unlock()
+	var err error
+	select {
+	case <-w.given:
+		return nil
+	case <-ctx.Done():
+		err = m.exhausted(ctx)
+	case <-m.closing:
+		err = ErrClosed
+	}
+	m.mu.Lock()
+	if isClosed(w.given) { // given just as the wait ended: pass it on
+		m.pinned--
+		m.giveBack()
+	} else {
+		m.connWaits = slices.DeleteFunc(m.connWaits, func(o *connWait) bool { return o == w })
+	}
+	m.mu.Unlock()
+	return err
+}
+
+// A connWait is a call waiting in reserve for a connection its Manager's sessions pin.
+// The waits are served in the order their calls began, not the order they asked: a Lock
+// queued in the process behind another of its key (lock_queue.go) asks only when that
+// one has the lock, and would otherwise go behind every call that asked meanwhile, in
+// the pool's own queue (issue 47: at a fixed connection budget with hot keys, that
+// second wait was the p99).
+type connWait struct {
+	start time.Time
+	given chan struct{} // closed when the connection is counted for the call
+}
+
+// giveBack counts freed connections for the calls that wait for one, oldest first. Under
+// m.mu.
+func (m *Manager) giveBack() {
+	for len(m.connWaits) > 0 && m.pinned < m.maxConns {
+		w := m.connWaits[0]
+		m.connWaits = m.connWaits[1:]
+		m.pinned++
+		close(w.given)
+	}
 }
 
 // allPinned reports whether this Manager's sessions pin every pool connection now.
@@ -131,6 +186,7 @@ func (m *Manager) allPinned() bool {
 func (m *Manager) unreserve() {
 	m.mu.Lock()
 	m.pinned--
+	m.giveBack()
 	m.mu.Unlock()
 }
 
@@ -151,13 +207,15 @@ func pingDead(ping func(context.Context, pgxpool.ShouldPingParams) bool) func(co
 	}
 }
 
-// acquire takes a connection from the pool for a new session. With wait false it fails at
-// once with ErrPoolExhausted when this Manager pins every connection.
-func (m *Manager) acquire(ctx context.Context, t target, wait bool) (*pin, error) {
+// acquire takes a connection from the pool for a new session, for a call that began at
+// start. With wait false it fails at once with ErrPoolExhausted when this Manager pins
+// every connection; with wait true, calls that wait for one of them are served in the
+// order they began (see reserve).
+func (m *Manager) acquire(ctx context.Context, t target, wait bool, start time.Time) (*pin, error) {
 	if m.set.sharePer > 0 && m.allPinned() {
 		m.hosts.reclaim(ctx) // a shared session resting idle gives its connection back first
 	}
-	if err := m.reserve(wait); err != nil {
+	if err := m.reserve(ctx, wait, start); err != nil {
 		return nil, err
 	}
 	pc, err := m.pool.Acquire(ctx)
@@ -186,8 +244,7 @@ func (m *Manager) acquireError(ctx context.Context, err error) error {
 	case m.isClosed():
 		return ErrClosed
 	case ctx.Err() != nil && full:
-		return fmt.Errorf("%w: all %d connections stayed pinned by this Manager's locks and waits: %w",
-			ErrPoolExhausted, m.maxConns, ctx.Err())
+		return m.exhausted(ctx)
 	case ctx.Err() != nil && m.proxy.txPooled.Load():
 		return fmt.Errorf("connect: waiting for the transaction pooler to run a new connection's set-up (each held "+
 			"lock and each wait keeps one of its server connections): %w", ctx.Err())
@@ -195,4 +252,11 @@ func (m *Manager) acquireError(ctx context.Context, err error) error {
 		return fmt.Errorf("connect: %w", ctx.Err())
 	}
 	return &scrubbed{fmt.Errorf("connect: %w", err), []string{m.pool.Config().ConnConfig.Password}}
+}
+
+// exhausted is the error of a wait for a connection that ctx ended while this Manager's
+// sessions pinned them all.
+func (m *Manager) exhausted(ctx context.Context) error {
+	return fmt.Errorf("%w: all %d connections stayed pinned by this Manager's locks and waits: %w",
+		ErrPoolExhausted, m.maxConns, ctx.Err())
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 )
 
 // Defaults of a Session's limits; see WithSessionLimits.
@@ -51,7 +52,7 @@ func (m *Manager) openSession(ctx context.Context, wait bool) (*Session, error) 
 		return nil, err
 	}
 	defer m.active.Done()
-	s, err := m.acquire(ctx, target{}, wait)
+	s, err := m.acquire(ctx, target{}, wait, time.Now())
 	if err != nil {
 		return nil, lockError("session", target{name: "session"}, err)
 	}
