@@ -140,17 +140,14 @@ func WithSharedSessions(perSession int) Option {
 // allow it, give n as many places as the waits a process has at once, or leave the
 // option off; parking pays where most waits are for keys that are merely held. Where the
 // budget is fixed and the keys are hot, capping the pool (pool_max_conns) instead of
-// parking makes a Lock whose key is taken wait for a connection in the pool's order, and
-// in the server's queue on it, as a plain pool's callers do: in the hot fleet of
-// docs/benchmarks.md, at the same 140 connections, its p99 was lower in every run
-// (573-632 ms against 712-921 ms) and its locks/s about the same (0.87x raw's by the
-// median against 0.81x, within the rounds' spread; 0.95x and 0.91x after a minute's
-// warm-up, once the hot names' statements were prepared, and 0.84x both in a later run
-// on a quiet machine, 0.88x once a shared session rested between calls: about 0.85x of
-// a plain pool's locks/s at the same connections, with a p99 about 1.6-2x its). A
-// TryLock there still takes a free key on a shared session; one that needs a connection
-// of its own while every connection is pinned fails at once with ErrPoolExhausted, as
-// without sharing.
+// parking makes a Lock whose key is taken wait for a connection, in the order the Locks
+// were called, and in the server's queue on it, as a plain pool's callers do: in the hot
+// fleet of docs/benchmarks.md, at the same 140 connections, 0.95x a plain pool's locks/s
+// by the median of 12 rounds (0.74-1.27x) with a p99 in its range (189-270 ms against
+// 171-270 ms), where parking, in earlier runs, ran at about 0.8x with a p99 about 2.5x
+// its. A TryLock there still takes a free key on a shared session; one that needs a
+// connection of its own while every connection is pinned fails at once with
+// ErrPoolExhausted, as without sharing.
 //
 // A wait place is the session's: a Lock that waited on one and hands the lock on
 // ([WithLocalHandoff]) hands its place on with it, until the session goes back to the

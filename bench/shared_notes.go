@@ -229,8 +229,45 @@ point is in [benchmarks-shared.json](benchmarks-shared.json).
     (` + "`gateSlots`" + ` 8, not 2), so that a replica's second and third Lock of a hot key join
     the server's queue at once, as raw's callers do, instead of waiting in the process
     for the first to be granted. One run of 3 rounds (09:36-09:44 UTC, as above):
-    0.81 / 0.85 / 0.85x raw same budget, p99 304-356 ms. No better: the tail is not the
-    in-process queue either.
+    0.81 / 0.85 / 0.85x raw same budget, p99 304-356 ms. No better; but the reading
+    drawn from it then, that the tail was not the queue in the process, was wrong:
+    ` + "`gateSlots`" + ` bounds the sessions of a key, and the gate's other rule, one call of a
+    key waiting on the server per process, stayed, so the third Lock still waited in the
+    process.
+    **The tail was the queue's second wait** (issue 47, 1d456ec). A Lock queued in the
+    process behind another of its key asks for a connection only once that one has the
+    lock, and at the budget it then went to the back of the pool's queue, behind every
+    call that asked meanwhile: it waited for a connection twice. Builds switched by an
+    environment variable (scratch, not committed), each beside the default in the same
+    runs (2026-11-30 10:49-11:27 UTC, nothing else running): no queue in the process at
+    all, 0.74 / 0.97 / 1.29x raw same budget and p99 200-259 ms over 9 rounds; two calls of
+    a key waiting on the server at once, 0.86 / 0.90 / 0.93x and p99 230-264 ms over 3.
+    Both give up the two-connection bound of the queue. What was kept keeps it: the calls
+    that wait while the Manager's sessions pin every connection are served in the order
+    they began, not the order they asked (` + "`reserve`" + `, ` + "`connWait`" + `), so a call's time in
+    the queue keeps its place. Two runs of 3 rounds, the pool's order and the calls' order
+    alternated in one binary (` + "`" + `-shared-impls "raw same budget,advisory at budget,..."` + "`" + `, 11:14-11:27 and
+    11:52-12:04 UTC), then two runs of the commit itself beside raw same budget and raw on
+    demand (11:31-11:54 UTC), nothing else running; min / median / max of per-round
+    ratios:
+
+    | hot, at the budget | the pool's order (before) | the calls' order (after) | raw same budget |
+    |---|---|---|---|
+    | locks/s / raw same budget, the alternated runs (6 rounds) | 0.80 / 0.95 / 1.10x | 0.86 / **1.04** / 1.27x | 1 |
+    | after / before, round by round (6 rounds) | | 1.08 / **1.10** / 1.15x | |
+    | locks/s / raw same budget, all 12 rounds of the calls' order | | 0.74 / **0.95** / 1.27x | 1 |
+    | locks/s / raw on demand (the commit's 6 rounds) | | 0.93 / 1.11 / 1.92x | |
+    | p50 (before: its 6 rounds; after and raw: 12) | 77-89 ms | 79-108 ms | 67-102 ms |
+    | p99 | 316-401 ms (median 353) | **189-270 ms** (median 235) | 171-270 ms (median 203) |
+    | client CPU per lock | 103-128 µs | 87-116 µs | 84-147 µs |
+
+    The calls' order beat the pool's in every one of the 6 rounds that ran both. **Hot at
+    the budget: 0.95x raw same budget by the median of 12 rounds, the 0.9x target met**,
+    with a p99 within raw's range (its median 1.16x raw's) and a p50 about 1.1x raw's:
+    first come first served across a replica's waits for a connection moves time from the
+    tail to the middle, as raw's single queue does. The direct cycle did not move
+    (BenchmarkCycleRatio, one core, 4 runs of each build alternated, 12:05 UTC: Lock +
+    Unlock 1.036-1.071x raw before, 1.020-1.060x after).
   - Before the ticks, each parked Lock tried on a timer of its own, one round trip per
     try: hot 0.76x-0.93x (median 0.81x) on 18-19 % of raw's connections, client CPU per
     lock 165-185 µs. In one profile of that build (hot, 20 replicas), the shared
