@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
@@ -87,7 +88,10 @@ type Manager struct {
 	sessions  map[*pin]struct{} // sessions that have not ended
 	pinned    int               // pool connections pinned or about to be: see reserve
 	connWaits []*connWait       // calls waiting in reserve, in the order they began
-	active    sync.WaitGroup    // calls in progress and sessions not ended
+	// connWaiting is len(connWaits), for a shared session that would rest (see rest),
+	// which must not take mu under hostSet.mu.
+	connWaiting atomic.Int32
+	active      sync.WaitGroup // calls in progress and sessions not ended
 }
 
 // DefaultMaxConns is the pool size New uses when the connection string sets no

@@ -133,7 +133,11 @@ func (m *Manager) reserve(ctx context.Context, wait bool, start time.Time) error
 		i--
 	}
 	m.connWaits = slices.Insert(m.connWaits, i, w)
+	m.connWaiting.Store(int32(len(m.connWaits)))
 	m.mu.Unlock()
+	if m.set.sharePer > 0 {
+		m.hosts.release() // a shared session resting idle gives its connection to the waits
+	}
 	var err error
 	select {
 	case <-w.given:
@@ -149,6 +153,7 @@ func (m *Manager) reserve(ctx context.Context, wait bool, start time.Time) error
 		m.giveBack()
 	} else {
 		m.connWaits = slices.DeleteFunc(m.connWaits, func(o *connWait) bool { return o == w })
+		m.connWaiting.Store(int32(len(m.connWaits)))
 	}
 	m.mu.Unlock()
 	return err
@@ -174,6 +179,7 @@ func (m *Manager) giveBack() {
 		m.pinned++
 		close(w.given)
 	}
+	m.connWaiting.Store(int32(len(m.connWaits)))
 }
 
 // allPinned reports whether this Manager's sessions pin every pool connection now.

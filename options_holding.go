@@ -51,10 +51,11 @@ func WithHolding(h Holding) Option {
 // waits on a session of its own, as without the option. A session that holds nothing
 // stays open 100 ms for the next call, then goes back to the pool; a call that needs a
 // connection while this Manager's sessions pin every one of the pool takes a resting
-// session's at once (it waits for the session's close, one statement), so a resting
-// session never makes a TryLock fail with [ErrPoolExhausted] or a Lock wait. A shared
-// session sends the tries and unlocks queued for it in one statement, so a process needs
-// one shared session per 64 calls in flight, plus one connection per wait
+// session's at once (it waits for the session's close, one statement), and while calls
+// wait for a connection no session rests, so a resting session never makes a TryLock
+// fail with [ErrPoolExhausted] or a Lock wait. A shared session sends the tries and
+// unlocks queued for it in one statement, so a process needs one shared session per 64
+// calls in flight, plus one connection per wait
 // ([WithWaitSessions] bounds those on keys that are merely held), not one per held lock:
 // see docs/scale.md. Connections follow the calls in flight, not the holdings: a burst
 // of Locks taken at once opens shared sessions as its calls queue (up to the pool's

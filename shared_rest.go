@@ -2,12 +2,15 @@ package advisory
 
 import (
 	"context"
+	"slices"
 	"time"
 )
 
 // A shared session that holds nothing rests (WithSharedSessions): it stays open for the
 // next call for hostLinger, then goes back to the pool; a call that needs a connection
-// while the Manager pins every one takes a resting session's at once (reclaim).
+// while the Manager pins every one takes a resting session's at once (reclaim), and while
+// calls wait for a connection no session rests: an emptied one goes back at once (rest),
+// and a call that starts to wait sends the resting ones back (release).
 
 // hostLinger is how long a shared session that holds nothing stays open for the next
 // call before it goes back to the pool. Opening one and giving it back costs the client
@@ -20,9 +23,15 @@ import (
 const hostLinger = 100 * time.Millisecond
 
 // rest lets h, if it is idle, linger open for hs.linger (hostLinger) from now before it
-// goes back to the pool (see expire, reclaim); under hs.mu.
+// goes back to the pool (see expire, reclaim); under hs.mu. While calls of the Manager
+// wait for a connection (see reserve), an idle h goes back at once instead.
 func (hs *hostSet) rest(h *host) {
 	if !hs.idle(h) {
+		return
+	}
+	if h.s != nil && h.s.m.connWaiting.Load() > 0 {
+		hs.drop(h)
+		h.close()
 		return
 	}
 	h.idleAt = time.Now()
@@ -86,6 +95,20 @@ func (hs *hostSet) reclaim(ctx context.Context) {
 	select {
 	case <-closed:
 	case <-ctx.Done():
+	}
+}
+
+// release gives the connections of the resting hosts back to the pool now, in the
+// background: calls wait for one (see reserve), which each would otherwise keep for the
+// rest of its linger.
+func (hs *hostSet) release() {
+	hs.mu.Lock()
+	defer hs.mu.Unlock()
+	for _, h := range slices.Clone(hs.hosts) {
+		if h.resting && hs.idle(h) {
+			hs.drop(h)
+			h.close()
+		}
 	}
 }
 

@@ -99,6 +99,36 @@ func TestRestingSharedSessionGivesItsConnection(t *testing.T) {
 	require.Zero(t, m.Stat().AcquiredConns())
 }
 
+// TestWaitingCallTakesTheSessionThatWouldRest: a call already waiting for a connection
+// (the pool's only one is a shared session's) when that session empties gets the
+// connection at once: the session does not rest while calls wait (its rest here is an
+// hour; the Session's ctx 10 s).
+func TestWaitingCallTakesTheSessionThatWouldRest(t *testing.T) {
+	t.Parallel()
+	ctx := ctxT(t)
+	m := newManager(t, []string{"pool_max_conns=1"}, advisory.WithSharedSessions(8),
+		advisory.WithHostLingerForTest(time.Hour))
+	l, err := m.Lock(ctx, t.Name())
+	require.NoError(t, err)
+	require.True(t, l.SharesSession())
+	opened := make(chan error, 1)
+	go func() {
+		short, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		s, err := m.Session(short)
+		if err == nil {
+			err = s.Close(ctx)
+		}
+		opened <- err
+	}()
+	eventually(t, 10*time.Second, func() bool { return advisory.ConnWaitsForTest(m) == 1 },
+		"the Session waiting for the connection")
+	require.NoError(t, l.Unlock(ctx))
+	require.NoError(t, <-opened, "the Session, given the emptied shared session's connection")
+	assert.Zero(t, advisory.RestingForTest(m), "no shared session rests")
+	requireNoAcquired(t, m)
+}
+
 // TestRestingSessionsCloseEndsWithTheCtx: a call that takes a resting shared session's
 // connection waits for that session's close, but no longer than its ctx: with the
 // session's backend stopped (SIGSTOP), the close hangs (up to its 5 s bound), and a
