@@ -99,6 +99,18 @@ func TestRestingSharedSessionGivesItsConnection(t *testing.T) {
 	require.Zero(t, m.Stat().AcquiredConns())
 }
 
+// lockOnTheOnlyConnection returns a Manager whose pool has one connection and whose
+// emptied shared sessions rest an hour, and a Lock of t.Name() held on its shared session.
+func lockOnTheOnlyConnection(t *testing.T, ctx context.Context) (*advisory.Manager, *advisory.Lock) {
+	t.Helper()
+	m := newManager(t, []string{"pool_max_conns=1"}, advisory.WithSharedSessions(8),
+		advisory.WithHostLingerForTest(time.Hour))
+	l, err := m.Lock(ctx, t.Name())
+	require.NoError(t, err)
+	require.True(t, l.SharesSession())
+	return m, l
+}
+
 // TestWaitingCallTakesTheSessionThatWouldRest: a call already waiting for a connection
 // (the pool's only one is a shared session's) when that session empties gets the
 // connection at once: the session does not rest while calls wait (its rest here is an
@@ -106,11 +118,7 @@ func TestRestingSharedSessionGivesItsConnection(t *testing.T) {
 func TestWaitingCallTakesTheSessionThatWouldRest(t *testing.T) {
 	t.Parallel()
 	ctx := ctxT(t)
-	m := newManager(t, []string{"pool_max_conns=1"}, advisory.WithSharedSessions(8),
-		advisory.WithHostLingerForTest(time.Hour))
-	l, err := m.Lock(ctx, t.Name())
-	require.NoError(t, err)
-	require.True(t, l.SharesSession())
+	m, l := lockOnTheOnlyConnection(t, ctx)
 	opened := make(chan error, 1)
 	go func() {
 		short, cancel := context.WithTimeout(ctx, 10*time.Second)
@@ -141,11 +149,7 @@ func TestRestingSessionsCloseEndsWithTheCtx(t *testing.T) {
 		t.Skip("needs the harness's local server and root, to stop a backend with SIGSTOP")
 	}
 	ctx := ctxT(t)
-	m := newManager(t, []string{"pool_max_conns=1"}, advisory.WithSharedSessions(8),
-		advisory.WithHostLingerForTest(time.Hour))
-	l, err := m.Lock(ctx, t.Name())
-	require.NoError(t, err)
-	require.True(t, l.SharesSession())
+	m, l := lockOnTheOnlyConnection(t, ctx)
 	backend := l.PID()
 	require.NoError(t, l.Unlock(ctx))
 	require.EqualValues(t, 1, m.Stat().AcquiredConns(), "the emptied shared session rests")
@@ -155,7 +159,7 @@ func TestRestingSessionsCloseEndsWithTheCtx(t *testing.T) {
 	short, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
 	defer cancel()
 	began := time.Now()
-	_, err = m.Session(short)
+	_, err := m.Session(short)
 	took := time.Since(began)
 	require.ErrorIs(t, err, context.DeadlineExceeded)
 	assert.Less(t, took, 2*time.Second, "a Session with a 200 ms ctx, the resting session's backend stopped")
