@@ -272,7 +272,10 @@ point is in [benchmarks-shared.json](benchmarks-shared.json).
     (a call already waiting when it emptied waited out the rest): one run of 3 rounds,
     that build beside the resting one in one binary (12:23-12:34 UTC): 1.05x, 1.00x and
     1.03x of it round by round, 0.80 / 0.92 / 1.04x raw same budget, p99 175-235 ms
-    (raw same budget 168-193 ms).
+    (raw same budget 168-193 ms). Uniform, one run of 3 rounds of 96004a7 beside raw
+    (12:57-13:05 UTC; not alternated with the build before): 1.54 / 1.64 / 1.93x raw same
+    budget (the last run before these changes: 1.05 / 1.17 / 1.31x), p50 9-14 ms and p99
+    149-185 ms against raw same budget's 65-67 ms and 316-356 ms.
   - Before the ticks, each parked Lock tried on a timer of its own, one round trip per
     try: hot 0.76x-0.93x (median 0.81x) on 18-19 % of raw's connections, client CPU per
     lock 165-185 µs. In one profile of that build (hot, 20 replicas), the shared
