@@ -41,7 +41,7 @@ func RestingForTest(m *Manager) int {
 	defer m.hosts.mu.Unlock()
 	n := 0
 	for _, h := range m.hosts.hosts {
-		if h.resting && m.hosts.idle(h) && time.Since(h.idleAt) < m.hosts.linger+time.Second {
+		if m.hosts.restsNow(h) && time.Since(h.idleAt) < m.hosts.linger+time.Second {
 			n++
 		}
 	}

@@ -171,8 +171,12 @@ type connWait struct {
 }
 
 // giveBack counts freed connections for the calls that wait for one, oldest first. Under
-// m.mu.
+// m.mu. Every session's end calls it: with no call waiting it returns at once, writing
+// nothing.
 func (m *Manager) giveBack() {
+	if len(m.connWaits) == 0 {
+		return
+	}
 	for len(m.connWaits) > 0 && m.pinned < m.maxConns {
 		w := m.connWaits[0]
 		m.connWaits = m.connWaits[1:]

@@ -75,7 +75,7 @@ func (hs *hostSet) reclaim(ctx context.Context) {
 	hs.mu.Lock()
 	var h *host
 	for _, c := range hs.hosts {
-		if c.resting && hs.idle(c) {
+		if hs.restsNow(c) {
 			h = c
 			break
 		}
@@ -105,12 +105,15 @@ func (hs *hostSet) release() {
 	hs.mu.Lock()
 	defer hs.mu.Unlock()
 	for _, h := range slices.Clone(hs.hosts) {
-		if h.resting && hs.idle(h) {
+		if hs.restsNow(h) {
 			hs.drop(h)
 			h.close()
 		}
 	}
 }
+
+// restsNow reports whether h rests: idle, its linger begun and not ended; under hs.mu.
+func (hs *hostSet) restsNow(h *host) bool { return h.resting && hs.idle(h) }
 
 // close gives the session of h, which holds nothing and is out of the set, back to the
 // pool, in the background.
