@@ -11,7 +11,8 @@
 //     every replica's timer fires; the first to take the job's lock runs the occurrence,
 //     the others fail to take it and skip at once. The lock is kept for at least a given
 //     time after it was taken, so that a replica whose timer fires a little late still
-//     skips.
+//     skips. At shutdown, [Locker.Close] (after the scheduler's, before the Manager's)
+//     keeps the holds not yet over.
 //   - [Elector] (gocron.WithDistributedElector): one replica is leader, holding one lock
 //     for as long as its session lives, and only the leader runs jobs; when it dies or
 //     loses its session, another replica takes the lock within milliseconds and leads.

@@ -1,6 +1,7 @@
 package advgocron_test
 
 import (
+	"context"
 	"runtime"
 	"testing"
 	"time"
@@ -87,6 +88,60 @@ func TestLockerHoldEndsOnLossAndClose(t *testing.T) {
 	m.Close()
 	leak.Goroutines(t, before)
 	eventually(t, 10*time.Second, func() bool { return len(holders(t, name)) == 0 }, "released on Close")
+}
+
+// TestLockerCloseKeepsTheHold: a replica shutting down right after it ran an occurrence
+// (Close, then the Manager's Close, as the Locker's godoc says) keeps the lock for the
+// rest of the hold: a late replica's Lock still fails meanwhile. Close returns once the
+// hold is over; a Close whose ctx ends first says so and leaves the hold as it was; a
+// Lock after Close fails with ErrClosed. Without Close, the Manager's Close frees the
+// lock at once (the case a late replica's timer ran the same occurrence twice).
+func TestLockerCloseKeepsTheHold(t *testing.T) {
+	t.Parallel()
+	ctx := ctxT(t)
+	name := t.Name()
+	const atLeast = 1500 * time.Millisecond
+	m := newManager(t)
+	lk, late := newLocker(t, m, atLeast), newLocker(t, newManager(t), 0)
+	start := time.Now()
+	held, err := lk.Lock(ctx, name)
+	require.NoError(t, err)
+	pids := holders(t, name)
+	require.Len(t, pids, 1)
+	require.NoError(t, held.Unlock(ctx)) // the hold goes on in the background
+
+	short, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+	defer cancel()
+	err = lk.Close(short)
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	require.ErrorContains(t, err, "1 locks not yet released")
+	require.Equal(t, pids, holders(t, name), "a Close whose ctx ended changed the hold")
+	_, err = lk.Lock(ctx, name+"-other")
+	require.ErrorIs(t, err, advisory.ErrClosed)
+	require.Empty(t, holders(t, name+"-other"))
+
+	closed := make(chan time.Duration, 1)
+	go func() {
+		if err := lk.Close(ctx); err != nil {
+			t.Errorf("Close: %v", err)
+		}
+		closed <- time.Since(start)
+	}()
+	_, err = late.Lock(ctx, name)
+	require.ErrorIs(t, err, advisory.ErrLocked, "a late replica took the lock during the hold, while Close ran")
+	took := <-closed
+	require.GreaterOrEqual(t, took, atLeast, "Close returned before the hold ended")
+	require.Empty(t, holders(t, name), "Close returned with the lock held")
+	m.Close()
+
+	// Without Close: the Manager's Close ends the hold at once.
+	m2 := newManager(t)
+	held, err = newLocker(t, m2, time.Hour).Lock(ctx, name)
+	require.NoError(t, err)
+	require.NoError(t, held.Unlock(ctx))
+	m2.Close()
+	eventually(t, 10*time.Second, func() bool { return len(holders(t, name)) == 0 }, "freed by the Manager's Close")
+	t.Logf("Close returned %v after Lock, for atLeast %v", took, atLeast)
 }
 
 func TestLockerReportsLoss(t *testing.T) {

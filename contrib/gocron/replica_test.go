@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -31,6 +32,13 @@ const (
 	interval = 2 * time.Second
 	cronSpec = "*/2 * * * * *" // every interval, on the wall clock's even seconds
 	atLeast  = time.Second     // the Locker's hold: interval/2 of skew tolerated either side
+
+	// skewStep is how much later than replica n-1's replica n's timer fires, in effect:
+	// with the Locker, replica n waits n*skewStep before it tries the lock, as if its
+	// clock ran behind. Real replicas' timers differ by this much (clocks, load); here
+	// it makes the order of the tries certain, so that the replica stopped first after
+	// the last occurrence is the one that ran it, still in its hold while the others try.
+	skewStep = 150 * time.Millisecond
 )
 
 func replicaMain() int {
@@ -89,6 +97,7 @@ func runReplica() error {
 	if err != nil {
 		return err
 	}
+	stop = sync.OnceValue(stop)
 	defer stop()
 	s, err := gocron.NewScheduler(dist)
 	if err != nil {
@@ -114,21 +123,53 @@ func runReplica() error {
 	if err := s.Shutdown(); err != nil {
 		return err
 	}
+	// As the Locker's godoc asks: after the scheduler, before the Manager (deferred).
+	if err := stop(); err != nil {
+		return err
+	}
 	return rec.err
 }
 
-// distribution returns the scheduler option for mode, and what stops it.
-func distribution(m *advisory.Manager, mode, name string) (gocron.SchedulerOption, func(), error) {
+// distribution returns the scheduler option for mode, and what stops it once the
+// scheduler has shut down: the Locker's Close waits for a hold not yet over, so that the
+// Manager's Close does not end it early.
+func distribution(m *advisory.Manager, mode, name string) (gocron.SchedulerOption, func() error, error) {
 	switch mode {
 	case "locker":
 		lk, err := advgocron.NewLocker(m, atLeast)
-		return gocron.WithDistributedLocker(lk), func() {}, err
+		if err != nil {
+			return nil, nil, err
+		}
+		n, err := strconv.Atoi(os.Getenv(envReplica))
+		if err != nil {
+			return nil, nil, err
+		}
+		return gocron.WithDistributedLocker(skewed{lk, time.Duration(n) * skewStep}), func() error {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			return lk.Close(ctx)
+		}, nil
 	case "elector":
 		e, err := advgocron.NewElector(m, name)
 		if err != nil {
 			return nil, nil, err
 		}
-		return gocron.WithDistributedElector(e), e.Close, nil
+		return gocron.WithDistributedElector(e), func() error { e.Close(); return nil }, nil
 	}
 	return nil, nil, fmt.Errorf("unknown mode %q", mode)
+}
+
+// skewed is a Locker whose tries come late by skew (see skewStep).
+type skewed struct {
+	*advgocron.Locker
+	skew time.Duration
+}
+
+func (s skewed) Lock(ctx context.Context, key string) (gocron.Lock, error) {
+	select {
+	case <-time.After(s.skew):
+		return s.Locker.Lock(ctx, key)
+	case <-ctx.Done():
+		return nil, context.Cause(ctx)
+	}
 }

@@ -16,10 +16,12 @@ import (
 )
 
 // TestReplicas runs three processes, each with a real gocron scheduler firing the same job
-// every 2 s on the wall clock, distributed by the Locker or the Elector. Halfway through,
-// the replica that ran the latest occurrence is SIGKILLed. Every occurrence must run
-// exactly once across the replicas, none may be missed, and with the Locker every other
-// live replica must have fired it too and skipped.
+// every 2 s on the wall clock, distributed by the Locker or the Elector; with the Locker,
+// replica n tries n*skewStep late. Halfway through, the replica that ran the latest
+// occurrence is SIGKILLed. At the end the replicas shut down gracefully, the one that ran
+// the last occurrence first, during its hold. Every occurrence must run exactly once
+// across the replicas, none may be missed, and with the Locker every other live replica
+// must have fired it too and skipped.
 func TestReplicas(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short: three scheduler processes for about 25 s")
@@ -58,7 +60,8 @@ func (r *replica) stop(t *testing.T) error {
 func startReplica(t *testing.T, n int, mode, table string) *replica {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), envReplica+"="+fmt.Sprint(n), envDSN+"="+dsn(t), envMode+"="+mode, envTable+"="+table)
+	cmd.Env = append(os.Environ(), envReplica+"="+fmt.Sprint(n), envDSN+"="+dsn(t), envMode+"="+mode, envTable+"="+table,
+		"GORACE=atexit_sleep_ms=0") // a -race binary otherwise sleeps 1 s as it exits
 	cmd.Stderr = os.Stderr
 	stdin, err := cmd.StdinPipe()
 	require.NoError(t, err)
@@ -96,9 +99,27 @@ func testReplicas(t *testing.T, mode string) {
 	waitRuns(t, table, windowStart, 5)
 	killedOcc, killed := killLatest(t, table, rs)
 	waitRuns(t, table, killedOcc.Add(interval), 5)
+	// A graceful shutdown right after an occurrence: the replica that ran it first, in
+	// its hold (with the Locker) while the others' tries, later by skewStep, are still to
+	// come; the others once they have tried (each records a run or a skip).
+	lastOcc, runner := latestRun(t, table)
+	order := []*replica{rs[runner]}
 	for _, r := range rs {
-		if r.n != killed {
-			require.NoError(t, r.stop(t), "replica %d exit", r.n)
+		if r.n != killed && r.n != runner {
+			order = append(order, r)
+		}
+	}
+	for i, r := range order {
+		began := time.Now()
+		require.NoError(t, r.stop(t), "replica %d exit", r.n)
+		t.Logf("replica %d stopped at %s in %v", r.n, time.Now().Format("05.000"), time.Since(began).Round(time.Millisecond))
+		if i == 0 && mode == "locker" {
+			eventually(t, 30*time.Second, func() bool {
+				var tried int
+				require.NoError(t, admin.QueryRow(context.Background(), fmt.Sprintf(
+					`SELECT count(DISTINCT replica) FROM %s WHERE occurrence = $1`, table), lastOcc).Scan(&tried))
+				return tried == len(order)
+			}, "every live replica tried the last occurrence")
 		}
 	}
 	checkOccurrences(t, table, mode, windowStart, killedOcc, killed)
@@ -119,15 +140,10 @@ func waitRuns(t *testing.T, table string, since time.Time, n int) {
 // (so no replica's timer is due), and returns that occurrence and the replica's number.
 func killLatest(t *testing.T, table string, rs []*replica) (time.Time, int) {
 	t.Helper()
-	latest := func() (occ time.Time, who int) {
-		require.NoError(t, admin.QueryRow(context.Background(), fmt.Sprintf(
-			`SELECT occurrence, replica FROM %s WHERE kind = 'run' ORDER BY occurrence DESC LIMIT 1`, table)).Scan(&occ, &who))
-		return occ, who
-	}
 	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); {
-		occ, who := latest()
+		occ, who := latestRun(t, table)
 		time.Sleep(time.Until(occ.Add(interval / 2)))
-		if again, _ := latest(); again.Equal(occ) && time.Now().Before(occ.Add(interval*3/4)) {
+		if again, _ := latestRun(t, table); again.Equal(occ) && time.Now().Before(occ.Add(interval*3/4)) {
 			require.NoError(t, rs[who].cmd.Process.Kill())
 			rs[who].cmd.Wait()
 			t.Logf("SIGKILLed replica %d, which ran the occurrence at %s", who, occ.Format("15:04:05"))
@@ -137,6 +153,14 @@ func killLatest(t *testing.T, table string, rs []*replica) (time.Time, int) {
 	}
 	t.Fatal("no moment halfway between two occurrences within 30 s")
 	return time.Time{}, 0
+}
+
+// latestRun returns the latest occurrence run and the replica that ran it.
+func latestRun(t *testing.T, table string) (occ time.Time, who int) {
+	t.Helper()
+	require.NoError(t, admin.QueryRow(context.Background(), fmt.Sprintf(
+		`SELECT occurrence, replica FROM %s WHERE kind = 'run' ORDER BY occurrence DESC LIMIT 1`, table)).Scan(&occ, &who))
+	return occ, who
 }
 
 // occurrence is what the replicas recorded for one occurrence.
@@ -165,7 +189,9 @@ func checkOccurrences(t *testing.T, table, mode string, windowStart, killedOcc t
 	// The first occurrence counted comes at least interval/2 after every replica said it
 	// was ready, so that every scheduler (and the Elector's first leader) is surely armed.
 	first := windowStart.Add(interval / 2).Truncate(interval).Add(interval)
-	last := occs[len(occs)-1].At
+	// The last counted is the last run: after it the replicas shut down, and a timer that
+	// fires meanwhile finds its scheduler stopping (a skip, or nothing).
+	last, _ := latestRun(t, table)
 	byTime := map[time.Time]occurrence{}
 	for _, o := range occs {
 		byTime[o.At] = o
