@@ -14,8 +14,9 @@ import (
 )
 
 // Every replica runs the same Cron: at each tick one replica runs the report, the others
-// skip. The lock is kept for at least 30 s so that a replica whose timer fires late still
-// skips; cron.Recover, first in the chain, keeps a panicking job from ending the process.
+// skip. The lock is kept for at least 500 ms (less than the second between ticks) so that
+// a replica whose timer fires late still skips; cron.Recover, first in the chain, keeps a
+// panicking job from ending the process. At shutdown the Cron stops first, then ctx ends.
 func Example() {
 	m, err := advisory.New(context.Background(), os.Getenv("DATABASE_URL"))
 	if err != nil {
@@ -23,13 +24,14 @@ func Example() {
 	}
 	defer m.Close()
 
-	// Cancelled at shutdown: it ends a running job's ctx and the lock's hold.
+	// Ends a running FuncJob's ctx and the lock's hold at once: cancelled at shutdown,
+	// after the Cron's Stop (or when the stop takes too long).
 	ctx, shutdown := context.WithCancel(context.Background())
 	defer shutdown()
 	logger := cron.PrintfLogger(log.New(os.Stderr, "cron: ", log.LstdFlags))
 	c := cron.New(cron.WithSeconds(), cron.WithLogger(logger), cron.WithChain(
 		cron.Recover(logger),
-		advrobfigcron.OnOneReplica(m, "hourly-report", 30*time.Second,
+		advrobfigcron.OnOneReplica(m, "report", 500*time.Millisecond,
 			advrobfigcron.WithLogger(logger), advrobfigcron.WithContext(ctx)),
 	))
 	ran := make(chan struct{}, 1)
@@ -46,8 +48,17 @@ func Example() {
 	}
 	c.Start()
 	<-ran
-	shutdown()        // ends the hold: the lock is released now, not in 30 s
-	<-c.Stop().Done() // waits for the running job to return
+	// Stop waits for the running job and then its hold, so that a replica whose timer
+	// fires late still skips the tick this one ran; cancelling ctx first would end both
+	// at once. A budget for the wait: past it, ctx ends them.
+	stopped := c.Stop()
+	select {
+	case <-stopped.Done():
+	case <-time.After(10 * time.Second):
+		shutdown()
+		<-stopped.Done()
+	}
+	shutdown()
 	fmt.Println("report written")
 	// Output: report written
 }

@@ -33,10 +33,14 @@ func WithLogger(l cron.Logger) Option {
 }
 
 // WithContext sets the base context of every run: it governs the try, the context a
-// [FuncJob] runs with, and the hold. When it ends (a shutdown), a running FuncJob's
-// context is cancelled, a hold ends and the lock is released at once, and later ticks
-// fail at the try (logged as errors). The default is context.Background(). A nil ctx
-// panics.
+// [FuncJob] runs with, and the hold. When it ends, a running FuncJob's context is
+// cancelled, a hold ends and the lock is released at once, and later ticks fail at the
+// try (logged as errors). The default is context.Background(). A nil ctx panics.
+//
+// At shutdown, end it after the Cron's Stop, once Stop's context is done (the running
+// jobs returned and their holds ended, at most atLeast after their tries), or when that
+// wait is over your budget. Ended first, it frees the lock of a tick this replica just
+// ran, and a replica whose timer fires late runs that tick again.
 func WithContext(ctx context.Context) Option {
 	if ctx == nil {
 		panic("advrobfigcron: WithContext with a nil context")

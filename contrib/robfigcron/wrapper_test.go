@@ -131,3 +131,57 @@ func TestNilArguments(t *testing.T) {
 	assert.Panics(t, func() { advrobfigcron.WithLogger(nil) })
 	assert.Panics(t, func() { advrobfigcron.WithContext(nil) }) //nolint:staticcheck // the point of the test
 }
+
+// TestStopKeepsTheHold: a replica shutting down right after it ran a tick, in the order
+// the docs give (cron.Stop, wait for its ctx, and only then cancel the WithContext ctx),
+// keeps the lock for the rest of the hold: a late replica's try during the stop skips,
+// and Stop's ctx is done only once the hold is over. Cancelling first ends the hold at
+// once, and the late replica runs the tick again: the cost the docs name.
+func TestStopKeepsTheHold(t *testing.T) {
+	t.Parallel()
+	name := lockName(t)
+	const atLeast = 1500 * time.Millisecond
+	b := newManager(t)
+	for _, cancelFirst := range []bool{false, true} {
+		a := newManager(t)
+		ctx, shutdown := context.WithCancel(context.Background())
+		t.Cleanup(shutdown)
+		la, lb := &recLogger{}, &recLogger{}
+		ran := make(chan struct{}, 1)
+		c := cron.New(cron.WithSeconds(), cron.WithLogger(la), cron.WithChain(
+			advrobfigcron.OnOneReplica(a, name, atLeast, advrobfigcron.WithLogger(la), advrobfigcron.WithContext(ctx))))
+		_, err := c.AddJob("* * * * * *", cron.FuncJob(func() {
+			select {
+			case ran <- struct{}{}:
+			default:
+			}
+		}))
+		require.NoError(t, err)
+		c.Start()
+		<-ran
+		took := time.Now()
+		if cancelFirst {
+			shutdown()
+		}
+		stopped := c.Stop()
+		lateRan := make(chan struct{}, 1)
+		late := advrobfigcron.OnOneReplica(b, name, 0, advrobfigcron.WithLogger(lb))(
+			cron.FuncJob(func() { lateRan <- struct{}{} }))
+		if cancelFirst {
+			<-stopped.Done()
+			late.Run()
+			assert.Len(t, lateRan, 1, "cancelled first: the hold ended at once, and the late replica ran the tick")
+		} else {
+			late.Run() // during the stop, in the hold (a round trip, far shorter than atLeast)
+			assert.Empty(t, lateRan, "a late replica ran the tick while the stopping replica's hold lasted")
+			assert.Equal(t, 1, lb.skips())
+			assert.NoError(t, stopped.Err(), "Stop's ctx was done %v after the job ran, the hold not over", time.Since(took))
+			<-stopped.Done()
+			assert.Empty(t, holders(t, name), "the hold outlived Stop")
+			shutdown()
+		}
+		assert.Empty(t, la.errs())
+		assert.Empty(t, lb.errs())
+		eventually(t, 10*time.Second, func() bool { return len(holders(t, name)) == 0 }, "released")
+	}
+}

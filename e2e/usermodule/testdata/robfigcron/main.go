@@ -21,13 +21,14 @@ func main() {
 	}
 	defer m.Close()
 
-	// Cancelled at shutdown: it ends a running job's ctx and the lock's hold.
+	// Ends a running FuncJob's ctx and the lock's hold at once: cancelled at shutdown,
+	// after the Cron's Stop (or when the stop takes too long).
 	ctx, shutdown := context.WithCancel(context.Background())
 	defer shutdown()
 	logger := cron.PrintfLogger(log.New(os.Stderr, "cron: ", log.LstdFlags))
 	c := cron.New(cron.WithSeconds(), cron.WithLogger(logger), cron.WithChain(
 		cron.Recover(logger),
-		advrobfigcron.OnOneReplica(m, "hourly-report", 30*time.Second,
+		advrobfigcron.OnOneReplica(m, "report", 500*time.Millisecond,
 			advrobfigcron.WithLogger(logger), advrobfigcron.WithContext(ctx)),
 	))
 	ran := make(chan struct{}, 1)
@@ -44,7 +45,16 @@ func main() {
 	}
 	c.Start()
 	<-ran
-	shutdown()        // ends the hold: the lock is released now, not in 30 s
-	<-c.Stop().Done() // waits for the running job to return
+	// Stop waits for the running job and then its hold, so that a replica whose timer
+	// fires late still skips the tick this one ran; cancelling ctx first would end both
+	// at once. A budget for the wait: past it, ctx ends them.
+	stopped := c.Stop()
+	select {
+	case <-stopped.Done():
+	case <-time.After(10 * time.Second):
+		shutdown()
+		<-stopped.Done()
+	}
+	shutdown()
 	fmt.Println("report written")
 }
