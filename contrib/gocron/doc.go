@@ -16,6 +16,7 @@
 //   - [Elector] (gocron.WithDistributedElector): one replica is leader, holding one lock
 //     for as long as its session lives, and only the leader runs jobs; when it dies or
 //     loses its session, another replica takes the lock within milliseconds and leads.
+//     [Elector.Close] hands over only once a given hold has passed since the last run.
 //
 // Neither is exactly-once in the strict sense: the lease is the database session, and
 // there is no table recording which occurrences ran. A replica that crashes right after

@@ -65,7 +65,7 @@ func TestElectorIgnoresAForgedTag(t *testing.T) {
 	t.Cleanup(func() { c.Close(context.Background()) })
 
 	_, holderDSN := loginRole(t, "replica")
-	e, err := advgocron.NewElector(managerAs(t, holderDSN), name)
+	e, err := advgocron.NewElector(managerAs(t, holderDSN), name, 0)
 	require.NoError(t, err)
 	t.Cleanup(e.Close)
 	eventually(t, 10*time.Second, func() bool { return e.IsLeader(context.Background()) == nil }, "the elector leads")
@@ -96,7 +96,7 @@ func TestElectorCampaignsThroughAFailedDrain(t *testing.T) {
 	terminate(t, l.PID())
 	<-l.Done()
 
-	e, err := advgocron.NewElector(managerAs(t, holderDSN, advisory.WithDrainWait(0), advisory.WithWorkRoles(worker)), name)
+	e, err := advgocron.NewElector(managerAs(t, holderDSN, advisory.WithDrainWait(0), advisory.WithWorkRoles(worker)), name, 0)
 	require.NoError(t, err)
 	t.Cleanup(e.Close)
 	for deadline := time.Now().Add(time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {

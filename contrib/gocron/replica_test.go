@@ -34,8 +34,8 @@ const (
 	atLeast  = time.Second     // the Locker's hold: interval/2 of skew tolerated either side
 
 	// skewStep is how much later than replica n-1's replica n's timer fires, in effect:
-	// with the Locker, replica n waits n*skewStep before it tries the lock, as if its
-	// clock ran behind. Real replicas' timers differ by this much (clocks, load); here
+	// replica n waits n*skewStep before it tries the lock (the Locker) or asks whether it
+	// leads (the Elector), as if its clock ran behind. Real replicas' timers differ by this much (clocks, load); here
 	// it makes the order of the tries certain, so that the replica stopped first after
 	// the last occurrence is the one that ran it, still in its hold while the others try.
 	skewStep = 150 * time.Millisecond
@@ -93,7 +93,7 @@ func runReplica() error {
 	rec := &recorder{pool: pool, table: table, replica: os.Getenv(envReplica)}
 	var shuttingDown atomic.Bool
 
-	dist, stop, err := distribution(m, os.Getenv(envMode), table)
+	dist, stop, err := distribution(m, os.Getenv(envMode), table, rec, &shuttingDown)
 	if err != nil {
 		return err
 	}
@@ -132,44 +132,78 @@ func runReplica() error {
 
 // distribution returns the scheduler option for mode, and what stops it once the
 // scheduler has shut down: the Locker's Close waits for a hold not yet over, so that the
-// Manager's Close does not end it early.
-func distribution(m *advisory.Manager, mode, name string) (gocron.SchedulerOption, func() error, error) {
+// Manager's Close does not end it early. Replica n's tries come n*skewStep late.
+func distribution(m *advisory.Manager, mode, name string, rec *recorder, shuttingDown *atomic.Bool) (gocron.SchedulerOption, func() error, error) {
+	n, err := strconv.Atoi(os.Getenv(envReplica))
+	if err != nil {
+		return nil, nil, err
+	}
+	skew := time.Duration(n) * skewStep
 	switch mode {
 	case "locker":
 		lk, err := advgocron.NewLocker(m, atLeast)
 		if err != nil {
 			return nil, nil, err
 		}
-		n, err := strconv.Atoi(os.Getenv(envReplica))
-		if err != nil {
-			return nil, nil, err
-		}
-		return gocron.WithDistributedLocker(skewed{lk, time.Duration(n) * skewStep}), func() error {
+		return gocron.WithDistributedLocker(skewedLocker{lk, skew}), func() error {
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
 			return lk.Close(ctx)
 		}, nil
 	case "elector":
-		e, err := advgocron.NewElector(m, name)
+		e, err := advgocron.NewElector(m, name, atLeast)
 		if err != nil {
 			return nil, nil, err
 		}
-		return gocron.WithDistributedElector(e), func() error { e.Close(); return nil }, nil
+		return gocron.WithDistributedElector(skewedElector{e, skew, rec, shuttingDown}), func() error { e.Close(); return nil }, nil
 	}
 	return nil, nil, fmt.Errorf("unknown mode %q", mode)
 }
 
-// skewed is a Locker whose tries come late by skew (see skewStep).
-type skewed struct {
+// wait waits for d, or until ctx ends.
+func wait(ctx context.Context, d time.Duration) error {
+	select {
+	case <-time.After(d):
+		return nil
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	}
+}
+
+// skewedLocker is a Locker whose tries come late by skew (see skewStep).
+type skewedLocker struct {
 	*advgocron.Locker
 	skew time.Duration
 }
 
-func (s skewed) Lock(ctx context.Context, key string) (gocron.Lock, error) {
-	select {
-	case <-time.After(s.skew):
-		return s.Locker.Lock(ctx, key)
-	case <-ctx.Done():
-		return nil, context.Cause(ctx)
+func (s skewedLocker) Lock(ctx context.Context, key string) (gocron.Lock, error) {
+	if err := wait(ctx, s.skew); err != nil {
+		return nil, err
 	}
+	return s.Locker.Lock(ctx, key)
+}
+
+// skewedElector is an Elector whose answers come late by skew (see skewStep), and that
+// records a skip when gocron will skip the run: gocron tells no listener of an Elector's
+// refusal, as it does of a Locker's.
+type skewedElector struct {
+	*advgocron.Elector
+	skew         time.Duration
+	rec          *recorder
+	shuttingDown *atomic.Bool
+}
+
+func (s skewedElector) IsLeader(ctx context.Context) error {
+	err := wait(ctx, s.skew)
+	if err == nil {
+		err = s.Elector.IsLeader(ctx)
+	}
+	if err != nil {
+		shutdownCancel := s.shuttingDown.Load() && errors.Is(err, context.Canceled)
+		if !errors.Is(err, advgocron.ErrNotLeader) && !shutdownCancel {
+			s.rec.fail(fmt.Errorf("is leader: %w", err))
+		}
+		s.rec.record("skip")
+	}
+	return err
 }

@@ -113,7 +113,7 @@ func testReplicas(t *testing.T, mode string) {
 		began := time.Now()
 		require.NoError(t, r.stop(t), "replica %d exit", r.n)
 		t.Logf("replica %d stopped at %s in %v", r.n, time.Now().Format("05.000"), time.Since(began).Round(time.Millisecond))
-		if i == 0 && mode == "locker" {
+		if i == 0 {
 			eventually(t, 30*time.Second, func() bool {
 				var tried int
 				require.NoError(t, admin.QueryRow(context.Background(), fmt.Sprintf(
@@ -205,7 +205,7 @@ func checkOccurrences(t *testing.T, table, mode string, windowStart, killedOcc t
 	for at := first; !at.After(last); at = at.Add(interval) {
 		o := byTime[at]
 		require.Equal(t, 1, o.Runs, "occurrence %s: runs", at.Format("15:04:05"))
-		if mode == "locker" && at.Before(last) { // the last one's skips may not be written yet
+		if at.Before(last) { // the last one's skips may not be written yet
 			live := 3
 			if at.After(killedOcc) {
 				live = 2
