@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"sort"
 	"strings"
 	"time"
@@ -31,9 +32,39 @@ func (w *world) record(ops []*op) {
 
 func (w *world) fail(bad []string) {
 	w.t.Helper()
-	w.t.Fatalf("seed %d, step %d: the model is violated:\n  - %s\n\nlast %d steps (newest last):\n%s\n\nmodel (live handles):\n%s\npg_locks:\n%s\nreplay: ADVISORY_MODEL_SEED=%d go test -race -run TestModel .",
+	w.t.Fatalf("seed %d, step %d: the model is violated:\n  - %s\n\nlast %d steps (newest last):\n%s\n\nmodel (live handles):\n%s\npg_locks:\n%s\npools and machine:\n%s\nreplay: ADVISORY_MODEL_SEED=%d go test -race -run TestModel .",
 		w.seed, w.step, strings.Join(bad, "\n  - "), len(w.trace), strings.Join(w.trace, "\n"),
-		w.describeModel(), w.describeServer(), w.seed)
+		w.describeModel(), w.describeServer(), w.describePools(), w.seed)
+}
+
+// describePools lists each Manager's pool (what a call that could not get a connection
+// in time met: connections in use, idle, being opened, and the pool's waits so far), the
+// server's backends and the machine's load, so that a report tells a slow machine from a
+// connection the library failed to give back.
+func (w *world) describePools() string {
+	var b strings.Builder
+	for _, s := range w.slots {
+		st := s.m.Stat()
+		mean := time.Duration(0)
+		if n := st.AcquireCount(); n > 0 {
+			mean = st.AcquireDuration() / time.Duration(n)
+		}
+		fmt.Fprintf(&b, "  %v: %d acquired, %d idle, %d being opened, %d of %d in all; %d acquires (mean %v), %d of them waited for a new connection, %d cancelled\n",
+			s, st.AcquiredConns(), st.IdleConns(), st.ConstructingConns(), st.TotalConns(), st.MaxConns(),
+			st.AcquireCount(), mean.Round(time.Microsecond), st.EmptyAcquireCount(), st.CanceledAcquireCount())
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	var backends, active int
+	if err := w.admin.QueryRow(ctx, `SELECT count(*), count(*) FILTER (WHERE state = 'active') FROM pg_catalog.pg_stat_activity WHERE backend_type = 'client backend'`).Scan(&backends, &active); err != nil {
+		fmt.Fprintf(&b, "  pg_stat_activity: %v\n", err)
+	} else {
+		fmt.Fprintf(&b, "  server: %d client backends, %d active\n", backends, active)
+	}
+	if load, err := os.ReadFile("/proc/loadavg"); err == nil {
+		fmt.Fprintf(&b, "  load average: %s", load)
+	}
+	return b.String()
 }
 
 // stats lists the outcomes per call.
