@@ -14,7 +14,9 @@ import (
 // lock until atLeast has passed since it was taken, so that a replica whose timer fires a
 // little late skips too (pick atLeast above the timer skew, below the interval minus it).
 //
-// ctx governs the try, fn's ctx and the hold. With ran == true the error is fn's, or wraps
+// ctx governs the try, fn's ctx and the hold: ended during the hold, it releases the lock
+// at once, so at shutdown cancel it only past a budget (a replica whose timer fires after
+// the release runs the occurrence again). With ran == true the error is fn's, or wraps
 // [ErrLockLost] if the lock was lost before the hold ended, or is the unlock's; with
 // ran == false it is the try's or the drain's. A negative atLeast wraps
 // [ErrInvalidOption]. Whatever happens, and if fn panics, TryDo holds nothing when it
