@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-co-op/gocron/v2"
 	"github.com/stretchr/testify/require"
 
 	"github.com/pgadvisory/advisory"
@@ -37,6 +38,31 @@ func TestLockerSkipsWhenHeld(t *testing.T) {
 	require.ErrorIs(t, held.Unlock(ctx), advisory.ErrNotHeld)
 }
 
+// backgroundHold is a lock taken by a Locker whose Unlock was called, its hold going on.
+type backgroundHold struct {
+	m        *advisory.Manager // lk's
+	lk, late *advgocron.Locker // late: another Manager's, atLeast 0, a late replica
+	start    time.Time         // when Lock was called
+	pids     []uint32          // the holder's backend
+	held     gocron.Lock
+}
+
+// holdInTheBackground takes name with a Locker of atLeast on a Manager of its own and
+// calls the Lock's Unlock, which leaves the hold going on in the background.
+func holdInTheBackground(t *testing.T, ctx context.Context, name string, atLeast time.Duration) backgroundHold {
+	t.Helper()
+	h := backgroundHold{m: newManager(t)}
+	h.lk, h.late = newLocker(t, h.m, atLeast), newLocker(t, newManager(t), 0)
+	h.start = time.Now()
+	var err error
+	h.held, err = h.lk.Lock(ctx, name)
+	require.NoError(t, err)
+	h.pids = holders(t, name)
+	require.Len(t, h.pids, 1)
+	require.NoError(t, h.held.Unlock(ctx))
+	return h
+}
+
 // TestLockerHoldsAtLeast: Unlock returns at once, the lock stays held (pg_locks) until
 // atLeast has passed since Lock, and a late replica's Lock fails meanwhile.
 func TestLockerHoldsAtLeast(t *testing.T) {
@@ -44,16 +70,10 @@ func TestLockerHoldsAtLeast(t *testing.T) {
 	ctx := ctxT(t)
 	name := t.Name()
 	const atLeast = 1500 * time.Millisecond
-	m := newManager(t)
-	lk, late := newLocker(t, m, atLeast), newLocker(t, newManager(t), 0)
-	start := time.Now()
-	held, err := lk.Lock(ctx, name)
-	require.NoError(t, err)
-	pids := holders(t, name)
-	require.Len(t, pids, 1)
-	require.NoError(t, held.Unlock(ctx))
+	h := holdInTheBackground(t, ctx, name, atLeast)
+	m, late, start, pids, held := h.m, h.late, h.start, h.pids, h.held
 	require.Less(t, time.Since(start), atLeast, "Unlock blocked for the hold")
-	_, err = late.Lock(ctx, name)
+	_, err := late.Lock(ctx, name)
 	require.ErrorIs(t, err, advisory.ErrLocked, "a late replica took the lock during the hold")
 	require.Equal(t, pids, holders(t, name))
 	require.ErrorIs(t, held.Unlock(ctx), advisory.ErrNotHeld)
@@ -101,18 +121,12 @@ func TestLockerCloseKeepsTheHold(t *testing.T) {
 	ctx := ctxT(t)
 	name := t.Name()
 	const atLeast = 1500 * time.Millisecond
-	m := newManager(t)
-	lk, late := newLocker(t, m, atLeast), newLocker(t, newManager(t), 0)
-	start := time.Now()
-	held, err := lk.Lock(ctx, name)
-	require.NoError(t, err)
-	pids := holders(t, name)
-	require.Len(t, pids, 1)
-	require.NoError(t, held.Unlock(ctx)) // the hold goes on in the background
+	h := holdInTheBackground(t, ctx, name, atLeast)
+	m, lk, late, start, pids := h.m, h.lk, h.late, h.start, h.pids
 
 	short, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
 	defer cancel()
-	err = lk.Close(short)
+	err := lk.Close(short)
 	require.ErrorIs(t, err, context.DeadlineExceeded)
 	require.ErrorContains(t, err, "1 locks not yet released")
 	require.Equal(t, pids, holders(t, name), "a Close whose ctx ended changed the hold")
@@ -136,7 +150,7 @@ func TestLockerCloseKeepsTheHold(t *testing.T) {
 
 	// Without Close: the Manager's Close ends the hold at once.
 	m2 := newManager(t)
-	held, err = newLocker(t, m2, time.Hour).Lock(ctx, name)
+	held, err := newLocker(t, m2, time.Hour).Lock(ctx, name)
 	require.NoError(t, err)
 	require.NoError(t, held.Unlock(ctx))
 	m2.Close()
