@@ -16,12 +16,12 @@ import (
 )
 
 // TestReplicas runs three processes, each with a real gocron scheduler firing the same job
-// every 2 s on the wall clock, distributed by the Locker or the Elector; with the Locker,
-// replica n tries n*skewStep late. Halfway through, the replica that ran the latest
-// occurrence is SIGKILLed. At the end the replicas shut down gracefully, the one that ran
-// the last occurrence first, during its hold. Every occurrence must run exactly once
-// across the replicas, none may be missed, and with the Locker every other live replica
-// must have fired it too and skipped.
+// every 2 s on the wall clock, distributed by the Locker or the Elector; replica n tries
+// the lock, or asks whether it leads, n*skewStep late. Halfway through, the replica that
+// ran the latest occurrence is SIGKILLed. At the end the replicas shut down gracefully,
+// the one that ran the last occurrence first, during its hold (the Locker's atLeast, the
+// Elector's hold). Every occurrence must run exactly once across the replicas, none may
+// be missed, and every other live replica must have fired it too and skipped.
 func TestReplicas(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short: three scheduler processes for about 25 s")
@@ -100,8 +100,8 @@ func testReplicas(t *testing.T, mode string) {
 	killedOcc, killed := killLatest(t, table, rs)
 	waitRuns(t, table, killedOcc.Add(interval), 5)
 	// A graceful shutdown right after an occurrence: the replica that ran it first, in
-	// its hold (with the Locker) while the others' tries, later by skewStep, are still to
-	// come; the others once they have tried (each records a run or a skip).
+	// its hold while the others' tries, later by skewStep, are still to come; the others
+	// once they have tried (each records a run or a skip).
 	lastOcc, runner := latestRun(t, table)
 	order := []*replica{rs[runner]}
 	for _, r := range rs {
