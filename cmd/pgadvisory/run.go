@@ -17,29 +17,32 @@ import (
 
 // runner is one `pgadvisory run`.
 type runner struct {
-	conn     connFlags
-	flags    lockFlags
-	lock     lockTarget // from flags
-	wait     time.Duration
-	noWait   bool
-	conflict int // --conflict-exit-code: the exit code when the lock is held (--no-wait, --wait)
-	shared   bool
-	slots    int                 // --slots: take a slot of a semaphore of this many (see runslots.go)
-	sem      *advisory.Semaphore // with --slots, made once connected
-	quiet    bool
-	grace    time.Duration
-	drainW   time.Duration // --drain-wait
-	beat     time.Duration // --heartbeat, if given (beatSet)
-	beatSet  bool
-	roles    roleList // --work-role
-	holder   string
-	fence    fenceFlags
-	tok      int64 // the fencing token, with --token
-	argv     []string
-	stderr   io.Writer
-	sigs     chan os.Signal
-	phase    string      // what run is doing, for the message if a signal interrupts it
-	cut      atomic.Bool // the wait lost its connection and run is reconnecting (runrewait.go)
+	conn      connFlags
+	flags     lockFlags
+	lock      lockTarget // from flags
+	wait      time.Duration
+	noWait    bool
+	conflict  int // --conflict-exit-code: the exit code when the lock is held (--no-wait, --wait)
+	shared    bool
+	slots     int                 // --slots: take a slot of a semaphore of this many (see runslots.go)
+	sem       *advisory.Semaphore // with --slots, made once connected
+	quiet     bool
+	grace     time.Duration
+	atLeast   time.Duration // --at-least: the hold after CMD (see hold)
+	took      time.Time     // when the lock was taken
+	signalled bool          // a signal was passed on to CMD: no hold after it
+	drainW    time.Duration // --drain-wait
+	beat      time.Duration // --heartbeat, if given (beatSet)
+	beatSet   bool
+	roles     roleList // --work-role
+	holder    string
+	fence     fenceFlags
+	tok       int64 // the fencing token, with --token
+	argv      []string
+	stderr    io.Writer
+	sigs      chan os.Signal
+	phase     string      // what run is doing, for the message if a signal interrupts it
+	cut       atomic.Bool // the wait lost its connection and run is reconnecting (runrewait.go)
 }
 
 func runCommand(args []string, global connFlags, stdout, stderr io.Writer) int {
@@ -65,6 +68,7 @@ func parseRun(args []string, global connFlags, stdout, stderr io.Writer) (*runne
 	fs.BoolVar(&r.quiet, "quiet", false, "do not report who holds the lock while waiting, "+
 		"nor earlier holders' sessions that ended on their own")
 	fs.DurationVar(&r.grace, "grace", 10*time.Second, "time between SIGTERM and SIGKILL if the lock is lost")
+	fs.DurationVar(&r.atLeast, "at-least", 0, "keep the lock after the command until this long after it was taken")
 	fs.DurationVar(&r.drainW, "drain-wait", time.Second,
 		"how long to wait for an earlier holder's sessions to end before terminating them")
 	fs.Var(&r.roles, "work-role", "also drain earlier holders' sessions of this role (repeatable)")
@@ -103,8 +107,8 @@ func (r *runner) check(fs *flag.FlagSet) error {
 	switch {
 	case len(r.argv) == 0:
 		return usageError(fs.Name(), "no command given after --")
-	case r.wait < 0 || r.grace < 0:
-		return usageError(fs.Name(), "--wait and --grace cannot be negative")
+	case r.wait < 0 || r.grace < 0 || r.atLeast < 0:
+		return usageError(fs.Name(), "--wait, --grace and --at-least cannot be negative")
 	case r.drainW < 0 || r.drainW > maxDrainWait:
 		return usageError(fs.Name(), "--drain-wait %v: want 0 (terminate at once) to %v", r.drainW, maxDrainWait)
 	case r.beat != 0 && (r.beat < 100*time.Millisecond || r.beat > 24*time.Hour):
@@ -149,6 +153,7 @@ func (r *runner) run() int {
 	defer m.Close()
 	r.phase = fmt.Sprintf("waiting for %s", r.lock.label())
 	l, err := r.take(ctx, m)
+	r.took = time.Now()
 	if err == nil && r.fence.token {
 		r.phase = fmt.Sprintf("taking the fencing token of %s", r.lock.label())
 		r.tok, err = r.takeToken(ctx, l)

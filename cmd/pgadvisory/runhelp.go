@@ -36,6 +36,7 @@ CMD's exit code. Flags (exactly one of --name and --key):
                          (default 1s)
   --work-role ROLE       also drain sessions of ROLE, which the work runs as (repeatable)
   --grace DURATION       if the lock is lost: SIGTERM, SIGKILL after this (default 10s)
+  --at-least DURATION    hold the lock this long from its taking, after CMD exits too
   --holder-name NAME     application_name others see (default "pgadvisory HOST/PID")
   --heartbeat DURATION   speak on the lock's connection this often, waiting too, for
                          an idle reaper in the path (HAProxy's timeout client) and to

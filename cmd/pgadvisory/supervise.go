@@ -49,6 +49,7 @@ func (r *runner) supervise(l *advisory.Lock) int {
 		case <-exited:
 			return r.finish(l, cmd.ProcessState)
 		case sig := <-r.sigs:
+			r.signalled = true
 			syscall.Kill(-pgid, sig.(syscall.Signal))
 		case <-l.Done():
 			r.say(`%s lost while the command ran: %v; stopping the command (SIGTERM, SIGKILL after %v)`,
@@ -66,9 +67,15 @@ func (r *runner) supervise(l *advisory.Lock) int {
 	}
 }
 
-// finish releases the lock after CMD ended and picks the exit code: CMD's own, unless the
-// lock turned out to have been lost before the release.
+// finish keeps the lock for --at-least (see hold), releases it after CMD ended and picks
+// the exit code: CMD's own, unless the lock turned out to have been lost before CMD ended.
 func (r *runner) finish(l *advisory.Lock, ps *os.ProcessState) int {
+	if l.Err() == nil && !r.hold(l) {
+		r.say(`%s was lost during the hold after the command ended (--at-least %v): %v; a late run elsewhere `+
+			"may find it free", r.lock.label(), r.atLeast, l.Err())
+		r.release(l)
+		return exitStatus(ps)
+	}
 	err := r.release(l)
 	if errors.Is(err, advisory.ErrLockLost) {
 		r.say(`the command ended, but %s was lost before it could be released: %v; `+
@@ -79,6 +86,31 @@ func (r *runner) finish(l *advisory.Lock, ps *os.ProcessState) int {
 		r.say(`releasing %s: %v (the server frees it as the session ends)`, r.lock.label(), err)
 	}
 	return exitStatus(ps)
+}
+
+// hold keeps the lock, CMD having ended, until --at-least has passed since it was taken,
+// so that a run elsewhere that starts a little later (a cron on another host, --no-wait)
+// finds it held and skips. A signal ends the hold at once (said on stderr); after a
+// signal passed on to CMD there is none. It reports false if the lock was lost meanwhile.
+func (r *runner) hold(l *advisory.Lock) bool {
+	d := time.Until(r.took.Add(r.atLeast))
+	if d <= 0 || r.signalled {
+		return true
+	}
+	if !r.quiet {
+		r.say("the command ended; holding %s %v more (--at-least %v)", r.lock.label(), d.Round(time.Millisecond), r.atLeast)
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case sig := <-r.sigs:
+		r.say("%s ended the hold of %s (--at-least %v) %v early; releasing it now", signalName(sig),
+			r.lock.label(), r.atLeast, time.Until(r.took.Add(r.atLeast)).Round(time.Millisecond))
+	case <-l.Done():
+		return false
+	}
+	return true
 }
 
 func (r *runner) release(l *advisory.Lock) error {

@@ -84,7 +84,7 @@ func TestRunHelpFitsAScreen(t *testing.T) {
 	long, err := os.ReadFile("../../docs/run.md")
 	require.NoError(t, err)
 	for _, f := range []string{"--name", "--key", "--namespace", "--wait", "--no-wait", "--conflict-exit-code", "--shared",
-		"--slots", "--token", "--fence-table", "--drain-wait", "--work-role", "--grace", "--holder-name", "--quiet", "--dsn", "--connect-timeout",
+		"--slots", "--token", "--fence-table", "--drain-wait", "--work-role", "--grace", "--at-least", "--holder-name", "--quiet", "--dsn", "--connect-timeout",
 		"PGADVISORY_LOCK_FD", "PGADVISORY_TOKEN", "PGADVISORY_FENCE_TABLE", "FOR SHARE", "PR_SET_PDEATHSIG"} {
 		assert.Contains(t, string(long), f, "docs/run.md")
 		if f[0] == '-' {

@@ -1,0 +1,91 @@
+package main_test
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/pgadvisory/advisory"
+)
+
+// heldBy returns how many sessions hold name (pg_locks).
+func heldBy(t *testing.T, m *advisory.Manager, name string) int {
+	t.Helper()
+	hs, err := m.Holders(context.Background(), name)
+	require.NoError(t, err)
+	return len(hs)
+}
+
+// TestRunAtLeastHoldsAfterTheCommand: with --at-least, run keeps the lock after CMD has
+// exited until that long after it took it: a late run elsewhere with --no-wait exits 75
+// meanwhile (the cron on another host that fires a little later). run then releases it
+// and exits with CMD's code. Without the hold, the late run runs the job again.
+func TestRunAtLeastHoldsAfterTheCommand(t *testing.T) {
+	t.Parallel()
+	const atLeast = 2 * time.Second
+	m, err := advisory.New(context.Background(), dsn(t))
+	require.NoError(t, err)
+	t.Cleanup(m.Close)
+	for _, hold := range []bool{true, false} {
+		done := filepath.Join(t.TempDir(), "done")
+		args := []string{"run", "--name", t.Name()}
+		if hold {
+			args = append(args, "--at-least", atLeast.String())
+		}
+		began := time.Now()
+		p := start(t, append(args, "--", "sh", "-c", `touch "$1"; exit 3`, "sh", done)...)
+		require.Eventually(t, func() bool { _, err := os.Stat(done); return err == nil }, 20*time.Second, 5*time.Millisecond)
+		if !hold { // the lock goes as CMD exits
+			require.Eventually(t, func() bool { return heldBy(t, m, t.Name()) == 0 }, 10*time.Second, 5*time.Millisecond)
+		}
+		late := cli(t, "run", "--no-wait", "--name", t.Name(), "--", "true")
+		r := wait(t, p)
+		assert.Equal(t, 3, r.code, "CMD's exit code; stderr: %s", r.stderr)
+		assert.Zero(t, heldBy(t, m, t.Name()), "held after run exited")
+		if hold {
+			assert.Equal(t, 75, late.code, "a late run took the lock during the hold: %s", late.stderr)
+			assert.GreaterOrEqual(t, time.Since(began), atLeast, "run exited before --at-least since it took the lock")
+		} else {
+			assert.Equal(t, 0, late.code, "without the hold, the late run runs the job again: %s", late.stderr)
+		}
+	}
+}
+
+// TestRunAtLeastEndsOnASignal: a signal during the hold ends it at once: the lock is
+// released and run exits with CMD's code. After a signal passed on to CMD, there is no
+// hold. A negative --at-least is a usage error.
+func TestRunAtLeastEndsOnASignal(t *testing.T) {
+	t.Parallel()
+	m, err := advisory.New(context.Background(), dsn(t))
+	require.NoError(t, err)
+	t.Cleanup(m.Close)
+
+	p := start(t, "run", "--at-least", "1h", "--name", t.Name(), "--", "true")
+	p.stderr.waitFor(t, "the command ended; holding", 20*time.Second)
+	require.Equal(t, 1, heldBy(t, m, t.Name()), "not held during the hold")
+	require.NoError(t, p.cmd.Process.Signal(syscall.SIGTERM))
+	r := wait(t, p)
+	assert.Equal(t, 0, r.code, r.stderr)
+	assert.Contains(t, r.stderr, "SIGTERM ended the hold")
+	assert.Zero(t, heldBy(t, m, t.Name()))
+
+	ready := filepath.Join(t.TempDir(), "ready")
+	p = start(t, "run", "--at-least", "1h", "--name", t.Name(), "--",
+		"sh", "-c", `trap 'exit 4' TERM; touch "$1"; while :; do sleep 0.05; done`, "sh", ready)
+	require.Eventually(t, func() bool { _, err := os.Stat(ready); return err == nil }, 20*time.Second, 5*time.Millisecond)
+	require.NoError(t, p.cmd.Process.Signal(syscall.SIGTERM))
+	r = wait(t, p)
+	assert.Equal(t, 4, r.code, r.stderr)
+	assert.Less(t, r.took, time.Minute, "held after a signal CMD got")
+	assert.Zero(t, heldBy(t, m, t.Name()))
+
+	r = cli(t, "run", "--at-least", "-1s", "--name", t.Name(), "--", "true")
+	assert.Equal(t, 64, r.code)
+	assert.Contains(t, r.stderr, "--at-least cannot be negative")
+}
