@@ -89,3 +89,24 @@ func TestRunAtLeastEndsOnASignal(t *testing.T) {
 	assert.Equal(t, 64, r.code)
 	assert.Contains(t, r.stderr, "--at-least cannot be negative")
 }
+
+// TestRunAtLeastLossDuringTheHold: the lock lost during the hold (its session terminated)
+// ends it: run says so and exits with CMD's code, which ran under the lock.
+func TestRunAtLeastLossDuringTheHold(t *testing.T) {
+	t.Parallel()
+	m, err := advisory.New(context.Background(), dsn(t))
+	require.NoError(t, err)
+	t.Cleanup(m.Close)
+	p := start(t, "run", "--at-least", "1h", "--name", t.Name(), "--", "sh", "-c", "exit 5")
+	p.stderr.waitFor(t, "the command ended; holding", 20*time.Second)
+	hs, err := m.Holders(context.Background(), t.Name())
+	require.NoError(t, err)
+	require.Len(t, hs, 1)
+	var ok bool
+	require.NoError(t, adminQuery(t, "SELECT pg_terminate_backend($1)", int32(hs[0].PID)).Scan(&ok))
+	require.True(t, ok)
+	r := wait(t, p)
+	assert.Equal(t, 5, r.code, r.stderr)
+	assert.Contains(t, r.stderr, "was lost during the hold after the command ended")
+	assert.Less(t, r.took, time.Minute)
+}
