@@ -1,7 +1,6 @@
 package main_test
 
 import (
-	"context"
 	"os"
 	"path/filepath"
 	"syscall"
@@ -14,14 +13,6 @@ import (
 	"github.com/pgadvisory/advisory"
 )
 
-// heldBy returns how many sessions hold name (pg_locks).
-func heldBy(t *testing.T, m *advisory.Manager, name string) int {
-	t.Helper()
-	hs, err := m.Holders(context.Background(), name)
-	require.NoError(t, err)
-	return len(hs)
-}
-
 // TestRunAtLeastHoldsAfterTheCommand: with --at-least, run keeps the lock after CMD has
 // exited until that long after it took it: a late run elsewhere with --no-wait exits 75
 // meanwhile (the cron on another host that fires a little later). run then releases it
@@ -29,9 +20,7 @@ func heldBy(t *testing.T, m *advisory.Manager, name string) int {
 func TestRunAtLeastHoldsAfterTheCommand(t *testing.T) {
 	t.Parallel()
 	const atLeast = 2 * time.Second
-	m, err := advisory.New(context.Background(), dsn(t))
-	require.NoError(t, err)
-	t.Cleanup(m.Close)
+	key := advisory.KeyOf(t.Name())
 	for _, hold := range []bool{true, false} {
 		done := filepath.Join(t.TempDir(), "done")
 		args := []string{"run", "--name", t.Name()}
@@ -42,12 +31,12 @@ func TestRunAtLeastHoldsAfterTheCommand(t *testing.T) {
 		p := start(t, append(args, "--", "sh", "-c", `touch "$1"; exit 3`, "sh", done)...)
 		require.Eventually(t, func() bool { _, err := os.Stat(done); return err == nil }, 20*time.Second, 5*time.Millisecond)
 		if !hold { // the lock goes as CMD exits
-			require.Eventually(t, func() bool { return heldBy(t, m, t.Name()) == 0 }, 10*time.Second, 5*time.Millisecond)
+			require.Eventually(t, func() bool { return len(holders(t, key)) == 0 }, 10*time.Second, 5*time.Millisecond)
 		}
 		late := cli(t, "run", "--no-wait", "--name", t.Name(), "--", "true")
 		r := wait(t, p)
 		assert.Equal(t, 3, r.code, "CMD's exit code; stderr: %s", r.stderr)
-		assert.Zero(t, heldBy(t, m, t.Name()), "held after run exited")
+		assert.Empty(t, holders(t, key), "held after run exited")
 		if hold {
 			assert.Equal(t, 75, late.code, "a late run took the lock during the hold: %s", late.stderr)
 			assert.GreaterOrEqual(t, time.Since(began), atLeast, "run exited before --at-least since it took the lock")
@@ -62,18 +51,16 @@ func TestRunAtLeastHoldsAfterTheCommand(t *testing.T) {
 // hold. A negative --at-least is a usage error.
 func TestRunAtLeastEndsOnASignal(t *testing.T) {
 	t.Parallel()
-	m, err := advisory.New(context.Background(), dsn(t))
-	require.NoError(t, err)
-	t.Cleanup(m.Close)
+	key := advisory.KeyOf(t.Name())
 
 	p := start(t, "run", "--at-least", "1h", "--name", t.Name(), "--", "true")
 	p.stderr.waitFor(t, "the command ended; holding", 20*time.Second)
-	require.Equal(t, 1, heldBy(t, m, t.Name()), "not held during the hold")
+	require.Len(t, holders(t, key), 1, "not held during the hold")
 	require.NoError(t, p.cmd.Process.Signal(syscall.SIGTERM))
 	r := wait(t, p)
 	assert.Equal(t, 0, r.code, r.stderr)
 	assert.Contains(t, r.stderr, "SIGTERM ended the hold")
-	assert.Zero(t, heldBy(t, m, t.Name()))
+	assert.Empty(t, holders(t, key))
 
 	ready := filepath.Join(t.TempDir(), "ready")
 	p = start(t, "run", "--at-least", "1h", "--name", t.Name(), "--",
@@ -83,7 +70,7 @@ func TestRunAtLeastEndsOnASignal(t *testing.T) {
 	r = wait(t, p)
 	assert.Equal(t, 4, r.code, r.stderr)
 	assert.Less(t, r.took, time.Minute, "held after a signal CMD got")
-	assert.Zero(t, heldBy(t, m, t.Name()))
+	assert.Empty(t, holders(t, key))
 
 	r = cli(t, "run", "--at-least", "-1s", "--name", t.Name(), "--", "true")
 	assert.Equal(t, 64, r.code)
@@ -94,16 +81,13 @@ func TestRunAtLeastEndsOnASignal(t *testing.T) {
 // ends it: run says so and exits with CMD's code, which ran under the lock.
 func TestRunAtLeastLossDuringTheHold(t *testing.T) {
 	t.Parallel()
-	m, err := advisory.New(context.Background(), dsn(t))
-	require.NoError(t, err)
-	t.Cleanup(m.Close)
+	key := advisory.KeyOf(t.Name())
 	p := start(t, "run", "--at-least", "1h", "--name", t.Name(), "--", "sh", "-c", "exit 5")
 	p.stderr.waitFor(t, "the command ended; holding", 20*time.Second)
-	hs, err := m.Holders(context.Background(), t.Name())
-	require.NoError(t, err)
-	require.Len(t, hs, 1)
+	pids := holders(t, key)
+	require.Len(t, pids, 1)
 	var ok bool
-	require.NoError(t, adminQuery(t, "SELECT pg_terminate_backend($1)", int32(hs[0].PID)).Scan(&ok))
+	require.NoError(t, adminQuery(t, "SELECT pg_terminate_backend($1)", int32(pids[0])).Scan(&ok))
 	require.True(t, ok)
 	r := wait(t, p)
 	assert.Equal(t, 5, r.code, r.stderr)
