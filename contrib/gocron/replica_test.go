@@ -51,11 +51,22 @@ func replicaMain() int {
 
 // recorder inserts one row per run or skip, and keeps the first error it meets.
 type recorder struct {
-	pool    *pgxpool.Pool
-	table   string
-	replica string
-	mu      sync.Mutex
-	err     error
+	pool     *pgxpool.Pool
+	table    string
+	replica  string
+	stopping atomic.Bool // set before the scheduler's Shutdown cancels the jobs' contexts
+	mu       sync.Mutex
+	err      error
+}
+
+// skip records a skip, gocron having refused a run with err: what the distribution says
+// when another replica runs it (want), or, once the replica stops, a cancelled ctx (a tick
+// that fired as the scheduler shut down). Any other error is the distribution's failure.
+func (r *recorder) skip(err, want error, what string) {
+	if !errors.Is(err, want) && !(r.stopping.Load() && errors.Is(err, context.Canceled)) {
+		r.fail(fmt.Errorf("%s: %w", what, err))
+	}
+	r.record("skip")
 }
 
 func (r *recorder) record(kind string) {
@@ -91,9 +102,7 @@ func runReplica() error {
 	}
 	defer pool.Close()
 	rec := &recorder{pool: pool, table: table, replica: os.Getenv(envReplica)}
-	var shuttingDown atomic.Bool
-
-	dist, stop, err := distribution(m, os.Getenv(envMode), table, rec, &shuttingDown)
+	dist, stop, err := distribution(m, os.Getenv(envMode), table, rec)
 	if err != nil {
 		return err
 	}
@@ -105,13 +114,7 @@ func runReplica() error {
 	}
 	_, err = s.NewJob(gocron.CronJob(cronSpec, true), gocron.NewTask(func() { rec.record("run") }),
 		gocron.WithName(table), gocron.WithEventListeners(gocron.AfterLockError(func(_ uuid.UUID, _ string, err error) {
-			// A tick that fires as the scheduler shuts down gets a cancelled ctx: not the
-			// locker's failure.
-			shutdownCancel := shuttingDown.Load() && errors.Is(err, context.Canceled)
-			if !errors.Is(err, advisory.ErrLocked) && !shutdownCancel {
-				rec.fail(fmt.Errorf("lock: %w", err))
-			}
-			rec.record("skip")
+			rec.skip(err, advisory.ErrLocked, "lock")
 		})))
 	if err != nil {
 		return err
@@ -119,7 +122,7 @@ func runReplica() error {
 	s.Start()
 	fmt.Println("ready")
 	io.Copy(io.Discard, os.Stdin) // until the test closes our stdin, or dies
-	shuttingDown.Store(true)      // before Shutdown cancels the jobs' contexts
+	rec.stopping.Store(true)      // before Shutdown cancels the jobs' contexts
 	if err := s.Shutdown(); err != nil {
 		return err
 	}
@@ -133,7 +136,7 @@ func runReplica() error {
 // distribution returns the scheduler option for mode, and what stops it once the
 // scheduler has shut down: the Locker's Close waits for a hold not yet over, so that the
 // Manager's Close does not end it early. Replica n's tries come n*skewStep late.
-func distribution(m *advisory.Manager, mode, name string, rec *recorder, shuttingDown *atomic.Bool) (gocron.SchedulerOption, func() error, error) {
+func distribution(m *advisory.Manager, mode, name string, rec *recorder) (gocron.SchedulerOption, func() error, error) {
 	n, err := strconv.Atoi(os.Getenv(envReplica))
 	if err != nil {
 		return nil, nil, err
@@ -155,7 +158,7 @@ func distribution(m *advisory.Manager, mode, name string, rec *recorder, shuttin
 		if err != nil {
 			return nil, nil, err
 		}
-		return gocron.WithDistributedElector(skewedElector{e, skew, rec, shuttingDown}), func() error { e.Close(); return nil }, nil
+		return gocron.WithDistributedElector(skewedElector{e, skew, rec}), func() error { e.Close(); return nil }, nil
 	}
 	return nil, nil, fmt.Errorf("unknown mode %q", mode)
 }
@@ -188,9 +191,8 @@ func (s skewedLocker) Lock(ctx context.Context, key string) (gocron.Lock, error)
 // refusal, as it does of a Locker's.
 type skewedElector struct {
 	*advgocron.Elector
-	skew         time.Duration
-	rec          *recorder
-	shuttingDown *atomic.Bool
+	skew time.Duration
+	rec  *recorder
 }
 
 func (s skewedElector) IsLeader(ctx context.Context) error {
@@ -199,11 +201,7 @@ func (s skewedElector) IsLeader(ctx context.Context) error {
 		err = s.Elector.IsLeader(ctx)
 	}
 	if err != nil {
-		shutdownCancel := s.shuttingDown.Load() && errors.Is(err, context.Canceled)
-		if !errors.Is(err, advgocron.ErrNotLeader) && !shutdownCancel {
-			s.rec.fail(fmt.Errorf("is leader: %w", err))
-		}
-		s.rec.record("skip")
+		s.rec.skip(err, advgocron.ErrNotLeader, "is leader")
 	}
 	return err
 }
