@@ -38,11 +38,9 @@ func isSliceEnd(err error) bool { return sqlState(err) == "55P03" }
 // a session nobody waits on (it fails to send the grant, and ends the session).
 func (p *pin) wait(ctx context.Context) (uint32, *bool, error) {
 	for {
-		sctx, cancel := p.sliceContext(ctx)
-		pid, got, err := p.lease.take(p, sctx, false)
-		silent := sctx.Err() != nil && ctx.Err() == nil
-		cancel()
-		if silent {
+		slice := p.watchSlice()
+		pid, got, err := p.lease.take(p, ctx, false)
+		if p.endSlice(slice) && ctx.Err() == nil {
 			return pid, got, &silentWait{slice: p.sliced(), err: err}
 		}
 		if p.sliced() == 0 || !isSliceEnd(err) || ctx.Err() != nil {
@@ -63,33 +61,45 @@ func (p *pin) takeKeysWatched(ctx context.Context, ts []target, try bool) (uint3
 	if try {
 		return p.lease.takeKeys(p, ctx, ts, try)
 	}
-	sctx, cancel := p.sliceContext(ctx)
-	defer cancel()
-	pid, owned, busy, err := p.lease.takeKeys(p, sctx, ts, try)
-	if sctx.Err() != nil && ctx.Err() == nil {
+	slice := p.watchSlice()
+	pid, owned, busy, err := p.lease.takeKeys(p, ctx, ts, try)
+	if p.endSlice(slice) && ctx.Err() == nil {
 		err = &silentWait{slice: p.sliced(), err: err}
 	}
 	return pid, owned, busy, err
 }
 
-// sliceContext is ctx for one slice of a wait: bounded by the slice and beatTimeout, as
-// a beat is (the Manager's sliceWatch cancels it then). Without a heartbeat the wait is
-// one statement, bounded by ctx alone.
-func (p *pin) sliceContext(ctx context.Context) (context.Context, context.CancelFunc) {
+// watchSlice puts the slice about to run under the Manager's sliceWatch, bounded by the
+// slice and beatTimeout, as a beat is: past that, its statement is interrupted through
+// the connection's cancel handler, as the end of ctx would interrupt it. The slice runs
+// under the caller's ctx itself: a context of its own (a child to cancel) cost the
+// Lock behind a pooler about a quarter of its allocations, and pgx a watch of it (issue
+// 47). Without a heartbeat there is no slice to watch (nil). Pass the result to endSlice
+// once the statement has returned.
+func (p *pin) watchSlice() *sliceEntry {
 	if d := p.sliced(); d > 0 {
-		return p.m.slices.start(ctx, d+beatTimeout)
+		return p.m.slices.start(d+beatTimeout, p.cancel)
 	}
-	return ctx, func() {}
+	return nil
+}
+
+// endSlice ends the watch of a slice (see watchSlice), and reports whether its statement
+// was interrupted.
+func (p *pin) endSlice(e *sliceEntry) (interrupted bool) {
+	if e == nil {
+		return false
+	}
+	return p.m.slices.end(e)
 }
 
 // sliceWatch bounds the slices of a Manager's waits with one timer for all of them, not a
-// context.WithTimeout (a timer set and stopped) per Lock: setting a timer can wake an idle
-// thread, and most slices end, granted, within a millisecond (issue 47). Every slice of a
-// Manager has the same bound, so the slices in start order are in deadline order: the
-// timer is set for the oldest, a slice started while it is set touches nothing, and when
-// it fires it cancels the slices past their deadline and is set again for the oldest
-// still running, if any. A slice that ends leaves its entry behind, dropped at the next
-// start, end or firing that finds it first. The zero value is ready.
+// timer (or a context.WithTimeout) per Lock: setting a timer can wake an idle thread, and
+// most slices end, granted, within a millisecond (issue 47). Every slice of a Manager has
+// the same bound, so the slices in start order are in deadline order: the timer is set
+// for the oldest, a slice started while it is set touches nothing, and when it fires it
+// interrupts the slices past their deadline and is set again for the oldest still
+// running, if any. A slice that ended leaves its entry behind, dropped at the next start,
+// end or firing that finds it first. The zero value is ready.
 type sliceWatch struct {
 	mu     sync.Mutex
 	queue  []*sliceEntry // running slices (and ended ones not yet dropped), oldest first
@@ -98,18 +108,24 @@ type sliceWatch struct {
 	closed bool
 }
 
-// sliceEntry is one slice of a wait: its deadline and how to cancel its context.
+// interrupter stops the statement running on a connection: its cancel handler's
+// Interrupt (a CancelRequest, then a fallback deadline; see cancelreq.Handler), which the
+// connection's owner settles once the statement has returned.
+type interrupter interface{ Interrupt() }
+
+// sliceEntry is one slice of a wait: its deadline, and its connection's interrupter.
+// ended and interrupted are set under the sliceWatch's mutex.
 type sliceEntry struct {
-	deadline time.Time
-	cancel   context.CancelFunc
-	ended    bool
+	deadline    time.Time
+	conn        interrupter
+	ended       bool
+	interrupted bool
 }
 
-// start returns ctx for a slice that must end within bound, and the function that ends it
-// (always call it).
-func (w *sliceWatch) start(ctx context.Context, bound time.Duration) (context.Context, context.CancelFunc) {
-	sctx, cancel := context.WithCancel(ctx)
-	e := &sliceEntry{deadline: time.Now().Add(bound), cancel: cancel}
+// start watches a slice that must end within bound, whose statement runs on conn. Pass
+// the entry to end once the statement has returned.
+func (w *sliceWatch) start(bound time.Duration, conn interrupter) *sliceEntry {
+	e := &sliceEntry{deadline: time.Now().Add(bound), conn: conn}
 	w.mu.Lock()
 	w.drop()
 	w.queue = append(w.queue, e)
@@ -122,13 +138,17 @@ func (w *sliceWatch) start(ctx context.Context, bound time.Duration) (context.Co
 		w.set = true
 	}
 	w.mu.Unlock()
-	return sctx, func() {
-		w.mu.Lock()
-		e.ended = true
-		w.drop()
-		w.mu.Unlock()
-		cancel()
-	}
+	return e
+}
+
+// end ends the watch of e (see start), and reports whether its statement was
+// interrupted. After end, e's connection is never interrupted for it.
+func (w *sliceWatch) end(e *sliceEntry) (interrupted bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	e.ended = true
+	w.drop()
+	return e.interrupted
 }
 
 // drop removes the ended slices at the head of the queue. The caller holds w.mu.
@@ -139,11 +159,14 @@ func (w *sliceWatch) drop() {
 	}
 }
 
-// fire is the timer's: it cancels the slices past their deadline, and sets the timer
-// again for the oldest still running.
+// fire is the timer's: it interrupts the slices past their deadline, and sets the timer
+// again for the oldest still running. It interrupts under the mutex, which a slice's
+// end takes too: a slice whose end has run is never interrupted (the interrupt would
+// strike its connection's next statement), and one interrupted says so at its end.
+// Interrupt does not block.
 func (w *sliceWatch) fire() {
-	var overdue []*sliceEntry
 	w.mu.Lock()
+	defer w.mu.Unlock()
 	w.set = false
 	now := time.Now()
 	for len(w.queue) > 0 {
@@ -156,14 +179,11 @@ func (w *sliceWatch) fire() {
 			break
 		}
 		if !e.ended {
-			overdue = append(overdue, e)
+			e.interrupted = true
+			e.conn.Interrupt() // as ctx's end would interrupt the slice's statement (see pin.wait)
 		}
 		w.queue[0] = nil
 		w.queue = w.queue[1:]
-	}
-	w.mu.Unlock()
-	for _, e := range overdue {
-		e.cancel() // the slice's statement is interrupted as ctx's end would (see pin.wait)
 	}
 }
 
