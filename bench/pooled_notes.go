@@ -85,4 +85,4 @@ against 1.22-1.39x with the four rows alone): part of its cost is waking up afte
   cycle for both, and no function of the library's above 2.5 % of the client's CPU;
   building the statement text, 2.3 %, is the largest).
 
-` + pooledPasses + armerRemoved
+` + pooledPasses + armerRemoved + pooledDecision
