@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -24,6 +25,7 @@ const envSignalSeed = "PGADVISORY_SIGNAL_SEED"
 // signalCase is one run of TestRunSignalAtARandomMoment: run's flags, what CMD does, and
 // which signal reaches run when.
 type signalCase struct {
+	slots                 bool          // run --slots 1: the lock is a semaphore's one slot
 	held                  time.Duration // how long another holder keeps the lock after run starts
 	atLeast, sleep, delay time.Duration
 	trap                  string // CMD's trap of TERM, INT and HUP ("" for none)
@@ -31,12 +33,12 @@ type signalCase struct {
 }
 
 func (c signalCase) String() string {
-	return fmt.Sprintf("held elsewhere %v, --at-least %v, CMD sleeps %v then exits 3, trap %q, %v %v after the start",
-		c.held, c.atLeast, c.sleep, c.trap, c.sig, c.delay)
+	return fmt.Sprintf("slots %v, held elsewhere %v, --at-least %v, CMD sleeps %v then exits 3, trap %q, %v %v after the start",
+		c.slots, c.held, c.atLeast, c.sleep, c.trap, c.sig, c.delay)
 }
 
-// TestRunSignalAtARandomMoment sends a signal to a pgadvisory run process at a random
-// moment of its life (connecting, waiting for the lock another holder keeps, CMD running,
+// TestRunSignalAtARandomMoment sends a signal to a pgadvisory run process (a lock, or one
+// slot of a semaphore: --slots 1) at a random moment of its life (connecting, waiting for the lock another holder keeps, CMD running,
 // the --at-least hold, after its exit), as a supervisor stopping a job would, with CMD
 // trapping the signal or not, and a second run of the same lock waiting behind it.
 // Whatever the moment, run must:
@@ -61,13 +63,16 @@ func TestRunSignalAtARandomMoment(t *testing.T) {
 	pick := func(d ...time.Duration) time.Duration { return d[rng.IntN(len(d))] }
 	traps := []string{"", "trap 'exit 4' TERM INT HUP", "trap 'sleep 0.2; exit 4' TERM INT HUP"}
 	sigs := []syscall.Signal{syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP}
-	moments := map[string]int{}
+	moments, heldSeen := map[string]int{}, 0
 	for i := 0; i < 24; i++ {
 		// An hour's hold ends only by the signal, which then always comes before run's
 		// exit: a run that let the hold run on would not exit.
-		c := signalCase{held: pick(0, 0, 300*time.Millisecond), atLeast: pick(0, 400*time.Millisecond, time.Hour),
+		c := signalCase{slots: rng.IntN(3) == 0, held: pick(0, 0, 300*time.Millisecond), atLeast: pick(0, 400*time.Millisecond, time.Hour),
 			sleep: pick(0, 300*time.Millisecond, 800*time.Millisecond), trap: traps[rng.IntN(len(traps))],
 			sig: sigs[rng.IntN(len(sigs))]}
+		if c.slots {
+			c.held = 0 // the other holder is the library's Lock of the name, not a slot
+		}
 		// run's life: starting, connecting and taking the lock, then CMD, and the hold
 		// since the lock was taken: a signal may come at any of them, or just after.
 		life := c.held + 120*time.Millisecond + max(c.sleep, c.atLeast)
@@ -75,21 +80,31 @@ func TestRunSignalAtARandomMoment(t *testing.T) {
 			life = c.held + 120*time.Millisecond + c.sleep + 400*time.Millisecond
 		}
 		c.delay = time.Duration(rng.Int64N(int64(life)))
-		moments[runWithSignal(t, fmt.Sprintf("%s/%d", t.Name(), i), c)]++
+		moment, held := runWithSignal(t, fmt.Sprintf("%s/%d", t.Name(), i), c)
+		moments[moment]++
+		if held {
+			heldSeen++
+		}
 	}
-	t.Logf("signals that came: %v", moments)
+	t.Logf("signals that came: %v; run's lock seen in pg_locks while CMD ran: %d times", moments, heldSeen)
+	assert.Positive(t, heldSeen, "the check of run's locks by application_name saw none held")
 }
 
 // runWithSignal runs case c on the lock name, checks what TestRunSignalAtARandomMoment
-// wants of it, and returns when the signal came, as run's exit and stderr tell.
-func runWithSignal(t *testing.T, name string, c signalCase) string {
+// wants of it, and returns when the signal came, as run's exit and stderr tell, and
+// whether it saw run's lock held (by its application_name) while CMD ran.
+func runWithSignal(t *testing.T, name string, c signalCase) (moment string, heldSeen bool) {
 	t.Helper()
-	key := advisory.KeyOf(name)
 	dir := t.TempDir()
+	app := "signal-" + strconv.Itoa(rand.IntN(1<<30)) // run's sessions, and no one else's
+	lockFlags := []string{"--name", name}
+	if c.slots {
+		lockFlags = append(lockFlags, "--slots", "1")
+	}
 	pidFile := filepath.Join(dir, "pid")
 	script := c.trap + "\n" + `echo $$ > "$1.tmp" && mv "$1.tmp" "$1"; sleep ` +
 		strconv.FormatFloat(c.sleep.Seconds(), 'f', 3, 64) + "; exit 3"
-	args := []string{"run", "--name", name}
+	args := append([]string{"run", "--holder-name", app}, lockFlags...)
 	if c.atLeast > 0 {
 		args = append(args, "--at-least", c.atLeast.String())
 	}
@@ -131,8 +146,13 @@ func runWithSignal(t *testing.T, name string, c signalCase) string {
 			cmdPID, err = strconv.Atoi(strings.TrimSpace(string(b)))
 			require.NoError(t, err)
 			seen = time.Now()
-			second = start(t, "run", "--name", name, "--quiet", "--", "sh", "-c",
-				`if kill -0 "$1" 2>/dev/null; then echo "overlap: $1 alive" >&2; exit 9; fi`, "sh", strconv.Itoa(cmdPID))
+			// CMD alive after the count: the lock was held all along (run keeps it while CMD lives).
+			if n := advisoryLocksOf(t, app); syscall.Kill(cmdPID, 0) == nil {
+				assert.Positive(t, n, "CMD runs, and run's session holds no advisory lock")
+				heldSeen = true
+			}
+			second = start(t, append(append([]string{"run", "--quiet"}, lockFlags...), "--", "sh", "-c",
+				`if kill -0 "$1" 2>/dev/null; then echo "overlap: $1 alive" >&2; exit 9; fi`, "sh", strconv.Itoa(cmdPID))...)
 		}
 		select {
 		case r = <-exited:
@@ -155,7 +175,7 @@ func runWithSignal(t *testing.T, name string, c signalCase) string {
 		}
 	}()
 
-	moment := "after run's exit"
+	moment = "after run's exit"
 	switch {
 	case !sent:
 		assert.Equal(t, 3, r.code, "CMD's exit code, no signal")
@@ -190,8 +210,12 @@ func runWithSignal(t *testing.T, name string, c signalCase) string {
 	if cmdPID != 0 {
 		assert.ErrorIs(t, syscall.Kill(cmdPID, 0), syscall.ESRCH, "CMD (pid %d) not reaped after run exited", cmdPID)
 	}
-	assert.Eventually(t, func() bool { return len(holders(t, key)) == 0 }, 5*time.Second, 5*time.Millisecond,
-		"the lock still held after run exited (%s)", moment)
+	assert.Eventually(t, func() bool { return advisoryLocksOf(t, app) == 0 }, 5*time.Second, 5*time.Millisecond,
+		"run's lock still held after it exited (%s)", moment)
+	if c.held > 0 {
+		assert.Eventually(t, func() bool { return len(holders(t, advisory.KeyOf(name))) == 0 }, 5*time.Second,
+			5*time.Millisecond, "the other holder's lock still held after its release")
+	}
 	if second != nil {
 		s := wait(t, second)
 		assert.Equal(t, 0, s.code, "the second run: %s", s.stderr)
@@ -199,5 +223,20 @@ func runWithSignal(t *testing.T, name string, c signalCase) string {
 			t.Errorf("the second run's CMD started while the first's was alive (signal %s)", moment)
 		}
 	}
-	return moment
+	return moment, heldSeen
+}
+
+// advisoryLocksOf counts the advisory locks (granted or awaited) of the sessions whose
+// application_name is app.
+func advisoryLocksOf(t testing.TB, app string) int {
+	t.Helper()
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, dsn(t))
+	require.NoError(t, err)
+	defer conn.Close(ctx)
+	var n int
+	require.NoError(t, conn.QueryRow(ctx, `SELECT count(*) FROM pg_catalog.pg_locks l
+		JOIN pg_catalog.pg_stat_activity a ON a.pid = l.pid
+		WHERE l.locktype = 'advisory' AND a.application_name = $1`, app).Scan(&n))
+	return n
 }
