@@ -63,7 +63,10 @@ func (l *Lock) Err() error {
 
 // Unlock releases the lock and returns its connection to the pool. It blocks for one
 // round trip; ctx governs that round trip, and waiting for a [Lock.BeginFunc] in progress
-// on the lock (if ctx ends first, the lock stays held and the error wraps ctx.Err()). A
+// on the lock (if ctx ends first, the lock stays held and the error wraps ctx.Err()).
+// With a heartbeat (behind a proxy, by default) the round trip is also bounded by
+// Bounds.HeartbeatTold: a release a frozen server has not answered by then fails with
+// the loss error below, whatever ctx (see [WithHeartbeat]). A
 // slot of [Semaphore.Acquire] may first wait, bounded by ctx, for the end of the wait
 // that Acquire cancelled on finding it.
 //

@@ -63,7 +63,10 @@ func (m *Manager) LockKeyShared(ctx context.Context, key Key) (*Lock, error) {
 // cancelled, as a Lock's wait is, and the lock is not held when TryLock returns: a grant
 // that raced the cancel is released first. Invalid names and a closed Manager fail as for
 // [Manager.Lock], and a dead connection or an ended session is tried once more as there;
-// a ctx that carries a holding of the lock re-enters it as there.
+// a ctx that carries a holding of the lock re-enters it as there. With a heartbeat (behind
+// a proxy, by default) a try the server has not answered within Bounds.HeartbeatTold (a
+// frozen server) fails, not with ctx's error, and its connection is closed (see
+// [WithHeartbeat]).
 func (m *Manager) TryLock(ctx context.Context, name string) (*Lock, error) {
 	t, err := m.named(name, false)
 	if err != nil {

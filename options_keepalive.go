@@ -102,6 +102,10 @@ func WithCancelGrace(d time.Duration) Option {
 // server has not ended 5 s after its lock_timeout (a frozen server) fails the Lock, not
 // with ctx's error, within d + 5 s + the cancel grace ([WithCancelGrace]), and closes its
 // connection (a Session's wait ends the Session), so the server never grants it later.
+// A TryLock (a Session's too) and a Lock's Unlock are watched the same way: a statement
+// the server has not answered within d + 5 s fails the call, not with ctx's error, within
+// that and the cancel grace, and closes its connection (an Unlock then reports the lock
+// lost: its release was not confirmed).
 // The Manager's LISTEN connections (observers, a semaphore's waiter) send SELECT 1 after
 // d without a notification. A direct connection
 // needs none of it: the library sets idle_session_timeout to 0 on it. The default is 0,

@@ -31,7 +31,14 @@ func (p *pin) release(ctx context.Context, endErr error) error {
 		p.withdrawValue()
 	}
 	// Only Close's release ends with a loss: the holding's writes must not commit then.
-	if err := p.unlock(ctx, !errors.Is(endErr, ErrLockLost)); err != nil {
+	keep := !errors.Is(endErr, ErrLockLost)
+	var err error
+	if p.m.set.heartbeat > 0 { // watched (see pin_slices.go)
+		err = p.unlockWatched(ctx, keep)
+	} else {
+		err = p.unlock(ctx, keep)
+	}
+	if err != nil {
 		var rel *releasedError
 		if errors.As(err, &rel) { // released all the same: see txLease.unlock
 			p.end(!p.retire.Load(), endErr)

@@ -70,10 +70,19 @@ func (p *pin) abandon(ctx context.Context, err error, interrupted bool) error {
 // tryLock runs pg_try_advisory_lock. On nil the session holds the lock and the watcher
 // runs. If another session holds it, it returns a *LockedError and the session is still
 // usable and holds nothing. If ctx ends during the round trip, the statement is cancelled
-// as lock's is and the outcome made exact the same way (see abandon). On any other error
-// the connection is closed (the server frees anything it may hold).
+// as lock's is and the outcome made exact the same way (see abandon). With a heartbeat
+// the statement is watched as a wait's slice is: unanswered within the heartbeat and
+// beatTimeout, it is interrupted and fails with a silentWait. On any other error the
+// connection is closed (the server frees anything it may hold).
 func (p *pin) tryLock(ctx context.Context) error {
-	pid, got, err := p.lease.take(p, ctx, true)
+	var pid uint32
+	var got *bool
+	var err error
+	if p.m.set.heartbeat > 0 { // watched (see pin_slices.go): a frozen server fails the try
+		pid, got, err = p.tryWatched(ctx)
+	} else {
+		pid, got, err = p.lease.take(p, ctx, true)
+	}
 	p.setState(stateSettling)
 	interrupted := p.cancel.Settle()
 	if perr := p.lease.check(p, pid, got, err); perr != nil {

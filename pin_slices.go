@@ -54,19 +54,55 @@ func (p *pin) wait(ctx context.Context) (uint32, *bool, error) {
 	}
 }
 
+// unlockWatched is unlock, watched with a heartbeat as a wait's slice is (see watchSlice):
+// a release the server has not answered within the heartbeat and beatTimeout (a frozen
+// server behind a proxy) is interrupted and fails with a silentWait, after which the
+// connection is closed (see unlockFailure: the release was not confirmed, so the lock is
+// reported lost). Only with a heartbeat (pin.release): without one, ctx alone bounds it.
+func (p *pin) unlockWatched(ctx context.Context, keep bool) error {
+	slice := p.watchSlice()
+	err := p.unlock(ctx, keep)
+	if p.endSlice(slice) {
+		p.cancel.Settle() // the interrupt's CancelRequests end before the connection does
+		if ctx.Err() == nil {
+			err = &silentWait{slice: p.sliced(), op: "release", err: err}
+		}
+	}
+	return err
+}
+
 // takeKeysWatched is lease.takeKeys, a wait's slice watched as wait watches a Lock's: a
 // slice the server has not ended beatTimeout after its lock_timeout fails with a
-// silentWait, which leaves the connection to be closed (see usable).
+// silentWait, which leaves the connection to be closed (see usable). A try is watched
+// with the same bound (the heartbeat and beatTimeout), as a Lock's TryLock is (see
+// pin.tryLock).
 func (p *pin) takeKeysWatched(ctx context.Context, ts []target, try bool) (uint32, *bool, []int64, error) {
-	if try {
-		return p.lease.takeKeys(p, ctx, ts, try)
-	}
 	slice := p.watchSlice()
 	pid, owned, busy, err := p.lease.takeKeys(p, ctx, ts, try)
 	if p.endSlice(slice) && ctx.Err() == nil {
-		err = &silentWait{slice: p.sliced(), err: err}
+		err = &silentWait{slice: p.sliced(), op: tryOp(try), err: err}
 	}
 	return pid, owned, busy, err
+}
+
+// tryWatched is lease.take of a try, watched with a heartbeat as a wait's slice is: a
+// try the server has not answered within the heartbeat and beatTimeout fails with a
+// silentWait, which leaves the connection to be closed (see pin.tryLock).
+func (p *pin) tryWatched(ctx context.Context) (uint32, *bool, error) {
+	slice := p.watchSlice()
+	pid, got, err := p.lease.take(p, ctx, true)
+	if p.endSlice(slice) && ctx.Err() == nil {
+		err = &silentWait{slice: p.sliced(), op: "try", err: err}
+	}
+	return pid, got, err
+}
+
+// tryOp is silentWait's op for a take: "try" for a try, "" for a wait's slice.
+func tryOp(try bool) string {
+	if try {
+		return "try"
+	}
+	return ""
 }
 
 // watchSlice puts the slice about to run under the Manager's sliceWatch, bounded by the
@@ -197,16 +233,24 @@ func (w *sliceWatch) stop() {
 	}
 }
 
-// silentWait is the error of a wait whose slice got no answer beatTimeout after its
-// lock_timeout: the server stopped answering (frozen, or cut off from a proxy in the path).
-// It does not wrap the slice's own error, whose deadline is the library's, not the
-// caller's ctx. It is always wrapped in the call's error, which says "advisory:".
+// silentWait is the error of a statement watched as a wait's slice is (see watchSlice)
+// that got no answer within its bound: a wait's slice beatTimeout after its lock_timeout,
+// a try (op "try") or a release (op "release") within the heartbeat and beatTimeout.
+// The server stopped answering (frozen, or cut off from a proxy in the path). It does not
+// wrap the statement's own error, whose deadline is the library's, not the caller's ctx.
+// It is always wrapped in the call's error, which says "advisory:".
 type silentWait struct {
 	slice time.Duration
+	op    string // "" for a wait's slice
 	err   error
 }
 
 func (e *silentWait) Error() string {
+	if e.op != "" {
+		return fmt.Sprintf("the server did not answer the %s within %v (the heartbeat's %v and %v more): it "+
+			"stopped answering (frozen, or cut off from a proxy in the path; or a pooler in the path kept "+
+			"the statement queued); the %s was abandoned (%v)", e.op, e.slice+beatTimeout, e.slice, beatTimeout, e.op, e.err)
+	}
 	return fmt.Sprintf("the server did not end a wait slice (lock_timeout %v) within %v more: it "+
 		"stopped answering (frozen, or cut off from a proxy in the path); the wait was abandoned (%v)",
 		e.slice, beatTimeout, e.err)
