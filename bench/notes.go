@@ -125,7 +125,8 @@ themselves cost what raw pgx's do (35 µs against 36 µs). The 6-8.5 µs more:
   running. A pooled cycle's allocations: 45 before, 44 after. Since issue 47's seventh
   pass a slice has no context of its own (it was a WithCancel child of the caller's,
   which pgx watched): it runs under the caller's ctx, and the timer interrupts its
-  statement directly; 35 allocations a pooled Lock + Unlock before, 25 after.
+  statement directly; 35 allocations a pooled Lock + Unlock before, 25 after (27 once the
+  Unlock and a TryLock's try were watched the same way).
 - **The pool and its liveness peek, about 2-2.75 µs**: pgxpool Acquire and Release, and
   ShouldPing's recvfrom(MSG_PEEK) (0.75 µs). It buys: an idle connection whose backend was
   terminated is found before a Lock meets its FATAL.
