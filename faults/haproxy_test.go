@@ -76,12 +76,19 @@ func TestHAProxyFrozenWaiter(t *testing.T) {
 	t.Parallel()
 	h := pgtest.HAProxyForTest(t, srv, pgtest.HAProxyOptions{})
 	ctx := ctxT(t, 2*time.Minute)
+	frozenWaiters(t, ctx, func(t *testing.T) *advisory.Manager { return proxiedManager(t, ctx, h) })
+}
+
+// frozenWaiters runs frozenWait in parallel for a Lock and for a Session's Lock (the
+// Session holding another lock, which its wait's failure frees), each on a Manager of its
+// own from newM, against a holder connected straight to the server.
+func frozenWaiters(t *testing.T, ctx context.Context, newM func(t *testing.T) *advisory.Manager) {
 	holder, err := advisory.New(ctx, srv.DSN())
 	require.NoError(t, err)
 	t.Cleanup(holder.Close)
 	t.Run("Lock", func(t *testing.T) {
 		t.Parallel()
-		m := proxiedManager(t, ctx, h)
+		m := newM(t)
 		frozenWait(t, m, holder, func(name string) error {
 			l, err := m.Lock(ctx, name)
 			if l != nil {
@@ -92,7 +99,7 @@ func TestHAProxyFrozenWaiter(t *testing.T) {
 	})
 	t.Run("Session", func(t *testing.T) { // its wait ends the Session, and the lock it held
 		t.Parallel()
-		m := proxiedManager(t, ctx, h)
+		m := newM(t)
 		S, err := m.Session(ctx)
 		require.NoError(t, err)
 		require.NoError(t, S.Lock(ctx, t.Name()+"/first"))

@@ -26,33 +26,7 @@ func TestPgBouncerFrozenWaiter(t *testing.T) {
 	t.Parallel()
 	b := pgtest.PgBouncerForTest(t, srv, pgtest.PoolTransaction)
 	ctx := ctxT(t, 2*time.Minute)
-	holder, err := advisory.New(ctx, srv.DSN())
-	require.NoError(t, err)
-	t.Cleanup(holder.Close)
-	t.Run("Lock", func(t *testing.T) {
-		t.Parallel()
-		m := pooledManager(t, ctx, b)
-		frozenWait(t, m, holder, func(name string) error {
-			l, err := m.Lock(ctx, name)
-			if l != nil {
-				l.Unlock(context.Background()) //nolint:errcheck // the wait must fail; this only cleans up
-			}
-			return err
-		})
-	})
-	t.Run("Session", func(t *testing.T) { // its wait ends the Session, and the lock it held
-		t.Parallel()
-		m := pooledManager(t, ctx, b)
-		S, err := m.Session(ctx)
-		require.NoError(t, err)
-		require.NoError(t, S.Lock(ctx, t.Name()+"/first"))
-		frozenWait(t, m, holder, func(name string) error { return S.Lock(ctx, name) })
-		<-S.Done()
-		require.ErrorIs(t, S.Err(), advisory.ErrLockLost)
-		next, err := holder.Lock(ctx, t.Name()+"/first")
-		require.NoError(t, err, "the Session's first lock is free")
-		require.NoError(t, next.Unlock(ctx))
-	})
+	frozenWaiters(t, ctx, func(t *testing.T) *advisory.Manager { return pooledManager(t, ctx, b) })
 }
 
 // pooledManager returns a Manager with default options through b, which holds by
