@@ -70,9 +70,8 @@ func TestFrozenServerTryAndUnlock(t *testing.T) {
 				case "Unlock":
 					call = func() error { return warm.Unlock(background) }
 				}
-				require.NoError(t, syscall.Kill(int(pid), syscall.SIGSTOP))
-				thaw := func() { syscall.Kill(int(pid), syscall.SIGCONT) } //nolint:errcheck
-				t.Cleanup(thaw)
+				freeze(t, pid)
+				thaw := func() { syscall.Kill(int(pid), syscall.SIGCONT) } //nolint:errcheck // also at the end (freeze)
 				frozen := time.Now()
 				done := make(chan error, 1)
 				go func() { done <- call() }()

@@ -202,6 +202,12 @@ func wait(t testing.TB, p *proc) result {
 		p.cmd.Process.Kill()
 		t.Fatalf("pgadvisory %v did not finish; stderr:\n%s", p.cmd.Args[1:], p.stderr)
 	}
+	return resultOf(p)
+}
+
+// resultOf is what p, waited for, ended with: its exit code (128+N if signal N killed it,
+// as shells report it), its output, and how long it ran.
+func resultOf(p *proc) result {
 	code := p.cmd.ProcessState.ExitCode()
 	if ws := p.cmd.ProcessState.Sys().(syscall.WaitStatus); ws.Signaled() {
 		code = 128 + int(ws.Signal())

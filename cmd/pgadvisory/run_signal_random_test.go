@@ -128,11 +128,7 @@ func runWithSignal(t *testing.T, name string, c signalCase) (moment string, held
 	exited := make(chan result, 1)
 	go func() {
 		p.cmd.Wait() //nolint:errcheck // the state says it all
-		code := p.cmd.ProcessState.ExitCode()
-		if ws := p.cmd.ProcessState.Sys().(syscall.WaitStatus); ws.Signaled() {
-			code = 128 + int(ws.Signal())
-		}
-		exited <- result{code: code, stderr: p.stderr.String(), took: time.Since(p.started)}
+		exited <- resultOf(p)
 	}()
 	// The second run, once CMD has started: its own CMD fails (9) if the first's is alive.
 	var second *proc
@@ -141,10 +137,20 @@ func runWithSignal(t *testing.T, name string, c signalCase) (moment string, held
 	var r result
 	var end time.Time
 	deadline := time.After(time.Minute)
+	readPID := func() int { // 0 until CMD has written it
+		b, err := os.ReadFile(pidFile)
+		if err != nil {
+			return 0
+		}
+		pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+		require.NoError(t, err, "CMD's pid file")
+		return pid
+	}
 	for done := false; !done; {
-		if b, err := os.ReadFile(pidFile); err == nil && second == nil {
-			cmdPID, err = strconv.Atoi(strings.TrimSpace(string(b)))
-			require.NoError(t, err)
+		if second == nil {
+			cmdPID = readPID()
+		}
+		if cmdPID != 0 && second == nil {
 			seen = time.Now()
 			// CMD alive after the count: the lock was held all along (run keeps it while CMD lives).
 			if n := advisoryLocksOf(t, app); syscall.Kill(cmdPID, 0) == nil {
@@ -164,9 +170,7 @@ func runWithSignal(t *testing.T, name string, c signalCase) (moment string, held
 		}
 	}
 	if second == nil { // CMD wrote its pid just before run exited
-		if b, err := os.ReadFile(pidFile); err == nil {
-			cmdPID, _ = strconv.Atoi(strings.TrimSpace(string(b)))
-		}
+		cmdPID = readPID()
 	}
 	at, sent := <-signalled
 	defer func() {
