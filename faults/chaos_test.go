@@ -103,16 +103,25 @@ func chaos(t *testing.T, lockDSN string, seconds int, pooler *pgtest.PgBouncer) 
 	run := strconv.FormatUint(seed, 10) + "-" + strconv.FormatInt(time.Now().UnixNano(), 36)
 	until := time.Now().Add(time.Duration(seconds) * time.Second)
 
-	workerEnv := func(id int) map[string]string {
-		return map[string]string{"ADVISORY_FAULT_DSN": dsn(t), "CHAOS_LOCK_DSN": lockDSN, "CHAOS_RUN": run, "CHAOS_WORKER": strconv.Itoa(id),
+	// park: the worker waits on one session at most (with CHAOS_SHARED; see
+	// runChaosWorker). Half the workers do, and a killed worker's replacement is of its
+	// kind, so that half of the survivors, whose summaries are read, are of each.
+	workerEnv := func(id int, park bool) map[string]string {
+		env := map[string]string{"ADVISORY_FAULT_DSN": dsn(t), "CHAOS_LOCK_DSN": lockDSN, "CHAOS_RUN": run, "CHAOS_WORKER": strconv.Itoa(id),
 			"CHAOS_SEED": strconv.FormatUint(seed+uint64(id)*7919, 10), "CHAOS_UNTIL": strconv.FormatInt(until.UnixNano(), 10)}
+		if park {
+			env["CHAOS_PARK"] = "1"
+		}
+		return env
 	}
 	sup := superviseBouncer(pooler)
 	const parallel = 4
 	workers := map[int]*helper{}
+	parks := map[int]bool{}
 	nextID := 0
 	for ; nextID < parallel; nextID++ {
-		workers[nextID] = startHelper(t, "chaos", workerEnv(nextID))
+		parks[nextID] = nextID%2 == 1
+		workers[nextID] = startHelper(t, "chaos", workerEnv(nextID, parks[nextID]))
 	}
 	kills, terms := 0, 0
 	for time.Now().Before(until.Add(-time.Second)) {
@@ -123,7 +132,8 @@ func chaos(t *testing.T, lockDSN string, seconds int, pooler *pgtest.PgBouncer) 
 				syscall.Kill(w.cmd.Process.Pid, syscall.SIGKILL)
 				delete(workers, victim)
 				kills++
-				workers[nextID] = startHelper(t, "chaos", workerEnv(nextID))
+				parks[nextID] = parks[victim]
+				workers[nextID] = startHelper(t, "chaos", workerEnv(nextID, parks[nextID]))
 				nextID++
 			}
 			continue
@@ -193,7 +203,7 @@ func runChaosWorker() int {
 	var parked atomic.Int64
 	if os.Getenv("CHAOS_SHARED") != "" {
 		goroutines, conns, opts = 3, 8, []advisory.Option{advisory.WithSharedSessions(20)}
-		if n, _ := strconv.Atoi(worker); n%2 == 1 {
+		if os.Getenv("CHAOS_PARK") != "" {
 			// Half the workers wait on one session at most: their other Locks park, and
 			// take the keys by tries on a shared session (WithWaitSessions). The log
 			// counts the Locks that parked.
